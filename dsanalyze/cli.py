@@ -1,0 +1,249 @@
+"""Command line: `harness.py` (profile a job) and the `dsanalyze` subcommands.
+
+The only module that prints, exits or reads the terminal. Every
+`DsAnalyzeError` becomes a one-line `error: ...` message and its exit code
+(2 for bad input, 1 for a failed run); nothing already measured is lost,
+because each run is stored as soon as it ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dsanalyze import config
+from dsanalyze.config import Job, Mode, Sweep
+from dsanalyze.errors import ConfigError, DsAnalyzeError, RunFailed
+
+HARNESS_USAGE = "python harness.py [options] [SCRIPT [script args]]"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ConfigError (one line, exit 2) instead of printing usage."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(f"{message} (see --help)")
+
+
+def _job_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("job")
+    g.add_argument("--data", dest="data_dir", help="dataset directory (an ImageFolder)")
+    g.add_argument("-a", "--arch", help="torchvision model of the built-in job (resnet18)")
+    g.add_argument("-b", "--batch-size", dest="batch_size", type=int, help="batch size per rank (32)")
+    g.add_argument("-j", "--workers", type=int, help="DataLoader workers per rank (2)")
+    w = g.add_mutually_exclusive_group()
+    w.add_argument("--iters", type=int, help="measured iterations per rank after warm-up (50)")
+    w.add_argument("--epochs", type=int, help="measured whole epochs")
+    g.add_argument("--warmup", type=int, help="iterations discarded first (5)")
+    g.add_argument("--device", choices=config.DEVICES, help="cuda, cpu or sim (sim)")
+    g.add_argument("--sim-step-ms", dest="sim_step_ms", type=float,
+                   help="sim device: milliseconds per training step (50)")
+    g.add_argument("--amp", action="store_true", default=None, help="mixed precision on cuda")
+    g.add_argument("--loader", choices=config.LOADERS, help="pytorch or dali (pytorch)")
+    g.add_argument("--seed", type=int, help="sampler seed (0)")
+    g.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per run (1800)")
+    d = p.add_argument_group("distributed (passed to torch.distributed.run)")
+    d.add_argument("--nproc_per_node", "--nproc-per-node", dest="nproc_per_node", type=int)
+    d.add_argument("--nnodes", type=int)
+    d.add_argument("--node_rank", "--node-rank", dest="node_rank", type=int)
+    d.add_argument("--master_addr", "--master-addr", dest="master_addr")
+    d.add_argument("--master_port", "--master-port", dest="master_port", type=int)
+
+
+def _sweep_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sweep")
+    g.add_argument("--config", help="TOML file with [job] and [sweep] tables")
+    g.add_argument("--prefix", help="results directory (results/run)")
+    g.add_argument("--modes", help="comma list of synthetic,cached,disk,loader")
+    g.add_argument("--cpus", help="CPU counts, e.g. 1,2,4")
+    g.add_argument("--cache", help="page-cache budgets for disk runs: 0,50%%,2G,none")
+    g.add_argument("--storage-bw", dest="storage_bw", help="read bandwidths: none,40M")
+    g.add_argument("--resume", action="store_true", default=None, help="skip completed runs")
+    g.add_argument("--no-cgroups", dest="use_cgroups", action="store_false", default=None,
+                   help="no cgroups: CPU affinity only; cache and bandwidth not enforced")
+    g.add_argument("--no-plots", dest="plots", action="store_false", default=None)
+
+
+def harness_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="harness.py", usage=HARNESS_USAGE,
+                description="Profile a training job in synthetic, cached and disk modes.")
+    _job_options(p)
+    _sweep_options(p)
+    p.add_argument("script", nargs="?", help="training script (default: the built-in job)")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of the script")
+    return p
+
+
+def build_sweep(ns: argparse.Namespace) -> Sweep:
+    """Merge built-in defaults < config file < command line."""
+    data = config.load_toml(ns.config) if ns.config else {}
+    job_kw: dict[str, Any] = dict(data.get("job", {}))
+    for f in dataclasses.fields(Job):
+        value = getattr(ns, f.name, None)
+        if value is not None:
+            job_kw[f.name] = value
+    if ns.iters is not None:
+        job_kw.pop("epochs", None)
+    if ns.epochs is not None:
+        job_kw.pop("iters", None)
+    if ns.script:
+        if not Path(ns.script).is_file():
+            raise ConfigError(f"training script {ns.script} not found")
+        job_kw["script"] = str(Path(ns.script).resolve())
+        job_kw["script_args"] = tuple(ns.script_args)
+    if job_kw.get("data_dir"):
+        job_kw["data_dir"] = str(Path(job_kw["data_dir"]).resolve())
+    try:
+        job = Job(**{k: v for k, v in job_kw.items()})
+    except TypeError as e:
+        raise ConfigError(f"bad job settings: {e}") from None
+    sw: dict[str, Any] = dict(data.get("sweep", {}))
+    for key in ("prefix", "modes", "cpus", "cache", "storage_bw", "resume", "use_cgroups", "plots"):
+        value = getattr(ns, key, None)
+        if value is not None:
+            sw[key] = value
+    kwargs: dict[str, Any] = {"job": job}
+    if "prefix" in sw:
+        kwargs["prefix"] = str(sw["prefix"])
+    if "modes" in sw:
+        kwargs["modes"] = tuple(Mode.parse(m) for m in config.split_list(sw["modes"]))
+    if "cpus" in sw:
+        cpus = sw["cpus"]
+        kwargs["cpus"] = config.parse_cpus_list(",".join(map(str, cpus)) if isinstance(cpus, list)
+                                                else str(cpus))
+    for key in ("cache", "storage_bw"):
+        if key in sw:
+            kwargs[key] = config.split_list(sw[key])
+    if "combos" in sw and not any(getattr(ns, k, None) for k in ("cpus", "cache", "storage_bw")):
+        kwargs["combos"] = tuple((c.get("cpus"), str(c.get("cache", "none")),
+                                  str(c.get("storage_bw", "none"))) for c in sw["combos"])
+    for key in ("resume", "use_cgroups", "plots"):
+        if key in sw:
+            kwargs[key] = bool(sw[key])
+    return Sweep(**kwargs)
+
+
+def _progress_printer() -> Callable[[str], None] | None:
+    if not sys.stderr.isatty():
+        return None
+    return lambda line: print(line, file=sys.stderr, flush=True)
+
+
+def harness_main(argv: list[str] | None = None) -> int:
+    return _guard(lambda: _harness(argv))
+
+
+def _harness(argv: list[str] | None) -> int:
+    from dsanalyze.report.summary import render_table
+    from dsanalyze.sweep import run_sweep
+
+    ns = harness_parser().parse_args(argv)
+    sweep = build_sweep(ns)
+    outcome = run_sweep(sweep, progress=_progress_printer())
+    if outcome.cgroup_note and outcome.cgroup_note != "--no-cgroups":
+        print(f"warning: {outcome.cgroup_note}: CPU affinity only; cache and storage "
+              "bandwidth are not enforced", file=sys.stderr)
+    if outcome.skipped:
+        print(f"resumed: {len(outcome.skipped)} run(s) already complete, skipped")
+    print(render_table(outcome.summary))
+    print(f"results: {sweep.prefix}/summary.json")
+    if sweep.plots:
+        _plots_if_available(Path(sweep.prefix))
+    if outcome.failed:
+        first = outcome.failed[0]
+        raise RunFailed(f"{len(outcome.failed)} run(s) failed; first: {first.run_id} "
+                        f"{first.status}: {first.error}")
+    return 0
+
+
+def _plots_if_available(prefix: Path) -> None:
+    try:
+        from dsanalyze.report import plots
+    except ImportError:
+        return
+    for path in plots.draw_all(prefix):
+        print(f"figure: {path}")
+
+
+def _guard(fn: Callable[[], int]) -> int:
+    try:
+        return fn()
+    except DsAnalyzeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted; completed runs are kept (rerun with --resume)", file=sys.stderr)
+        return 130
+    except BaseException as e:
+        from dsanalyze.launch import Interrupted
+        if isinstance(e, Interrupted):
+            print("error: terminated; completed runs are kept (rerun with --resume)",
+                  file=sys.stderr)
+            return 143
+        raise
+
+
+# ---- dsanalyze subcommands ------------------------------------------------------------------
+
+def _cmd_make_dataset(ns: argparse.Namespace) -> int:
+    from dsanalyze.jobs.datasets import make_dataset, parse_size
+
+    n, total = make_dataset(ns.dir, ns.images, ns.classes, parse_size(ns.size), ns.size_jitter,
+                            ns.seed)
+    print(f"wrote {n} images, {total} bytes ({config.format_bytes(total)}) to {ns.dir}")
+    return 0
+
+
+def _cmd_summary(ns: argparse.Namespace) -> int:
+    from dsanalyze.report.summary import render_table
+    from dsanalyze.sweep import write_summary
+
+    doc = write_summary(Path(ns.prefix))
+    if doc is None:
+        raise ConfigError(f"no runs under {ns.prefix}: run harness.py --prefix {ns.prefix} first")
+    print(render_table(doc))
+    return 0
+
+
+def _cmd_profile(ns: argparse.Namespace) -> int:
+    return _harness(ns.rest)
+
+
+SUBCOMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "make-dataset": _cmd_make_dataset,
+    "summary": _cmd_summary,
+    "profile": _cmd_profile,
+}
+
+
+def main_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="dsanalyze", description="Differential data-stall analyzer.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    m = sub.add_parser("make-dataset", help="write a JPEG ImageFolder")
+    m.add_argument("dir")
+    m.add_argument("--images", type=int, default=1000)
+    m.add_argument("--classes", type=int, default=10)
+    m.add_argument("--size", default="500x375", help="WIDTHxHEIGHT")
+    m.add_argument("--size-jitter", dest="size_jitter", type=float, default=0.0,
+                   help="each side scaled by 1 +- up to this fraction")
+    m.add_argument("--seed", type=int, default=0)
+    s = sub.add_parser("summary", help="recompute and print the stall table of a prefix")
+    s.add_argument("prefix")
+    pr = sub.add_parser("profile", help="the same as harness.py", add_help=False)
+    pr.add_argument("rest", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    def run() -> int:
+        ns = main_parser().parse_args(argv)
+        return SUBCOMMANDS[ns.command](ns)
+    return _guard(run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

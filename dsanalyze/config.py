@@ -1,0 +1,317 @@
+"""What was asked: the job, the resources, the mode, and the runs of a sweep.
+
+Everything here is a frozen dataclass with a JSON round-trip (`to_dict` /
+`from_dict`), so that a stored run can be re-analysed without re-running it.
+Sizes are bytes, bandwidths bytes per second, times seconds, unless a name
+says otherwise (`sim_step_ms`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from dsanalyze.errors import ConfigError
+
+
+class Mode(str, enum.Enum):
+    """The differential modes (DESIGN.md)."""
+
+    SYNTHETIC = "synthetic"  # one device-resident batch replayed: compute bound
+    CACHED = "cached"  # real loader, every file in the page cache
+    DISK = "disk"  # real loader, page cache dropped and confined to the budget
+    LOADER = "loader"  # the loader alone, no compute: raw pipeline rate
+
+    @property
+    def cache_independent(self) -> bool:
+        """Runs with every file cached and no limit: cache and bandwidth do not apply."""
+        return self is not Mode.DISK
+
+    @classmethod
+    def parse(cls, text: str) -> Mode:
+        try:
+            return cls(text.strip().lower())
+        except ValueError:
+            names = ", ".join(m.value for m in cls)
+            raise ConfigError(f"unknown mode {text!r}: use one of {names}") from None
+
+
+DEVICES = ("cuda", "cpu", "sim")
+LOADERS = ("pytorch", "dali")
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_NONE_WORDS = ("none", "unlimited", "inf", "off")
+
+
+def parse_bytes(text: str | int, what: str = "size") -> int:
+    """Parse `512M`, `2G`, `1.5GiB`, `4096` into bytes (binary multiples)."""
+    if isinstance(text, int):
+        return text
+    match = _SIZE_RE.match(str(text))
+    if not match:
+        raise ConfigError(f"cannot read {what} {text!r}: write bytes such as 4096, 512M or 2G")
+    number, unit = match.groups()
+    return int(float(number) * _UNITS[unit.upper()])
+
+
+def format_bytes(n: float | None) -> str:
+    """Human-readable binary size, for display only: 1.5G, 512M, 300K."""
+    if n is None:
+        return "none"
+    for unit in ("T", "G", "M", "K"):
+        if abs(n) >= _UNITS[unit]:
+            value = n / _UNITS[unit]
+            return f"{value:.3g}{unit}"
+    return f"{int(n)}B"
+
+
+@dataclass(frozen=True)
+class CacheBudget:
+    """A page-cache budget as asked (`50%`, `2G`, `none`) and resolved to bytes.
+
+    `cache_bytes` None means no limit. A percentage is of the dataset's bytes.
+    """
+
+    spec: str = "none"
+    cache_bytes: int | None = None
+
+    @classmethod
+    def parse(cls, text: str, dataset_bytes: int | None = None) -> CacheBudget:
+        spec = str(text).strip()
+        if spec.lower() in _NONE_WORDS:
+            return cls("none", None)
+        if spec.endswith("%"):
+            try:
+                pct = float(spec[:-1])
+            except ValueError:
+                raise ConfigError(f"cannot read cache size {text!r}: write 50%, 2G or none") from None
+            if pct < 0:
+                raise ConfigError(f"cache size {text!r} is negative")
+            resolved = None if dataset_bytes is None else int(dataset_bytes * pct / 100)
+            return cls(spec, resolved)
+        return cls(spec, parse_bytes(spec, "cache size"))
+
+    @property
+    def label(self) -> str:
+        if self.cache_bytes is None:
+            return "none"
+        return self.spec if self.spec.endswith("%") else format_bytes(self.cache_bytes)
+
+
+def parse_bandwidth(text: str | int | None) -> int | None:
+    """`none` -> None; `40M` -> bytes per second."""
+    if text is None or str(text).strip().lower() in _NONE_WORDS:
+        return None
+    bps = parse_bytes(text, "storage bandwidth")
+    if bps <= 0:
+        raise ConfigError(f"storage bandwidth {text!r} must be positive, or none")
+    return bps
+
+
+@dataclass(frozen=True)
+class Resources:
+    """One resource configuration: CPUs, page-cache budget, storage read bandwidth."""
+
+    cpus: int | None = None  # None: every CPU the harness may use
+    cache: CacheBudget = field(default_factory=CacheBudget)
+    storage_read_bps: int | None = None
+
+    @property
+    def key(self) -> str:
+        """Stable label used in run ids and tables: `cpus2-cache25%-bw40M`."""
+        cpus = "all" if self.cpus is None else str(self.cpus)
+        bw = "none" if self.storage_read_bps is None else format_bytes(self.storage_read_bps)
+        return f"cpus{cpus}-cache{self.cache.label}-bw{bw}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cpus": self.cpus,
+            "cache_spec": self.cache.spec,
+            "cache_bytes": self.cache.cache_bytes,
+            "storage_read_bps": self.storage_read_bps,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Resources:
+        return cls(d.get("cpus"), CacheBudget(d.get("cache_spec", "none"), d.get("cache_bytes")),
+                   d.get("storage_read_bps"))
+
+
+@dataclass(frozen=True)
+class Job:
+    """The training job and how it is launched. Same for every run of a sweep."""
+
+    script: str | None = None  # None: the built-in image-classification job
+    script_args: tuple[str, ...] = ()
+    data_dir: str | None = None
+    arch: str = "resnet18"
+    batch_size: int = 32
+    workers: int = 2
+    iters: int | None = None  # measured iterations per rank (after warm-up)
+    epochs: int | None = None  # or whole measured epochs
+    warmup: int = 5
+    device: str = "sim"
+    sim_step_ms: float = 50.0
+    amp: bool = False
+    loader: str = "pytorch"
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    seed: int = 0
+    timeout_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ConfigError(f"unknown --device {self.device!r}: use one of {', '.join(DEVICES)}")
+        if self.loader not in LOADERS:
+            raise ConfigError(f"unknown --loader {self.loader!r}: use one of {', '.join(LOADERS)}")
+        for name in ("batch_size", "nproc_per_node", "nnodes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.workers < 0 or self.warmup < 0:
+            raise ConfigError("workers and warmup must be zero or more")
+        if self.iters is not None and self.epochs is not None:
+            raise ConfigError("give --iters or --epochs, not both")
+        if (self.iters or 1) < 1 or (self.epochs or 1) < 1:
+            raise ConfigError("--iters and --epochs must be at least 1")
+        if self.sim_step_ms <= 0:
+            raise ConfigError("--sim-step-ms must be positive")
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["script_args"] = list(self.script_args)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Job:
+        known = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        kwargs["script_args"] = tuple(kwargs.get("script_args", ()))
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One measured run: a job, in one mode, under one resource configuration."""
+
+    job: Job
+    mode: Mode
+    resources: Resources
+
+    @property
+    def run_id(self) -> str:
+        """Synthetic and cached runs do not depend on the cache budget or the
+        storage bandwidth (no limit, everything cached), so their id names only
+        the CPUs and they are shared by every configuration of a sweep."""
+        cpus = "all" if self.resources.cpus is None else str(self.resources.cpus)
+        if self.mode.cache_independent:
+            return f"{self.mode.value}-cpus{cpus}"
+        return f"{self.mode.value}-{self.resources.key}".replace("%", "pct")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode.value, "resources": self.resources.to_dict(),
+                "job": self.job.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunSpec:
+        return cls(Job.from_dict(d["job"]), Mode(d["mode"]), Resources.from_dict(d["resources"]))
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What `harness.py` was asked: one job, its modes, and the resource grid."""
+
+    job: Job
+    prefix: str = "results/run"
+    modes: tuple[Mode, ...] = (Mode.SYNTHETIC, Mode.CACHED, Mode.DISK)
+    cpus: tuple[int | None, ...] = (None,)
+    cache: tuple[str, ...] = ("none",)
+    storage_bw: tuple[str, ...] = ("none",)
+    combos: tuple[tuple[int | None, str, str], ...] = ()  # explicit list overrides the product
+    resume: bool = False
+    use_cgroups: bool = True
+    plots: bool = True
+
+    def resource_grid(self, dataset_bytes: int) -> list[Resources]:
+        """Every resource configuration: `combos` if given, else the cross product."""
+        triples = self.combos or tuple(itertools.product(self.cpus, self.cache, self.storage_bw))
+        grid = []
+        for cpus, cache, bw in triples:
+            if cpus is not None and int(cpus) < 1:
+                raise ConfigError(f"--cpus values must be at least 1, got {cpus}")
+            res = Resources(None if cpus is None else int(cpus),
+                            CacheBudget.parse(cache, dataset_bytes), parse_bandwidth(bw))
+            if res not in grid:
+                grid.append(res)
+        return grid
+
+    def run_specs(self, dataset_bytes: int) -> list[RunSpec]:
+        """The runs to do, in order, each once (shared runs are not repeated)."""
+        specs: dict[str, RunSpec] = {}
+        for res in self.resource_grid(dataset_bytes):
+            for mode in self.modes:
+                spec = RunSpec(self.job, mode, Resources(res.cpus) if mode.cache_independent else res)
+                specs.setdefault(spec.run_id, spec)
+        return list(specs.values())
+
+
+def parse_cpus_list(text: str) -> tuple[int | None, ...]:
+    out: list[int | None] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if part.lower() in ("all", "none", ""):
+            out.append(None)
+            continue
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise ConfigError(f"cannot read --cpus {text!r}: write a list such as 1,2,4") from None
+        if out[-1] < 1:
+            raise ConfigError(f"--cpus values must be at least 1, got {part}")
+    return tuple(out)
+
+
+def split_list(value: Any) -> tuple[str, ...]:
+    """A TOML list or a comma-separated string -> tuple of strings."""
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    return tuple(p.strip() for p in str(value).split(",") if p.strip())
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read a config file: `[job]` keys are Job fields, `[sweep]` keys Sweep fields."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {path} not found: give the path of a .toml file")
+    try:
+        with p.open("rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"cannot parse {path}: {e}") from None
+    unknown = set(data) - {"job", "sweep"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown section(s) {sorted(unknown)}: use [job] and [sweep]")
+    job_fields = {f.name for f in dataclasses.fields(Job)}
+    bad = set(data.get("job", {})) - job_fields
+    if bad:
+        raise ConfigError(f"{path}: unknown [job] key(s) {sorted(bad)}")
+    sweep_keys = {"prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "plots",
+                  "use_cgroups"}
+    bad = set(data.get("sweep", {})) - sweep_keys
+    if bad:
+        raise ConfigError(f"{path}: unknown [sweep] key(s) {sorted(bad)}")
+    return data

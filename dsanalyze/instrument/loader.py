@@ -1,0 +1,181 @@
+"""Timed iteration over a data loader, and synthetic replay of one batch.
+
+`TimedLoader` wraps any iterable of batches (a `torch.utils.data.DataLoader`,
+a DALI iterator, a replay loader) and records, per iteration:
+
+- `wait_s`: time spent inside the wrapped iterator's `__next__`, i.e. blocked
+  on the next batch. The first `next()` of an epoch also pays for creating the
+  iterator (`iter(loader)`: DataLoader worker start-up), which is real stall.
+- `iter_s`: from the start of one `next()` to the start of the following one,
+  so `iter_s = wait_s + compute`.
+
+CUDA is asynchronous: a training step returns before the GPU has finished.
+Without a synchronisation at the iteration boundary, the unfinished GPU work
+of step i would be paid inside step i+1's `next()` (when `.cuda()` copies
+wait for the stream) and be counted as data wait. `sync` (for CUDA,
+`torch.cuda.synchronize`) is therefore called at every boundary, before the
+clock is read.
+
+This module imports no torch: the device synchronisation and the transfer to
+the device are passed in, so it is usable (and testable) with any loader.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+
+def batch_size_of(batch: Any) -> int:
+    """Number of samples in a batch: tensors, (images, labels), dicts, DALI lists."""
+    if hasattr(batch, "shape") and len(batch.shape) > 0:
+        return int(batch.shape[0])
+    if isinstance(batch, dict):
+        return batch_size_of(next(iter(batch.values())))
+    if isinstance(batch, (list, tuple)) and batch:
+        return batch_size_of(batch[0])
+    if hasattr(batch, "__len__"):
+        return len(batch)
+    return 1
+
+
+class IterationRecorder:
+    """Collects per-iteration timings of one rank.
+
+    `max_iters`: stop after `warmup + max_iters` iterations (None: never).
+    `clock` is injectable so tests can control time.
+    """
+
+    def __init__(self, rank: int = 0, warmup: int = 0, max_iters: int | None = None,
+                 sync: Callable[[], None] | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.rank = rank
+        self.warmup = warmup
+        self.max_iters = max_iters
+        self.sync = sync
+        self.clock = clock
+        self.wait_s: list[float] = []
+        self.iter_s: list[float] = []
+        self.epoch: list[int] = []
+        self.samples: list[int] = []
+        self.epochs_started = 0
+        self.start_unix_s = 0.0
+        self._open: tuple[float, float, int, int] | None = None  # start, wait, samples, epoch
+
+    @property
+    def done(self) -> bool:
+        return self.max_iters is not None and len(self.iter_s) >= self.warmup + self.max_iters
+
+    def boundary(self) -> float:
+        """Mark an iteration boundary now; close the open iteration, if any."""
+        if self.sync is not None:
+            self.sync()  # finish the previous step's device work before reading the clock
+        now = self.clock()
+        if self._open is not None:
+            start, wait, samples, epoch = self._open
+            self.iter_s.append(now - start)
+            self.wait_s.append(wait)
+            self.samples.append(samples)
+            self.epoch.append(epoch)
+            self._open = None
+        elif not self.iter_s:
+            self.start_unix_s = time.time()
+        return now
+
+    def open(self, start: float, wait_s: float, samples: int) -> None:
+        self._open = (start, wait_s, samples, self.epochs_started - 1)
+
+    def discard_open(self) -> None:
+        self._open = None
+
+    def finish(self) -> None:
+        """Close the last iteration when the loop ended without another `next()`."""
+        if self._open is not None:
+            self.boundary()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `RankRecord` JSON of this rank."""
+        return {"rank": self.rank, "warmup": min(self.warmup, len(self.iter_s)),
+                "start_unix_s": self.start_unix_s, "wait_s": self.wait_s,
+                "iter_s": self.iter_s, "epoch": self.epoch, "samples": self.samples}
+
+
+class TimedLoader:
+    """Iterable wrapper: each `iter()` is one epoch, each `next()` is timed."""
+
+    def __init__(self, loader: Iterable[Any], recorder: IterationRecorder) -> None:
+        self.loader = loader
+        self.recorder = recorder
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        # Delegate everything else (sampler, dataset, batch_size) to the loader.
+        if name in ("loader", "recorder"):
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+    def __iter__(self) -> Iterator[Any]:
+        self.recorder.epochs_started += 1
+        return _TimedIterator(self.loader, self.recorder)
+
+
+class _TimedIterator:
+    def __init__(self, loader: Iterable[Any], recorder: IterationRecorder) -> None:
+        self._loader = loader
+        self._it: Iterator[Any] | None = None
+        self._rec = recorder
+
+    def __iter__(self) -> _TimedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        rec = self._rec
+        start = rec.boundary()
+        if rec.done:
+            raise StopIteration
+        try:
+            if self._it is None:
+                self._it = iter(self._loader)  # worker start-up counts as wait
+            batch = next(self._it)
+        except StopIteration:
+            rec.discard_open()
+            raise
+        rec.open(start, rec.clock() - start, batch_size_of(batch))
+        return batch
+
+
+class ReplayLoader:
+    """Synthetic mode: one real batch, already on the device, replayed.
+
+    The batch is taken from the real loader once (its workers are then shut
+    down), moved to the device with `to_device`, and yielded `length` times
+    per epoch, so the training step sees real shapes and values with no fetch
+    and no prep.
+    """
+
+    def __init__(self, loader: Iterable[Any], length: int,
+                 to_device: Callable[[Any], Any] = lambda b: b) -> None:
+        it = iter(loader)
+        try:
+            first = next(it)
+        except StopIteration:
+            raise ValueError("the loader yielded no batch to replay") from None
+        del it  # shuts DataLoader workers down
+        self.batch = to_device(first)
+        self.length = length
+        self.source = loader
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("source", "batch", "length"):
+            raise AttributeError(name)
+        return getattr(self.source, name)
+
+    def __iter__(self) -> Iterator[Any]:
+        for _ in range(self.length):
+            yield self.batch

@@ -1,0 +1,200 @@
+"""Built-in reference job: image classification on an ImageFolder.
+
+The equivalent of DS-Analyzer's ImageNet script: torchvision `ImageFolder`
+with the standard training transforms (RandomResizedCrop 224, horizontal
+flip, to tensor, normalize), a torchvision model, DistributedDataParallel and
+a DistributedSampler when launched with several ranks (NCCL on cuda, gloo
+otherwise). Run by the harness under `torch.distributed.run`:
+
+    python -m torch.distributed.run --nproc_per_node 2 \
+        -m dsanalyze.jobs.image_classification --data DIR --mode cached ...
+
+Devices: `cuda` (the real thing), `cpu` (the model runs on the CPU and
+competes with the loader), `sim` (each step sleeps `--sim-step-ms` while the
+CPU is free; with several ranks a one-element all-reduce per step keeps them
+in lock-step as DDP's gradient all-reduce would).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torchvision
+from PIL import Image
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
+from torchvision import transforms
+
+from dsanalyze.errors import DatasetError
+from dsanalyze.instrument import rank as rankenv
+from dsanalyze.instrument.loader import IterationRecorder, ReplayLoader, TimedLoader
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+class CorruptSampleError(DatasetError):
+    """A dataset file that cannot be decoded; the message names the file."""
+
+
+def load_rgb(path: str) -> Image.Image:
+    """ImageFolder loader that names the file when it cannot be decoded."""
+    try:
+        with open(path, "rb") as f:
+            return Image.open(f).convert("RGB")
+    except (OSError, SyntaxError, ValueError) as e:
+        raise CorruptSampleError(f"cannot decode image {path}: {e}") from None
+
+
+def train_transform() -> transforms.Compose:
+    return transforms.Compose([
+        transforms.RandomResizedCrop(224),
+        transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(),
+        transforms.Normalize(MEAN, STD),
+    ])
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True, help="ImageFolder root")
+    p.add_argument("-a", "--arch", default="resnet18", help="torchvision model name")
+    p.add_argument("-b", "--batch-size", type=int, default=32, help="batch size per rank")
+    p.add_argument("-j", "--workers", type=int, default=2, help="DataLoader workers per rank")
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--iters", type=int, default=None, help="measured iterations per rank")
+    p.add_argument("--warmup", type=int, default=5, help="iterations discarded first")
+    p.add_argument("--device", choices=("cuda", "cpu", "sim"), default="sim")
+    p.add_argument("--sim-step-ms", type=float, default=50.0)
+    p.add_argument("--amp", action="store_true", help="mixed precision (cuda only)")
+    p.add_argument("--mode", choices=("synthetic", "cached", "disk", "loader"), default="cached")
+    p.add_argument("--loader", choices=("pytorch", "dali"), default="pytorch")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.iters is None and args.epochs is None:
+        args.iters = 50
+    return args
+
+
+def build_loader(args: argparse.Namespace, world: int, rank: int, device: torch.device) -> DataLoader:
+    dataset = torchvision.datasets.ImageFolder(args.data, transform=train_transform(), loader=load_rgb)
+    if world > 1:
+        sampler: Any = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True,
+                                          seed=args.seed, drop_last=True)
+    else:
+        sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(args.seed))
+    if len(dataset) // world < args.batch_size:
+        raise DatasetError(f"{args.data} has {len(dataset)} images: fewer than one batch of "
+                           f"{args.batch_size} per rank; lower -b or add images")
+    return DataLoader(dataset, batch_size=args.batch_size, sampler=sampler,
+                      num_workers=args.workers, pin_memory=device.type == "cuda", drop_last=True,
+                      persistent_workers=args.workers > 0)
+
+
+def make_step(args: argparse.Namespace, device: torch.device, world: int) -> Callable[[Any], None]:
+    """The training step for the device; it takes a batch (images, targets)."""
+    if args.mode == "loader":
+        return lambda batch: None
+    if args.device == "sim":
+        step_s = args.sim_step_ms / 1000.0
+        token = torch.zeros(1)
+
+        def sim_step(batch: Any) -> None:
+            time.sleep(step_s)  # the accelerator is busy; the CPU is free
+            if world > 1:
+                dist.all_reduce(token)  # gradient all-reduce: ranks advance together
+        return sim_step
+
+    model = torchvision.models.get_model(args.arch, num_classes=1000).to(device)
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    model.train()
+    criterion = torch.nn.CrossEntropyLoss().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    use_amp = args.amp and device.type == "cuda"
+    scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+
+    def train_step(batch: Any) -> None:
+        images, target = batch
+        images = images.to(device, non_blocking=True)
+        target = target.to(device, non_blocking=True)
+        with torch.autocast(device.type, enabled=use_amp):
+            loss = criterion(model(images), target)
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    return train_step
+
+
+def setup_device(args: argparse.Namespace, world: int) -> torch.device:
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            raise DatasetError("--device cuda but torch sees no GPU: use --device sim or cpu")
+        device = torch.device("cuda", rankenv.local_rank())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+    return device
+
+
+def device_sync(device: torch.device) -> Callable[[], None] | None:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return None
+
+
+def to_device_fn(device: torch.device) -> Callable[[Any], Any]:
+    def move(batch: Any) -> Any:
+        if isinstance(batch, (list, tuple)):
+            return type(batch)(move(b) for b in batch)
+        return batch.to(device) if hasattr(batch, "to") else batch
+    return move
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    rankenv.raise_oom_score()
+    world, rank = rankenv.world_size(), rankenv.rank()
+    threads = os.environ.get(rankenv.ENV_THREADS)
+    if threads:
+        torch.set_num_threads(int(threads))
+    device = setup_device(args, world)
+    loader = build_loader(args, world, rank, device)
+    step = make_step(args, device, world)
+    batches_per_epoch = len(loader)
+    if args.mode == "synthetic":
+        loader = ReplayLoader(loader, batches_per_epoch, to_device_fn(device))
+    recorder = IterationRecorder(rank, args.warmup, args.iters, sync=device_sync(device))
+    timed = TimedLoader(loader, recorder)
+    epochs = args.epochs if args.epochs is not None else 1 << 30
+    if args.epochs is not None:
+        args.warmup = min(args.warmup, batches_per_epoch - 1)
+        recorder.warmup = args.warmup
+    for epoch in range(epochs):
+        sampler = getattr(loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        for batch in timed:
+            step(batch)
+        if recorder.done:
+            break
+    recorder.finish()
+    rankenv.write_record(recorder.to_dict(), {
+        "batches_per_epoch": batches_per_epoch, "torch_threads": torch.get_num_threads(),
+        "device": str(device), "world_size": world,
+    })
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    rankenv.run_reporting_errors(main)

@@ -1,0 +1,319 @@
+"""Run one RunSpec: cache state, cgroup, `torch.distributed.run`, results.
+
+    result = run_one(spec, context)
+
+1. Page cache: `cached`/`synthetic`/`loader` warm every dataset file from the
+   harness (outside the job's cgroup); `disk` evicts every file.
+2. Resources: a cgroup with the CPU set, the memory limit (cache budget + the
+   job's own memory measured in the cached run + a margin) and the read
+   throttle; or, with `--no-cgroups`, CPU affinity alone, the rest recorded
+   as not enforced.
+3. The job: a wrapper joins the cgroup and execs `python -m
+   torch.distributed.run ...`; output goes to a per-run log file; the run has
+   a timeout; whatever is left in the cgroup is killed afterwards.
+4. The ranks' records, the cgroup's counters, the monitor samples and the
+   dataset's residency are assembled into a `RunResult`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from dsanalyze.config import Job, Mode, RunSpec, format_bytes
+from dsanalyze.errors import ConfigError, RunFailed
+from dsanalyze.instrument import rank as rankenv
+from dsanalyze.jobs.datasets import DatasetInfo
+from dsanalyze.monitor import Monitor
+from dsanalyze.resources import cgroups, pagecache
+from dsanalyze.store import RankRecord, RunResult, Status
+
+MEMORY_MARGIN_BYTES = 32 << 20
+DEFAULT_JOB_MEMORY_BYTES = 2 << 30  # when no cached run measured it
+BUILTIN_JOB = "dsanalyze.jobs.image_classification"
+BOOTSTRAP = "dsanalyze.instrument.bootstrap"
+
+
+class Interrupted(BaseException):
+    """SIGTERM, turned into an exception so that cleanup code runs."""
+
+
+@dataclass
+class LaunchContext:
+    """What every run of a sweep shares."""
+
+    prefix: Path
+    dataset: DatasetInfo
+    hierarchy: cgroups.Hierarchy | None  # None: --no-cgroups or not permitted
+    no_cgroup_reason: str = ""
+    job_memory_bytes: dict[int | None, int] = field(default_factory=dict)  # cpus -> measured
+    monitor_interval_s: float = 0.5
+
+
+def cpu_ids(cpus: int | None) -> tuple[int, ...] | None:
+    available = sorted(os.sched_getaffinity(0))
+    if cpus is None:
+        return None
+    if cpus > len(available):
+        raise ConfigError(f"--cpus {cpus} but only {len(available)} CPUs are available here: "
+                          f"use at most {len(available)}")
+    return tuple(available[:cpus])
+
+
+def thread_budget(spec: RunSpec) -> int:
+    budget = spec.resources.cpus or len(os.sched_getaffinity(0))
+    return max(1, budget // spec.job.nproc_per_node)
+
+
+def job_argv(spec: RunSpec) -> list[str]:
+    """`python -m torch.distributed.run ... <job>`: never a home-made launcher."""
+    job = spec.job
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
+            str(job.nproc_per_node), "--max_restarts", "0", "--monitor_interval", "0.2"]
+    if job.nnodes == 1 and job.master_addr is None and job.master_port is None:
+        argv += ["--standalone"]
+    else:
+        argv += ["--nnodes", str(job.nnodes), "--node_rank", str(job.node_rank),
+                 "--master_addr", job.master_addr or "127.0.0.1",
+                 "--master_port", str(job.master_port or 29500)]
+    if job.script is None:
+        argv += ["-m", BUILTIN_JOB, *builtin_args(job, spec.mode)]
+    else:
+        argv += ["-m", BOOTSTRAP, job.script, *job.script_args]
+    return argv
+
+
+def builtin_args(job: Job, mode: Mode) -> list[str]:
+    args = ["--data", str(job.data_dir), "-a", job.arch, "-b", str(job.batch_size),
+            "-j", str(job.workers), "--warmup", str(job.warmup), "--device", job.device,
+            "--sim-step-ms", str(job.sim_step_ms), "--mode", mode.value,
+            "--loader", job.loader, "--seed", str(job.seed)]
+    if job.epochs is not None:
+        args += ["--epochs", str(job.epochs)]
+    else:
+        args += ["--iters", str(job.iters or 50)]
+    if job.amp:
+        args.append("--amp")
+    return args
+
+
+def job_env(spec: RunSpec, run_dir: Path) -> tuple[dict[str, str], dict[str, Any]]:
+    """Environment of the job, and the thread settings recorded with the run."""
+    env = dict(os.environ)
+    threads = thread_budget(spec)
+    user_omp = "OMP_NUM_THREADS" in os.environ
+    # elastic_launch does not set OMP_NUM_THREADS, and torch sizes its pool from
+    # the affinity at start-up: set it from the CPU budget unless the user did.
+    if not user_omp:
+        env["OMP_NUM_THREADS"] = str(threads)
+    env.update({
+        rankenv.ENV_RUN_DIR: str(run_dir),
+        rankenv.ENV_MODE: spec.mode.value,
+        rankenv.ENV_WARMUP: str(spec.job.warmup),
+        rankenv.ENV_THREADS: env["OMP_NUM_THREADS"],
+        "PYTHONUNBUFFERED": "1",
+    })
+    if spec.job.iters is not None:
+        env[rankenv.ENV_ITERS] = str(spec.job.iters)
+    return env, {"omp_num_threads": int(env["OMP_NUM_THREADS"]), "omp_set_by_user": user_omp,
+                 "thread_budget_per_rank": threads}
+
+
+def versions() -> dict[str, str]:
+    out = {"python": sys.version.split()[0]}
+    for pkg in ("torch", "torchvision", "nvidia-dali-cuda120", "nvidia-ml-py", "dsanalyze"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+        if sha.returncode == 0:
+            out["dsanalyze_git_sha"] = sha.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+def prepare_cache(spec: RunSpec, dataset: DatasetInfo) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    if spec.mode is Mode.DISK:
+        pagecache.evict(dataset.files)
+        action = "evicted"
+    else:
+        pagecache.warm(dataset.files)
+        action = "warmed"
+    resident = pagecache.resident_bytes(dataset.files)
+    return {"action": action, "prepare_s": time.perf_counter() - t0,
+            "resident_before_bytes": resident}
+
+
+def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, dict[str, Any]]:
+    """The limits to enforce, and what the run JSON says about each knob."""
+    res = spec.resources
+    enforced: dict[str, Any] = {}
+    ids = cpu_ids(res.cpus)
+    memory = read_bps = device = None
+    if spec.mode is Mode.DISK and res.cache.cache_bytes is not None:
+        measured = ctx.job_memory_bytes.get(res.cpus)
+        job_mem = measured if measured is not None else DEFAULT_JOB_MEMORY_BYTES
+        margin = MEMORY_MARGIN_BYTES
+        memory = res.cache.cache_bytes + job_mem + margin
+        enforced["memory_limit_bytes"] = memory
+        enforced["job_memory_bytes"] = job_mem
+        enforced["job_memory_source"] = "cached run peak" if measured is not None else \
+            "default estimate (no cached run with these CPUs)"
+        enforced["memory_margin_bytes"] = margin
+    if spec.mode is Mode.DISK and res.storage_read_bps is not None:
+        device = cgroups.whole_disk(ctx.dataset.root)
+        read_bps = res.storage_read_bps
+    if ctx.hierarchy is None:
+        why = ctx.no_cgroup_reason or "--no-cgroups"
+        enforced["cpus"] = "affinity" if ids else "none"
+        if memory is not None:
+            enforced["cache"] = f"not enforced: {why}"
+        if read_bps is not None:
+            enforced["storage_bw"] = f"not enforced: {why}"
+        return cgroups.Limits(cpus=ids), enforced
+    enforced["cpus"] = f"cgroup v{ctx.hierarchy.version} cpuset" if ids else "none"
+    if memory is not None:
+        enforced["cache"] = f"cgroup v{ctx.hierarchy.version} memory limit"
+    if read_bps is not None:
+        if device is None:
+            enforced["storage_bw"] = ("not enforced: the dataset is on a filesystem with no block "
+                                      "device (overlay, tmpfs, NFS or FUSE)")
+            read_bps = None
+        else:
+            enforced["storage_bw"] = f"cgroup v{ctx.hierarchy.version} read throttle on {device}"
+    return cgroups.Limits(cpus=ids, memory_bytes=memory, read_bps=read_bps, device=device), enforced
+
+
+def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
+    """Measure one run and return its result (failed runs too). Never leaves a cgroup."""
+    run_dir = ctx.prefix / "tmp" / spec.run_id
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    log_path = ctx.prefix / "logs" / f"{spec.run_id}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    limits, enforced = plan_limits(spec, ctx)
+    cache_state = prepare_cache(spec, ctx.dataset)
+    env, threads = job_env(spec, run_dir)
+    started = time.time()
+    t0 = time.perf_counter()
+    status, error = Status.OK, None
+    with ExitStack() as stack:
+        cg = None
+        if ctx.hierarchy is not None:
+            cg = stack.enter_context(cgroups.RunCgroup.create(spec.run_id, limits, ctx.hierarchy))
+            wrapper = cg.join_argv()
+        else:
+            wrapper = [sys.executable, "-m", "dsanalyze.resources.enter"]
+            wrapper += ["--cpus", ",".join(map(str, limits.cpus))] if limits.cpus else []
+            wrapper += ["--"]
+        log = stack.enter_context(open(log_path, "w"))
+        proc = subprocess.Popen(wrapper + job_argv(spec), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s)
+        try:
+            with monitor:
+                try:
+                    rc = proc.wait(timeout=spec.job.timeout_s)
+                except subprocess.TimeoutExpired:
+                    status, rc = Status.TIMEOUT, None
+                    error = f"timed out after {spec.job.timeout_s:.0f} s: raise timeout_s or lower --iters"
+        except (KeyboardInterrupt, Interrupted):
+            _kill_group(proc)
+            raise
+        finally:
+            _kill_group(proc)
+            counters = cg.counters() if cg else {}
+            if cg:
+                cg.kill()
+        resident_after = pagecache.resident_bytes(ctx.dataset.files)
+    ranks, rank_errors = _collect_ranks(run_dir, spec.job.world_size)
+    if status == Status.OK and counters.get("oom_kills", 0) > 0:
+        status = Status.OOM
+        error = (f"out of memory: cache budget {format_bytes(spec.resources.cache.cache_bytes)} + "
+                 f"job memory {format_bytes(enforced.get('job_memory_bytes'))} exceeded: "
+                 "raise --cache or lower -j")
+    elif status == Status.OK and (rc != 0 or len(ranks) < spec.job.world_size):
+        status = Status.FAILED
+        error = _failure_message(rc, rank_errors, log_path)
+    io = {"cache_state": cache_state, "resident_after_bytes": resident_after,
+          "dataset_bytes": ctx.dataset.total_bytes, "counters": counters,
+          "read_bytes": counters.get("read_bytes"),
+          "memory_peak_bytes": counters.get("memory_peak_bytes") or monitor.peak("tree_rss_bytes")}
+    environment = {"versions": versions(), "threads": threads, "host": socket.gethostname(),
+                   "cpus_available": len(os.sched_getaffinity(0)), "gpu": monitor.gpu_status,
+                   "cgroup_version": ctx.hierarchy.version if ctx.hierarchy else None,
+                   "argv": job_argv(spec)}
+    if ranks:
+        environment["rank_extra"] = ranks[0].extra
+    result = RunResult(spec=spec, status=status, error=error, ranks=tuple(ranks),
+                       dataset=ctx.dataset.to_dict(), enforced=enforced, environment=environment,
+                       io=io, monitor=tuple(monitor.samples), started_unix_s=started,
+                       duration_s=time.perf_counter() - t0, log_path=str(log_path))
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return result
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Stop the launcher's whole session: torchrun, ranks and workers."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=5)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _collect_ranks(run_dir: Path, world: int) -> tuple[list[RankRecord], dict[int, str]]:
+    import json
+
+    ranks, errors = [], {}
+    for r in range(world):
+        rec = run_dir / f"rank{r}.json"
+        if rec.is_file():
+            ranks.append(RankRecord.from_dict(json.loads(rec.read_text())))
+        err = run_dir / f"rank{r}.error"
+        if err.is_file():
+            errors[r] = err.read_text()
+    return ranks, errors
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def _failure_message(rc: int | None, rank_errors: dict[int, str], log_path: Path) -> str:
+    if rank_errors:
+        r = min(rank_errors)
+        return f"rank {r} crashed: {_last_line(rank_errors[r])} (log: {log_path})"
+    tail = ""
+    try:
+        tail = _last_line(log_path.read_text()[-4000:])
+    except OSError:
+        pass
+    return f"the job exited with status {rc}: {tail} (log: {log_path})"
+
+
+def raise_if_failed(result: RunResult) -> None:
+    if not result.ok:
+        raise RunFailed(f"run {result.run_id} {result.status}: {result.error}")

@@ -1,0 +1,326 @@
+"""One cgroup per run, on cgroup v2 or v1, behind one small interface.
+
+    with RunCgroup.create("cached-cpus2", Limits(cpus=(0,), memory_bytes=...)) as cg:
+        argv = cg.join_argv() + job_argv     # the job joins before it starts
+        ...
+        cg.counters()                         # cpu, read bytes, memory, OOM kills
+    # every process left is killed and the cgroup removed, also on exceptions
+
+The hierarchy is detected from /proc/self/mountinfo. A machine may be hybrid
+(this one: v1 cpuset, memory and blkio; a v2 mount with only hugetlb): v2 is
+used when it offers cpuset, memory and io, else v1. Names start with
+`dsanalyze-<harness pid>-`, so `clean_stale` can remove what a killed
+harness left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dsanalyze.errors import ResourceError
+
+PREFIX = "dsanalyze-"
+V1_CONTROLLERS = ("cpuset", "memory", "blkio", "cpuacct")
+REQUIRED_V1 = ("cpuset", "memory", "blkio")
+REQUIRED_V2 = ("cpuset", "memory", "io")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What to enforce; None: no limit on that knob."""
+
+    cpus: tuple[int, ...] | None = None
+    memory_bytes: int | None = None
+    read_bps: int | None = None
+    device: str | None = None  # "MAJ:MIN" of the whole disk to throttle
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """Where the cgroup controllers are mounted: v2 root, or one dir per v1 controller."""
+
+    version: int  # 1 or 2; 0: none usable
+    roots: dict[str, Path]  # controller -> directory under which run cgroups go
+
+    @property
+    def usable(self) -> bool:
+        return self.version in (1, 2)
+
+
+def _own_cgroup_paths() -> dict[str, str]:
+    out: dict[str, str] = {}
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for c in controllers.split(",") if controllers else [""]:
+                out[c] = path
+    except OSError:
+        pass
+    return out
+
+
+def detect(mountinfo: str | None = None, own: dict[str, str] | None = None) -> Hierarchy:
+    """Find the cgroup controllers from mountinfo text (default: this process's)."""
+    if mountinfo is None:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    own = _own_cgroup_paths() if own is None else own
+    v1: dict[str, Path] = {}
+    v2_root: Path | None = None
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        fields, rfields = left.split(), right.split()
+        if len(fields) < 5 or len(rfields) < 3:
+            continue
+        mount_point, fstype, super_opts = fields[4], rfields[0], rfields[2].split(",")
+        if fstype == "cgroup2":
+            v2_root = Path(mount_point)
+        elif fstype == "cgroup":
+            for c in V1_CONTROLLERS:
+                if c in super_opts:
+                    v1[c] = Path(mount_point) / own.get(c, "/").lstrip("/")
+    if v2_root is not None:
+        base = v2_root / own.get("", "/").lstrip("/")
+        try:
+            available = (base / "cgroup.controllers").read_text().split()
+        except OSError:
+            available = []
+        if all(c in available for c in REQUIRED_V2):
+            return Hierarchy(2, {c: base for c in REQUIRED_V2 + ("cpu",)})
+    if all(c in v1 for c in REQUIRED_V1):
+        return Hierarchy(1, v1)
+    return Hierarchy(0, {})
+
+
+def _write(path: Path, value: str) -> None:
+    try:
+        path.write_text(value)
+    except OSError as e:
+        raise ResourceError(f"cannot write {value.strip()!r} to {path} ({e.strerror}): run as root "
+                            "or pass --no-cgroups (limits will not be enforced)") from None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _kv(text: str) -> dict[str, int]:
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+class RunCgroup:
+    """A cgroup made for one run (one directory per controller on v1)."""
+
+    def __init__(self, hierarchy: Hierarchy, name: str) -> None:
+        self.hierarchy = hierarchy
+        self.name = name
+        self.dirs: dict[str, Path] = {c: root / name for c, root in hierarchy.roots.items()}
+        self._unique = sorted(set(self.dirs.values()))
+
+    @classmethod
+    def create(cls, label: str, limits: Limits, hierarchy: Hierarchy | None = None) -> RunCgroup:
+        hierarchy = hierarchy or detect()
+        if not hierarchy.usable:
+            raise ResourceError("no writable cgroup v1/v2 hierarchy with cpuset, memory and io: "
+                                "pass --no-cgroups (limits will not be enforced)")
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", label)
+        cg = cls(hierarchy, f"{PREFIX}{os.getpid()}-{safe}")
+        try:
+            for d in cg._unique:
+                try:
+                    d.mkdir()
+                except FileExistsError:
+                    pass
+                except OSError as e:
+                    raise ResourceError(f"cannot create cgroup {d} ({e.strerror}): run as root or "
+                                        "pass --no-cgroups (limits will not be enforced)") from None
+            cg._apply(limits)
+        except BaseException:
+            cg.remove()
+            raise
+        return cg
+
+    def __enter__(self) -> RunCgroup:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
+
+    def _apply(self, limits: Limits) -> None:
+        v1 = self.hierarchy.version == 1
+        cpuset = self.dirs["cpuset"]
+        parent = cpuset.parent
+        cpus = ",".join(map(str, limits.cpus)) if limits.cpus else (
+            _read(parent / "cpuset.cpus").strip() or _read(parent / "cpuset.cpus.effective").strip())
+        if v1:
+            # v1 cpusets start empty: both cpus and mems must be set before a task joins.
+            _write(cpuset / "cpuset.mems", _read(parent / "cpuset.mems").strip() or "0")
+        if cpus:
+            _write(cpuset / "cpuset.cpus", cpus)
+        if limits.memory_bytes is not None:
+            mem = self.dirs["memory"]
+            _write(mem / ("memory.limit_in_bytes" if v1 else "memory.max"), str(limits.memory_bytes))
+            if not v1 and (mem / "memory.swap.max").exists():
+                _write(mem / "memory.swap.max", "0")  # the budget is RAM, not RAM + swap
+        if limits.read_bps is not None:
+            if not limits.device:
+                raise ResourceError("a storage bandwidth limit needs the disk's MAJ:MIN")
+            if v1:
+                _write(self.dirs["blkio"] / "blkio.throttle.read_bps_device",
+                       f"{limits.device} {limits.read_bps}")
+            else:
+                _write(self.dirs["io"] / "io.max", f"{limits.device} rbps={limits.read_bps}")
+
+    def join_argv(self) -> list[str]:
+        """Argv prefix of the wrapper that joins this cgroup, then execs the rest."""
+        argv = [sys.executable, "-m", "dsanalyze.resources.enter"]
+        for d in self._unique:
+            argv += ["--procs", str(d / "cgroup.procs")]
+        return argv + ["--"]
+
+    def pids(self) -> set[int]:
+        out: set[int] = set()
+        for d in self._unique:
+            out.update(int(p) for p in _read(d / "cgroup.procs").split())
+        return out
+
+    def kill(self, timeout_s: float = 5.0) -> int:
+        """SIGKILL every process in the cgroup until none is left; return how many."""
+        killed: set[int] = set()
+        deadline = time.monotonic() + timeout_s
+        while (pids := self.pids()) and time.monotonic() < deadline:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.02)
+        return len(killed)
+
+    def remove(self) -> None:
+        """Kill what is left, then remove the directories (retrying while they drain)."""
+        self.kill()
+        for d in self._unique:
+            for _ in range(100):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.05)
+
+    def counters(self) -> dict[str, int | float]:
+        """Cumulative CPU seconds, bytes read from storage, memory now and at peak, OOM kills."""
+        if self.hierarchy.version == 1:
+            return self._counters_v1()
+        return self._counters_v2()
+
+    def _counters_v1(self) -> dict[str, int | float]:
+        mem = self.dirs["memory"]
+        stat = _kv(_read(mem / "memory.stat"))
+        read_bytes = 0
+        for line in _read(self.dirs["blkio"] / "blkio.throttle.io_service_bytes").splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[1] == "Read":
+                read_bytes += int(parts[2])
+        out: dict[str, int | float] = {
+            "read_bytes": read_bytes,
+            "memory_bytes": int(_read(mem / "memory.usage_in_bytes") or 0),
+            "memory_peak_bytes": int(_read(mem / "memory.max_usage_in_bytes") or 0),
+            "cache_bytes": stat.get("cache", 0),
+            "anon_bytes": stat.get("rss", 0),
+            "shmem_bytes": stat.get("shmem", 0),
+            "oom_kills": _kv(_read(mem / "memory.oom_control")).get("oom_kill", 0),
+        }
+        if "cpuacct" in self.dirs:
+            out["cpu_usage_s"] = int(_read(self.dirs["cpuacct"] / "cpuacct.usage") or 0) / 1e9
+        return out
+
+    def _counters_v2(self) -> dict[str, int | float]:
+        d = self.dirs["memory"]
+        stat = _kv(_read(d / "memory.stat"))
+        read_bytes = 0
+        for line in _read(d / "io.stat").splitlines():
+            for field in line.split()[1:]:
+                if field.startswith("rbytes="):
+                    read_bytes += int(field[7:])
+        return {
+            "read_bytes": read_bytes,
+            "memory_bytes": int(_read(d / "memory.current") or 0),
+            "memory_peak_bytes": int(_read(d / "memory.peak") or 0),
+            "cache_bytes": stat.get("file", 0),
+            "anon_bytes": stat.get("anon", 0),
+            "shmem_bytes": stat.get("shmem", 0),
+            "oom_kills": _kv(_read(d / "memory.events")).get("oom_kill", 0),
+            "cpu_usage_s": _kv(_read(d / "cpu.stat")).get("usage_usec", 0) / 1e6,
+        }
+
+
+def probe(hierarchy: Hierarchy | None = None) -> Hierarchy:
+    """Check that run cgroups can be made and limited here; raise ResourceError if not."""
+    hierarchy = hierarchy or detect()
+    with RunCgroup.create("probe", Limits(cpus=None, memory_bytes=1 << 40), hierarchy):
+        pass
+    return hierarchy
+
+
+def clean_stale(hierarchy: Hierarchy | None = None) -> list[str]:
+    """Remove `dsanalyze-<pid>-*` cgroups whose harness is gone; return their names."""
+    hierarchy = hierarchy or detect()
+    removed = []
+    for root in set(hierarchy.roots.values()):
+        if not root.is_dir():
+            continue
+        for d in root.iterdir():
+            m = re.match(rf"{PREFIX}(\d+)-", d.name)
+            if not (m and d.is_dir()) or _alive(int(m.group(1))):
+                continue
+            cg = RunCgroup(Hierarchy(hierarchy.version, {"x": root}), d.name)
+            cg.remove()
+            removed.append(str(d))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def whole_disk(path: str | Path) -> str | None:
+    """MAJ:MIN of the whole disk holding `path`, or None if it cannot be throttled.
+
+    Throttling applies to whole disks, not partitions; major 0 (overlay, tmpfs,
+    NFS, FUSE) has no block device at all.
+    """
+    st = os.stat(path)
+    major, minor = os.major(st.st_dev), os.minor(st.st_dev)
+    if major == 0:
+        return None
+    sys_dev = Path(f"/sys/dev/block/{major}:{minor}")
+    if (sys_dev / "partition").exists():
+        parent_dev = _read(sys_dev.resolve().parent / "dev").strip()
+        return parent_dev or None
+    return f"{major}:{minor}" if sys_dev.exists() else None
