@@ -169,6 +169,7 @@ class Job:
     master_port: int | None = None
     seed: int = 0
     timeout_s: float = 1800.0
+    loader_index: int | None = None  # user script: its K-th loader created is the training one
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -186,6 +187,8 @@ class Job:
             raise ConfigError("--iters and --epochs must be at least 1")
         if self.sim_step_ms <= 0:
             raise ConfigError("--sim-step-ms must be positive")
+        if self.loader_index is not None and self.loader_index < 0:
+            raise ConfigError(f"--loader-index must be 0 or more, got {self.loader_index}")
 
     @property
     def world_size(self) -> int:

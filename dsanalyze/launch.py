@@ -34,11 +34,11 @@ from dsanalyze.config import Job, Mode, RunSpec, format_bytes
 from dsanalyze.errors import ConfigError, RunFailed
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.jobs.datasets import DatasetInfo
-from dsanalyze.monitor import Monitor
+from dsanalyze.monitor import Monitor, diskstats_read_bytes
 from dsanalyze.resources import cgroups, pagecache
 from dsanalyze.store import RankRecord, RunResult, Status
 
-MEMORY_MARGIN_BYTES = 32 << 20
+MEMORY_MARGIN_BYTES = 32 << 20  # covers anon peaks between 0.2 s monitor samples
 DEFAULT_JOB_MEMORY_BYTES = 2 << 30  # when no cached run measured it
 BUILTIN_JOB = "dsanalyze.jobs.image_classification"
 BOOTSTRAP = "dsanalyze.instrument.bootstrap"
@@ -57,7 +57,7 @@ class LaunchContext:
     hierarchy: cgroups.Hierarchy | None  # None: --no-cgroups or not permitted
     no_cgroup_reason: str = ""
     job_memory_bytes: dict[int | None, int] = field(default_factory=dict)  # cpus -> measured
-    monitor_interval_s: float = 0.5
+    monitor_interval_s: float = 0.2
 
 
 def cpu_ids(cpus: int | None) -> tuple[int, ...] | None:
@@ -89,7 +89,9 @@ def job_argv(spec: RunSpec) -> list[str]:
     if job.script is None:
         argv += ["-m", BUILTIN_JOB, *builtin_args(job, spec.mode)]
     else:
-        argv += ["-m", BOOTSTRAP, job.script, *job.script_args]
+        # "--": torchrun's argparse rejects a script option that abbreviates
+        # several of its own (`--log`, `--max`, `--start`) even after the module.
+        argv += ["-m", "--", BOOTSTRAP, job.script, *job.script_args]
     return argv
 
 
@@ -125,6 +127,10 @@ def job_env(spec: RunSpec, run_dir: Path) -> tuple[dict[str, str], dict[str, Any
     })
     if spec.job.iters is not None:
         env[rankenv.ENV_ITERS] = str(spec.job.iters)
+    if spec.job.epochs is not None:
+        env[rankenv.ENV_EPOCHS] = str(spec.job.epochs)
+    if spec.job.loader_index is not None:
+        env[rankenv.ENV_LOADER_INDEX] = str(spec.job.loader_index)
     return env, {"omp_num_threads": int(env["OMP_NUM_THREADS"]), "omp_set_by_user": user_omp,
                  "thread_budget_per_rank": threads}
 
@@ -164,7 +170,9 @@ def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, dict
     res = spec.resources
     enforced: dict[str, Any] = {}
     ids = cpu_ids(res.cpus)
-    memory = read_bps = device = None
+    memory = read_bps = None
+    device = cgroups.whole_disk(ctx.dataset.root)
+    enforced["dataset_disk"] = device or "none (no block device: overlay, tmpfs, NFS or FUSE)"
     if spec.mode is Mode.DISK and res.cache.cache_bytes is not None:
         measured = ctx.job_memory_bytes.get(res.cpus)
         job_mem = measured if measured is not None else DEFAULT_JOB_MEMORY_BYTES
@@ -172,11 +180,10 @@ def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, dict
         memory = res.cache.cache_bytes + job_mem + margin
         enforced["memory_limit_bytes"] = memory
         enforced["job_memory_bytes"] = job_mem
-        enforced["job_memory_source"] = "cached run peak" if measured is not None else \
+        enforced["job_memory_source"] = "cached run anon+shmem peak" if measured is not None else \
             "default estimate (no cached run with these CPUs)"
         enforced["memory_margin_bytes"] = margin
     if spec.mode is Mode.DISK and res.storage_read_bps is not None:
-        device = cgroups.whole_disk(ctx.dataset.root)
         read_bps = res.storage_read_bps
     if ctx.hierarchy is None:
         why = ctx.no_cgroup_reason or "--no-cgroups"
@@ -185,7 +192,7 @@ def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, dict
             enforced["cache"] = f"not enforced: {why}"
         if read_bps is not None:
             enforced["storage_bw"] = f"not enforced: {why}"
-        return cgroups.Limits(cpus=ids), enforced
+        return cgroups.Limits(cpus=ids, device=device), enforced
     enforced["cpus"] = f"cgroup v{ctx.hierarchy.version} cpuset" if ids else "none"
     if memory is not None:
         enforced["cache"] = f"cgroup v{ctx.hierarchy.version} memory limit"
@@ -209,6 +216,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     limits, enforced = plan_limits(spec, ctx)
     cache_state = prepare_cache(spec, ctx.dataset)
     env, threads = job_env(spec, run_dir)
+    disk_before = diskstats_read_bytes(limits.device)
     started = time.time()
     t0 = time.perf_counter()
     status, error = Status.OK, None
@@ -241,6 +249,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
             if cg:
                 cg.kill()
         resident_after = pagecache.resident_bytes(ctx.dataset.files)
+        disk_after = diskstats_read_bytes(limits.device)
     ranks, rank_errors = _collect_ranks(run_dir, spec.job.world_size)
     if status == Status.OK and counters.get("oom_kills", 0) > 0:
         status = Status.OOM
@@ -253,7 +262,11 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     io = {"cache_state": cache_state, "resident_after_bytes": resident_after,
           "dataset_bytes": ctx.dataset.total_bytes, "counters": counters,
           "read_bytes": counters.get("read_bytes"),
-          "memory_peak_bytes": counters.get("memory_peak_bytes") or monitor.peak("tree_rss_bytes")}
+          "read_bytes_source": "cgroup" if "read_bytes" in counters else None,
+          "disk_read_bytes_machine": (disk_after - disk_before) if disk_before is not None
+          and disk_after is not None else None,
+          "memory_peak_bytes": counters.get("memory_peak_bytes") or monitor.peak("tree_rss_bytes"),
+          "job_memory_peak_bytes": _job_memory_peak(monitor.samples)}
     environment = {"versions": versions(), "threads": threads, "host": socket.gethostname(),
                    "cpus_available": len(os.sched_getaffinity(0)), "gpu": monitor.gpu_status,
                    "cgroup_version": ctx.hierarchy.version if ctx.hierarchy else None,
@@ -266,6 +279,19 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
                        duration_s=time.perf_counter() - t0, log_path=str(log_path))
     shutil.rmtree(run_dir, ignore_errors=True)
     return result
+
+
+def _job_memory_peak(samples: list[dict[str, Any]]) -> int | None:
+    """Peak of the job's own (not reclaimable) memory: anonymous + shared memory.
+
+    Page cache charged to the cgroup (libraries read for the first time) is
+    left out: the kernel reclaims it under a limit; anon and shmem it cannot.
+    """
+    peaks = [s["anon_bytes"] + s.get("shmem_bytes", 0) for s in samples if "anon_bytes" in s]
+    if peaks:
+        return int(max(peaks))
+    rss = [s["tree_rss_bytes"] for s in samples if "tree_rss_bytes" in s]
+    return int(max(rss)) if rss else None
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -37,9 +37,9 @@ def gpu_sample(nvml: Any, handles: list[Any]) -> list[dict[str, float]]:
 
 
 def tree_sample(root_pid: int) -> dict[str, float]:
-    """CPU seconds, RSS and read bytes of a process and its live descendants."""
+    """CPU seconds, RSS, read bytes and CPU affinity of a process and its live descendants."""
     cpu_s = rss = read = 0.0
-    nproc = 0
+    nproc = affinity = 0
     try:
         root = psutil.Process(root_pid)
         procs = [root, *root.children(recursive=True)]
@@ -52,10 +52,28 @@ def tree_sample(root_pid: int) -> dict[str, float]:
                 cpu_s += t.user + t.system
                 rss += p.memory_info().rss
                 read += getattr(p.io_counters(), "read_chars", 0)
+                affinity = max(affinity, len(p.cpu_affinity()))
                 nproc += 1
         except (psutil.Error, AttributeError):
             continue
-    return {"procs": nproc, "tree_cpu_s": cpu_s, "tree_rss_bytes": rss, "tree_read_chars": read}
+    return {"procs": nproc, "tree_cpu_s": cpu_s, "tree_rss_bytes": rss, "tree_read_chars": read,
+            "max_affinity_cpus": affinity}  # the widest CPU set any process may run on
+
+
+def diskstats_read_bytes(device: str | None) -> int | None:
+    """Bytes read from a whole disk (MAJ:MIN) since boot, machine-wide, from /proc/diskstats."""
+    if not device:
+        return None
+    major, minor = device.split(":")
+    try:
+        with open("/proc/diskstats") as f:
+            for line in f:
+                parts = line.split()
+                if parts[0] == major and parts[1] == minor:
+                    return int(parts[5]) * 512  # sectors are 512 bytes in diskstats
+    except (OSError, IndexError, ValueError):
+        pass
+    return None
 
 
 class Monitor:

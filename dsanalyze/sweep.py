@@ -117,7 +117,7 @@ def write_summary(prefix: Path) -> dict[str, Any] | None:
 
 def _remember_memory(ctx: launch.LaunchContext, result: RunResult) -> None:
     if result.mode is Mode.CACHED and result.ok:
-        peak = result.io.get("memory_peak_bytes")
+        peak = result.io.get("job_memory_peak_bytes")
         if peak:
             ctx.job_memory_bytes[result.spec.resources.cpus] = int(peak)
 

@@ -16,6 +16,9 @@ wait for the stream) and be counted as data wait. `sync` (for CUDA,
 `torch.cuda.synchronize`) is therefore called at every boundary, before the
 clock is read.
 
+`DeviceCache` completes the replay for a user script (the bootstrap), whose
+own `.to(device)` call decides where the replayed batch lives.
+
 This module imports no torch: the device synchronisation and the transfer to
 the device are passed in, so it is usable (and testable) with any loader.
 """
@@ -34,7 +37,10 @@ def batch_size_of(batch: Any) -> int:
     if isinstance(batch, dict):
         return batch_size_of(next(iter(batch.values())))
     if isinstance(batch, (list, tuple)) and batch:
-        return batch_size_of(batch[0])
+        first = batch[0]
+        if hasattr(first, "shape") or isinstance(first, (list, tuple, dict)):
+            return batch_size_of(first)  # (images, labels) or DALI's [{"data": ...}]
+        return len(batch)  # a plain list of samples
     if hasattr(batch, "__len__"):
         return len(batch)
     return 1
@@ -179,3 +185,79 @@ class ReplayLoader:
     def __iter__(self) -> Iterator[Any]:
         for _ in range(self.length):
             yield self.batch
+
+
+_MISSING = object()
+
+
+def patch_attr(cls: type, name: str, value: Any) -> Callable[[], None]:
+    """Set `cls.name = value`; returns the function that puts the original back."""
+    old = cls.__dict__.get(name, _MISSING)
+    setattr(cls, name, value)
+
+    def restore() -> None:
+        if old is _MISSING:
+            delattr(cls, name)  # it was inherited: inherit it again
+        else:
+            setattr(cls, name, old)
+    return restore
+
+
+def tensors_of(batch: Any, tensor_type: type) -> list[Any]:
+    """The tensors in a batch: a tensor, nested lists/tuples, dicts."""
+    if isinstance(batch, tensor_type):
+        return [batch]
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        return [t for b in batch for t in tensors_of(b, tensor_type)]
+    return []
+
+
+class DeviceCache:
+    """Synthetic replay of a user script: the batch lands where the script moves it.
+
+    While installed, `.to()` and `.cuda()` of a tensor of the replayed batch
+    return a copy made on the first such call and kept, keyed by the method
+    and its arguments (`x.to(dev)` and `x.to(dev, non_blocking=True)` copy once
+    each; unhashable arguments such as `x.to(other_tensor)` fall through to the
+    real method). So the script's own transfer costs a dictionary look-up, and
+    every replayed iteration finds the batch already on its device. `device`:
+    that of the first copy. Other tensors are untouched (one extra Python call).
+    `tensor_type` is `torch.Tensor` (passed in: this module imports no torch).
+    """
+
+    def __init__(self, batch: Any, tensor_type: type) -> None:
+        self.tensor_type = tensor_type
+        self.tensors = {id(t): t for t in tensors_of(batch, tensor_type)}
+        self.copies: dict[Any, Any] = {}
+        self.device: Any = None
+        self._restore: list[Callable[[], None]] = []
+
+    def install(self) -> None:
+        for name in ("to", "cuda"):
+            self._restore.append(patch_attr(self.tensor_type, name, self._method(name)))
+
+    def uninstall(self) -> None:
+        while self._restore:
+            self._restore.pop()()
+
+    def _method(self, name: str) -> Callable[..., Any]:
+        original = getattr(self.tensor_type, name)
+        tensors, copies = self.tensors, self.copies
+
+        def method(t: Any, *args: Any, **kwargs: Any) -> Any:
+            if id(t) not in tensors:
+                return original(t, *args, **kwargs)
+            key = (name, id(t), args, tuple(sorted(kwargs.items())))
+            try:
+                out = copies.get(key)
+            except TypeError:
+                return original(t, *args, **kwargs)
+            if out is None:
+                out = copies[key] = original(t, *args, **kwargs)
+                if self.device is None:
+                    self.device = getattr(out, "device", None)
+            return out
+        method.__name__, method.__doc__ = name, original.__doc__
+        return method

@@ -21,6 +21,8 @@ ENV_MODE = "DSANALYZE_MODE"
 ENV_ITERS = "DSANALYZE_ITERS"
 ENV_WARMUP = "DSANALYZE_WARMUP"
 ENV_THREADS = "DSANALYZE_THREADS"  # the CPU budget's thread count for this rank
+ENV_EPOCHS = "DSANALYZE_EPOCHS"  # user scripts: stop after this many training epochs
+ENV_LOADER_INDEX = "DSANALYZE_LOADER_INDEX"  # user scripts: the training loader, by creation
 
 
 def rank() -> int:

@@ -30,6 +30,7 @@ PREFIX = "dsanalyze-"
 V1_CONTROLLERS = ("cpuset", "memory", "blkio", "cpuacct")
 REQUIRED_V1 = ("cpuset", "memory", "blkio")
 REQUIRED_V2 = ("cpuset", "memory", "io")
+ACCOUNTING_ONLY_BPS = 1 << 50  # 1 PiB/s
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Limits:
     cpus: tuple[int, ...] | None = None
     memory_bytes: int | None = None
     read_bps: int | None = None
-    device: str | None = None  # "MAJ:MIN" of the whole disk to throttle
+    device: str | None = None  # "MAJ:MIN" of the whole disk to throttle and count reads on
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,11 @@ class RunCgroup:
             _write(mem / ("memory.limit_in_bytes" if v1 else "memory.max"), str(limits.memory_bytes))
             if not v1 and (mem / "memory.swap.max").exists():
                 _write(mem / "memory.swap.max", "0")  # the budget is RAM, not RAM + swap
+        if limits.read_bps is None and limits.device and v1:
+            # v1 blk-throttle counts bytes only for devices that have a rule: a
+            # rule no job can reach turns the read counter on without limiting.
+            _write(self.dirs["blkio"] / "blkio.throttle.read_bps_device",
+                   f"{limits.device} {ACCOUNTING_ONLY_BPS}")
         if limits.read_bps is not None:
             if not limits.device:
                 raise ResourceError("a storage bandwidth limit needs the disk's MAJ:MIN")

@@ -1,0 +1,78 @@
+"""Bad input: one line, exit code 2 (1 for a failed run), runs already measured kept."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import harness
+from dsanalyze import cli
+from dsanalyze.store import load_runs
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert "Traceback" not in err[0]
+    return err[0]
+
+
+@pytest.mark.parametrize("argv,code,match", [
+    (["--data", "/nonexistent/dir"], 2, "does not exist"),
+    (["--bogus-option"], 2, "unrecognized arguments: --bogus-option"),
+    (["--data", "{data}", "--cpus", "64"], 2, "only"),
+    (["--data", "{data}", "--cache", "lots"], 2, "cannot read cache size"),
+    (["--data", "{data}", "--modes", "fast"], 2, "unknown mode 'fast'"),
+    (["--data", "{data}", "no_such_train.py"], 2, "training script no_such_train.py not found"),
+    (["--config", "/nonexistent.toml"], 2, "not found"),
+])
+def test_bad_input(small_dataset, tmp_path, capsys, argv, code, match):
+    argv = [a.replace("{data}", str(small_dataset)) for a in argv]
+    assert harness(*argv, "--prefix", tmp_path / "r", "--no-plots") == code
+    assert match in one_line_error(capsys)
+    assert not (tmp_path / "r" / "runs").exists()
+
+
+def test_empty_dataset(tmp_path, capsys):
+    (tmp_path / "empty" / "class_a").mkdir(parents=True)
+    assert harness("--data", tmp_path / "empty", "--prefix", tmp_path / "r") == 2
+    assert "holds no image files" in one_line_error(capsys)
+
+
+@pytest.mark.slow
+def test_corrupt_jpeg_is_named_and_earlier_runs_kept(small_dataset, tmp_path, capsys):
+    data = tmp_path / "data"
+    shutil.copytree(small_dataset, data)
+    bad = data / "class_001" / "broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 this is not a jpeg")
+    prefix = tmp_path / "r"
+    # synthetic replays one batch (may or may not hit the file); cached reads every file
+    rc = harness("--data", data, "--prefix", prefix, "--modes", "cached,disk", "-b", 8, "-j", 1,
+                 "--epochs", 1, "--warmup", 0, "--sim-step-ms", 1, "--no-plots")
+    assert rc == 2
+    line = one_line_error(capsys)
+    assert "cannot decode image" in line and str(bad) in line
+    runs = load_runs(prefix)
+    assert [r.run_id for r in runs] == ["cached-cpusall"] and runs[0].status == "failed"
+
+
+@pytest.mark.slow
+def test_crashing_rank_fails_the_run(small_dataset, tmp_path, capsys):
+    prefix = tmp_path / "r"
+    rc = harness("--data", small_dataset, "--prefix", prefix, "--modes", "synthetic",
+                 "--nproc_per_node", 2, "--device", "cpu", "-a", "no_such_model", "-b", 2,
+                 "-j", 0, "--iters", 2, "--no-plots", "--timeout", 120)
+    assert rc == 1
+    out = capsys.readouterr()
+    err = out.err.strip().splitlines()
+    assert len(err) == 1 and "synthetic-cpusall failed: rank 0 crashed" in err[0]
+    assert "no_such_model" in err[0] or "Unknown model" in err[0]
+    (run,) = load_runs(prefix)
+    assert run.status == "failed" and Path(run.log_path).is_file()
+
+
+def test_dsanalyze_unknown_subcommand(capsys):
+    assert cli.main(["frobnicate"]) == 2
+    assert "invalid choice" in one_line_error(capsys)

@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import pytest
+
+from dsanalyze.instrument.loader import (IterationRecorder, ReplayLoader, TimedLoader,
+                                         batch_size_of)
+
+
+class FakeClock:
+    """Time advances only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class SlowLoader:
+    """Yields `n` batches; fetching each advances the clock by `fetch_s`."""
+
+    def __init__(self, clock: FakeClock, n: int, fetch_s: float, batch: int = 4) -> None:
+        self.clock, self.n, self.fetch_s, self.batch = clock, n, fetch_s, batch
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        for i in range(self.n):
+            self.clock.now += self.fetch_s
+            yield [i] * self.batch
+
+
+@pytest.mark.parametrize("fetch_s,compute_s", [(0.01, 0.05), (0.2, 0.01), (0.0, 0.1)])
+def test_wait_and_iter_times(fetch_s, compute_s):
+    clock = FakeClock()
+    rec = IterationRecorder(warmup=0, clock=clock)
+    timed = TimedLoader(SlowLoader(clock, 5, fetch_s), rec)
+    for _ in timed:
+        clock.now += compute_s
+    assert rec.wait_s == pytest.approx([fetch_s] * 5)
+    assert rec.iter_s == pytest.approx([fetch_s + compute_s] * 5)
+    assert rec.samples == [4] * 5 and rec.epoch == [0] * 5
+
+
+def test_stops_after_warmup_plus_iters_across_epochs():
+    clock = FakeClock()
+    rec = IterationRecorder(warmup=2, max_iters=5, clock=clock)
+    timed = TimedLoader(SlowLoader(clock, 3, 0.1), rec)
+    epochs = 0
+    while not rec.done:
+        for _ in timed:
+            clock.now += 0.1
+        epochs += 1
+    assert len(rec.iter_s) == 7 and epochs == 3
+    assert rec.epoch == [0, 0, 0, 1, 1, 1, 2]
+    assert rec.to_dict()["warmup"] == 2
+
+
+def test_sync_called_before_clock_at_each_boundary():
+    calls = []
+    clock = FakeClock()
+    rec = IterationRecorder(sync=lambda: calls.append(clock.now), clock=clock)
+    for _ in TimedLoader(SlowLoader(clock, 3, 0.0), rec):
+        clock.now += 1.0
+    assert len(calls) == 4  # one per next(), including the final StopIteration
+
+
+def test_finish_closes_a_loop_left_with_break():
+    clock = FakeClock()
+    rec = IterationRecorder(clock=clock)
+    for i, _ in enumerate(TimedLoader(SlowLoader(clock, 10, 0.5), rec)):
+        clock.now += 1.0
+        if i == 2:
+            break
+    rec.finish()
+    assert rec.iter_s == pytest.approx([1.5, 1.5, 1.5])
+
+
+def test_replay_loader_yields_the_same_batch():
+    moved = []
+    src = [[1, 2, 3], [4, 5, 6]]
+    replay = ReplayLoader(src, length=4, to_device=lambda b: moved.append(b) or ("dev", b))
+    assert list(replay) == [("dev", [1, 2, 3])] * 4 and len(replay) == 4 and len(moved) == 1
+
+
+@pytest.mark.parametrize("batch,n", [
+    ([[0] * 7, [1] * 7], 7), ({"data": [0] * 3}, 3), ([{"data": [0] * 5, "label": [0] * 5}], 5),
+])
+def test_batch_size_of(batch, n):
+    assert batch_size_of(batch) == n

@@ -1,0 +1,73 @@
+"""The differential breakdown on hand-made runs whose answer is known."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsanalyze.analysis.stalls import breakdowns, run_rate, summary, verdict
+from dsanalyze.config import CacheBudget, Job, Mode, Resources, RunSpec
+from dsanalyze.store import RankRecord, RunResult
+
+JOB = Job(data_dir="/d", batch_size=10)
+
+
+def make_run(mode: Mode, iter_s: float, wait_s: float = 0.0, n: int = 20, warmup: int = 2,
+             cpus: int | None = 1, cache: str = "none", ranks: int = 1,
+             epochs: list[int] | None = None, status: str = "ok") -> RunResult:
+    res = Resources(cpus) if mode is not Mode.DISK else Resources(cpus, CacheBudget.parse(cache, 1000))
+    recs = tuple(RankRecord(r, (wait_s,) * n, (iter_s,) * n, tuple(epochs or [0] * n), (10,) * n,
+                            warmup, extra={"batches_per_epoch": 10}) for r in range(ranks))
+    return RunResult(RunSpec(JOB, mode, res), status, ranks=recs, dataset={"files": 100})
+
+
+@pytest.mark.parametrize("g_iter,c_iter,d_iter,prep_pct,fetch_pct,word", [
+    (0.1, 0.1, 0.1, 0.0, 0.0, "compute-bound"),       # no stall at all
+    (0.1, 0.2, 0.2, 50.0, 0.0, "highly prep-bound"),  # cached twice as slow
+    (0.1, 0.1, 0.4, 0.0, 75.0, "highly fetch-bound"),
+    (0.1, 0.11, 0.12, 100 * 0.01 / 0.12, 100 * 0.01 / 0.12, "prep-bound"),
+])
+def test_breakdown(g_iter, c_iter, d_iter, prep_pct, fetch_pct, word):
+    runs = [make_run(Mode.SYNTHETIC, g_iter), make_run(Mode.CACHED, c_iter),
+            make_run(Mode.DISK, d_iter, cache="0")]
+    (b,) = breakdowns(runs)
+    n = 100  # 10 batches of 10 samples
+    assert b.samples_per_epoch == n
+    assert b.compute_s == pytest.approx(n / (10 / g_iter))
+    assert b.total_s == pytest.approx(n / (10 / d_iter))
+    assert b.prep_stall_pct == pytest.approx(prep_pct)
+    assert b.fetch_stall_pct == pytest.approx(fetch_pct)
+    assert b.verdict.startswith(word)
+
+
+def test_two_ranks_are_combined():
+    r = run_rate(make_run(Mode.SYNTHETIC, 0.1, ranks=2))
+    assert r.rate_sps == pytest.approx(2 * 10 / 0.1)
+    assert r.measured_samples == 2 * 18 * 10 and r.samples_per_epoch == 200
+
+
+def test_disk_steady_state_excludes_the_cold_first_epoch():
+    run = make_run(Mode.DISK, 0.1, n=20, warmup=0, epochs=[0] * 10 + [1] * 10, cache="50%")
+    run = RunResult(run.spec, "ok", ranks=(RankRecord(
+        0, (0.0,) * 20, (0.5,) * 10 + (0.1,) * 10, tuple([0] * 10 + [1] * 10), (10,) * 20, 0,
+        extra={"batches_per_epoch": 10}),))
+    r = run_rate(run)
+    assert r.rate_sps == pytest.approx(100.0) and r.steady_epochs == 1
+    assert r.epoch1_s == pytest.approx(5.0) and r.epoch1_rate_sps == pytest.approx(20.0)
+
+
+def test_failed_run_is_reported_not_rated():
+    runs = [make_run(Mode.SYNTHETIC, 0.1), make_run(Mode.CACHED, 0.1, status="failed")]
+    doc = summary(runs)
+    assert doc["failed_runs"][0]["run_id"] == "cached-cpus1"
+    (cfg,) = doc["configs"]
+    assert cfg["prep_stall_s"] is None and cfg["modes"]["cached"]["rate_sps"] is None
+
+
+@pytest.mark.parametrize("prep,fetch,text", [
+    (41.0, 2.0, "highly prep-bound: 41% of time is prep stall"),
+    (10.0, 12.0, "fetch-bound: 12% of time is fetch stall, 10% prep stall"),
+    (2.0, 2.0, "compute-bound: stalls are 4% of time"),
+    (None, None, "unknown: no synthetic and cached runs to compare"),
+])
+def test_verdict(prep, fetch, text):
+    assert verdict(prep, fetch) == text
