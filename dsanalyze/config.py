@@ -172,6 +172,7 @@ class Job:
     loader_index: int | None = None  # user script: its K-th loader created is the training one
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "script_args", tuple(self.script_args))
         if self.device not in DEVICES:
             raise ConfigError(f"unknown --device {self.device!r}: use one of {', '.join(DEVICES)}")
         if self.loader not in LOADERS:

@@ -86,12 +86,17 @@ def job_argv(spec: RunSpec) -> list[str]:
         argv += ["--nnodes", str(job.nnodes), "--node_rank", str(job.node_rank),
                  "--master_addr", job.master_addr or "127.0.0.1",
                  "--master_port", str(job.master_port or 29500)]
+    # Each rank starts as the `enter` wrapper, which raises its own OOM score
+    # before Python imports torch, so that under a memory limit the kernel
+    # kills a rank, never the torchrun agent (whose survivors would hang).
+    # "--": torchrun's argparse rejects a script option that abbreviates
+    # several of its own (`--log`, `--max`, `--start`) even after the module.
+    argv += ["--no-python", "--", sys.executable, "-m", "dsanalyze.resources.enter",
+             "--oom-score-adj", "1000", "--", sys.executable]
     if job.script is None:
         argv += ["-m", BUILTIN_JOB, *builtin_args(job, spec.mode)]
     else:
-        # "--": torchrun's argparse rejects a script option that abbreviates
-        # several of its own (`--log`, `--max`, `--start`) even after the module.
-        argv += ["-m", "--", BOOTSTRAP, job.script, *job.script_args]
+        argv += ["-m", BOOTSTRAP, job.script, *job.script_args]
     return argv
 
 

@@ -52,9 +52,13 @@ def check_prefix(prefix: Path, sweep: Sweep) -> None:
     """Refuse to mix runs of different jobs in one prefix."""
     if not store.runs_dir(prefix).is_dir():
         return
+    new = sweep.job.to_dict()
     for r in store.load_runs(prefix):
         if r.spec.job != sweep.job:
-            raise ConfigError(f"{prefix} holds runs of a different job ({r.run_id}): "
+            old = r.spec.job.to_dict()
+            diff = ", ".join(f"{k} {old.get(k)!r} now {v!r}" for k, v in new.items()
+                             if old.get(k) != v)
+            raise ConfigError(f"{prefix} holds runs of a different job ({r.run_id}: {diff}): "
                               "pass another --prefix, or delete its runs/ folder")
 
 

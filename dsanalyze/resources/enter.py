@@ -1,12 +1,13 @@
 """Tiny wrapper: join cgroups and pin CPUs, then exec the real command.
 
-    python -m dsanalyze.resources.enter [--procs FILE]... [--cpus 0,1] -- ARGV...
+    python -m dsanalyze.resources.enter [--procs FILE]... [--cpus 0,1] [--oom-score-adj N] -- ARGV...
 
 Writing its own pid into each `cgroup.procs` before `exec` puts the job, and
 every process it will start, in the cgroup from its first instruction; there
 is no window in which a rank or a DataLoader worker runs outside it (no
 `preexec_fn`, no attaching after `Popen`). `--cpus` sets the CPU affinity,
 which is the fallback for a CPU budget where cpusets are not writable.
+`--oom-score-adj` makes the process the OOM killer's choice (used per rank).
 This module imports nothing heavy: it runs before every job.
 """
 
@@ -27,6 +28,12 @@ def main(argv: list[str]) -> None:
         if flag == "--procs":
             with open(value, "w") as f:
                 f.write(str(os.getpid()))
+        elif flag == "--oom-score-adj":
+            try:
+                with open("/proc/self/oom_score_adj", "w") as f:
+                    f.write(value)  # raising one's own score needs no privilege
+            except OSError:
+                pass
         elif flag == "--cpus":
             os.sched_setaffinity(0, {int(c) for c in value.split(",")})
         else:

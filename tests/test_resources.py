@@ -1,0 +1,133 @@
+"""Resource control end to end with real cgroups: CPUs, cache budget, SIGINT, resume, OOM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import harness, needs_cgroups
+from dsanalyze import launch
+from dsanalyze.config import CacheBudget, Job, Mode, Resources, RunSpec
+from dsanalyze.jobs.datasets import make_dataset, scan_dataset
+from dsanalyze.resources import cgroups
+from dsanalyze.store import load_runs
+
+pytestmark = [pytest.mark.slow, needs_cgroups]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def big_dataset(tmp_path_factory) -> Path:
+    """About 100 MB: large against the memory-limit margin, so a cache budget shows."""
+    root = tmp_path_factory.mktemp("big") / "data"
+    make_dataset(root, images=400, classes=4, size=(900, 700), seed=3, quality=95)
+    return root
+
+
+def our_cgroups(pid: int) -> list[Path]:
+    h = cgroups.detect()
+    return [d for root in set(h.roots.values()) for d in root.glob(f"{cgroups.PREFIX}{pid}-*")]
+
+
+def test_one_cpu_in_every_process(small_dataset, tmp_path):
+    prefix = tmp_path / "r"
+    assert harness("--data", small_dataset, "--prefix", prefix, "--modes", "cached",
+                   "--cpus", 1, "-b", 8, "-j", 2, "--iters", 10, "--warmup", 2,
+                   "--sim-step-ms", 20, "--no-plots") == 0
+    (run,) = load_runs(prefix)
+    assert run.enforced["cpus"].endswith("cpuset")
+    assert run.environment["threads"]["omp_num_threads"] == 1
+    assert run.ranks[0].extra["torch_threads"] == 1
+    # torchrun agent + rank + 2 workers were sampled, and none could use a second CPU
+    assert max(s["procs"] for s in run.monitor) >= 4
+    assert {s["max_affinity_cpus"] for s in run.monitor if s["procs"]} == {1}
+
+
+def test_disk_run_keeps_residency_within_the_cache_budget(big_dataset, tmp_path):
+    prefix = tmp_path / "r"
+    assert harness("--data", big_dataset, "--prefix", prefix, "--modes", "cached,disk",
+                   "--cache", "25%", "-b", 16, "-j", 2, "--epochs", 1, "--warmup", 1,
+                   "--sim-step-ms", 1, "--no-plots") == 0
+    disk = next(r for r in load_runs(prefix) if r.mode is Mode.DISK)
+    budget = disk.spec.resources.cache.cache_bytes
+    dataset_bytes = disk.dataset["bytes"]
+    assert disk.enforced["memory_limit_bytes"] == (budget + disk.enforced["job_memory_bytes"]
+                                                   + disk.enforced["memory_margin_bytes"])
+    # the whole dataset was read, yet at most the budget (plus the margin) stayed cached
+    assert disk.io["read_bytes"] >= 0.9 * dataset_bytes
+    assert disk.io["resident_after_bytes"] <= budget + disk.enforced["memory_margin_bytes"]
+    assert disk.io["resident_after_bytes"] < 0.6 * dataset_bytes
+
+
+def test_sigint_leaves_no_cgroup(small_dataset, tmp_path):
+    proc = subprocess.Popen([sys.executable, str(ROOT / "harness.py"), "--data", str(small_dataset),
+                             "--prefix", str(tmp_path / "r"), "--modes", "cached", "--cpus", "1",
+                             "--iters", "500", "--sim-step-ms", "50", "--no-plots"],
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (tmp_path / "r" / "logs").is_dir():
+        time.sleep(0.2)
+    time.sleep(4)  # the job is running inside its cgroup now
+    assert our_cgroups(proc.pid), "the run's cgroup should exist while it runs"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err
+    assert our_cgroups(proc.pid) == []
+
+
+def test_resume_reruns_only_what_was_missing(small_dataset, tmp_path):
+    prefix = tmp_path / "r"
+    argv = [sys.executable, str(ROOT / "harness.py"), "--data", str(small_dataset), "--prefix",
+            str(prefix), "--modes", "synthetic,cached", "--cpus", "1,2", "-b", "8", "-j", "1",
+            "--iters", "6", "--warmup", "1", "--sim-step-ms", "20", "--no-plots"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runs = prefix / "runs"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(runs.glob("*.json"))) < 2:
+        time.sleep(0.1)
+    proc.kill()  # no cleanup at all: the next start must clean up after it
+    proc.wait()
+    before = {p.name: p.stat().st_mtime_ns for p in runs.glob("*.json")}
+    assert 2 <= len(before) < 4
+    out = subprocess.run(argv + ["--resume"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert f"resumed: {len(before)} run(s) already complete" in out.stdout
+    after = {p.name: p.stat().st_mtime_ns for p in runs.glob("*.json")}
+    assert len(after) == 4
+    assert all(after[name] == mtime for name, mtime in before.items())
+    assert our_cgroups(proc.pid) == []  # the killed harness's cgroup was cleaned
+
+
+def test_oom_is_reported_as_such(small_dataset, tmp_path):
+    dataset = scan_dataset(small_dataset)
+    spec = RunSpec(Job(data_dir=str(small_dataset), batch_size=8, workers=1, iters=5,
+                       sim_step_ms=10, timeout_s=120), Mode.DISK,
+                   Resources(None, CacheBudget.parse("0")))
+    ctx = launch.LaunchContext(tmp_path, dataset, cgroups.detect(),
+                               job_memory_bytes={None: 16 << 20})  # far below a torch process
+    result = launch.run_one(spec, ctx)
+    assert result.status == "oom", result.error
+    assert "cache budget 0B + job memory 16M exceeded: raise --cache or lower -j" in result.error
+    assert result.duration_s < 60  # reported, not a hang
+    assert our_cgroups(os.getpid()) == []
+
+
+def test_no_cgroups_marks_limits_not_enforced(small_dataset, tmp_path):
+    prefix = tmp_path / "r"
+    assert harness("--data", small_dataset, "--prefix", prefix, "--modes", "disk", "--cpus", 1,
+                   "--cache", "25%", "--storage-bw", "50M", "-b", 8, "-j", 1, "--iters", 4,
+                   "--warmup", 1, "--sim-step-ms", 10, "--no-cgroups", "--no-plots") == 0
+    (run,) = load_runs(prefix)
+    assert run.enforced["cpus"] == "affinity"
+    assert run.enforced["cache"] == "not enforced: --no-cgroups"
+    assert run.enforced["storage_bw"] == "not enforced: --no-cgroups"
+    doc = json.loads((prefix / "summary.json").read_text())
+    assert doc["configs"][0]["enforced"]["cache"].startswith("not enforced")
+    assert {s["max_affinity_cpus"] for s in run.monitor if s["procs"]} == {1}
