@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import needs_cgroups
+
 from dsanalyze.errors import ResourceError
 from dsanalyze.resources import cgroups
 

@@ -4,8 +4,18 @@ from pathlib import Path
 
 import pytest
 
-from dsanalyze.config import (CacheBudget, Job, Mode, Resources, RunSpec, Sweep, load_toml,
-                              parse_bandwidth, parse_bytes, parse_cpus_list)
+from dsanalyze.config import (
+    CacheBudget,
+    Job,
+    Mode,
+    Resources,
+    RunSpec,
+    Sweep,
+    load_toml,
+    parse_bandwidth,
+    parse_bytes,
+    parse_cpus_list,
+)
 from dsanalyze.errors import ConfigError
 
 

@@ -6,8 +6,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import harness
+
 from dsanalyze import cli
 from dsanalyze.store import load_runs
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import harness
+
 from dsanalyze.store import load_runs
 
 pytestmark = pytest.mark.slow

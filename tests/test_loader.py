@@ -2,8 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsanalyze.instrument.loader import (IterationRecorder, ReplayLoader, TimedLoader,
-                                         batch_size_of)
+from dsanalyze.instrument.loader import IterationRecorder, ReplayLoader, TimedLoader, batch_size_of
 
 
 class FakeClock:

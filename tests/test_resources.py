@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import harness, needs_cgroups
+
 from dsanalyze import launch
 from dsanalyze.config import CacheBudget, Job, Mode, Resources, RunSpec
 from dsanalyze.jobs.datasets import make_dataset, scan_dataset

@@ -1,0 +1,215 @@
+"""The DALI loader: settings, sharding and shuffling, batches, timing, and the harness end to end.
+
+Everything runs the real DALI CPU pipeline (`device_id=None`) on the
+generated JPEGs of `small_dataset` (96 files, 4 classes). The `mixed`
+(nvJPEG) path needs a GPU and is not exercised here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+dali_pipeline = pytest.importorskip("dsanalyze.jobs.dali_pipeline")
+
+from conftest import harness  # noqa: E402
+from nvidia.dali import fn, pipeline_def  # noqa: E402
+from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPolicy  # noqa: E402
+
+from dsanalyze import store  # noqa: E402
+from dsanalyze.analysis import stalls  # noqa: E402
+from dsanalyze.errors import DatasetError  # noqa: E402
+from dsanalyze.instrument import rank as rankenv  # noqa: E402
+from dsanalyze.instrument.loader import IterationRecorder, TimedLoader  # noqa: E402
+from dsanalyze.jobs.dali_pipeline import DaliSettings  # noqa: E402
+from dsanalyze.store import RankRecord  # noqa: E402
+
+FILES = 96
+CLASSES = 4
+# Normalised pixel range: (0 - mean) / std .. (1 - mean) / std over the three channels.
+PIXEL_MIN = min((0 - m) / s for m, s in zip((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)))
+PIXEL_MAX = max((1 - m) / s for m, s in zip((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)))
+
+
+def cpu_settings(batch_size: int, shard_id: int = 0, num_shards: int = 1,
+                 threads: int = 2) -> DaliSettings:
+    return DaliSettings(batch_size=batch_size, num_threads=threads, threads_requested=threads,
+                        thread_budget=None, device_id=None, decoder_device="cpu",
+                        shard_id=shard_id, num_shards=num_shards, seed=0)
+
+
+@pytest.mark.parametrize("requested,budget,expected", [
+    (2, None, 2),  # no budget given: -j as asked
+    (0, None, 1),  # -j 0 (DataLoader in the main process): DALI still needs a thread
+    (4, 2, 2),  # capped by the CPU budget
+    (1, 4, 1),  # fewer than the budget: as asked
+    (0, 1, 1),
+    (3, 1, 1),
+])
+def test_thread_count(requested: int, budget: int | None, expected: int) -> None:
+    assert dali_pipeline.thread_count(requested, budget) == expected
+
+
+@pytest.mark.parametrize("device,env_threads,workers,expected", [
+    (torch.device("cpu"), None, 2, (None, "cpu", 2, None)),
+    (torch.device("cpu"), "1", 4, (None, "cpu", 1, 1)),
+    (torch.device("cuda", 1), "8", 4, (1, "mixed", 4, 8)),  # settings only: no GPU touched
+])
+def test_settings_from_args(monkeypatch: pytest.MonkeyPatch, device: torch.device,
+                            env_threads: str | None, workers: int,
+                            expected: tuple[int | None, str, int, int | None]) -> None:
+    if env_threads is None:
+        monkeypatch.delenv(rankenv.ENV_THREADS, raising=False)
+    else:
+        monkeypatch.setenv(rankenv.ENV_THREADS, env_threads)
+    args = argparse.Namespace(batch_size=16, workers=workers, seed=3)
+    s = dali_pipeline.settings_from_args(args, world=2, rank=1, device=device)
+    assert (s.device_id, s.decoder_device, s.num_threads, s.thread_budget) == expected
+    assert (s.shard_id, s.num_shards, s.seed, s.threads_requested) == (1, 2, 3, workers)
+    assert s.to_dict()["kind"] == "dali"
+    assert s.to_dict()["prefetch_queue_depth"] == 2
+    assert DaliSettings.from_dict(s.to_dict()) == s
+
+
+@pipeline_def
+def _names_pipeline(root: str, s: DaliSettings):  # noqa: ANN202
+    jpegs, labels = dali_pipeline.file_reader(root, s)
+    return fn.get_property(jpegs, key="source_info"), labels
+
+
+def _epoch_files(root: Path, shard_id: int, num_shards: int, batch: int, epochs: int
+                 ) -> list[list[str]]:
+    """The files the job's reader gives one shard, per epoch, in order."""
+    s = cpu_settings(batch, shard_id, num_shards)
+    pipe = _names_pipeline(str(root), s, batch_size=batch, num_threads=1, device_id=None, seed=0)
+    pipe.build()
+    per_epoch = FILES // num_shards // batch
+    out = []
+    for _ in range(epochs):
+        names: list[str] = []
+        for _ in range(per_epoch):
+            info, _ = pipe.run()
+            names += [bytes(info.at(i)).decode() for i in range(len(info))]
+        out.append(names)
+    return out
+
+
+def test_shards_disjoint_and_reshuffled_each_epoch(small_dataset: Path) -> None:
+    shards = [_epoch_files(small_dataset, r, 2, 8, epochs=2) for r in range(2)]
+    everything = sorted(str(p.relative_to(small_dataset)) for p in small_dataset.rglob("*.jpg"))
+    for epoch in range(2):
+        a, b = shards[0][epoch], shards[1][epoch]
+        assert len(a) == len(b) == FILES // 2
+        assert not set(a) & set(b)  # disjoint shards
+        assert sorted(a + b) == everything  # together: the whole dataset, once
+    assert shards[0][0] != sorted(shards[0][0])  # epoch 1 is shuffled too
+    assert set(shards[0][0]) != set(shards[0][1])  # a fresh global permutation per epoch
+
+
+@pytest.mark.parametrize("num_shards,batch,expected_batches", [
+    (1, 16, 6),  # 96 / 16
+    (2, 8, 6),  # 48 per shard / 8
+    (2, 10, 4),  # 48 // 10: the padded partial batch is dropped
+    (3, 7, 4),  # 32 // 7
+])
+def test_iterator_batches(small_dataset: Path, num_shards: int, batch: int,
+                          expected_batches: int) -> None:
+    it = dali_pipeline.build_iterator(str(small_dataset), cpu_settings(batch, 0, num_shards))
+    assert len(it) == expected_batches
+    for _ in range(2):  # each epoch a full pass, reset by iter()
+        batches = list(it)
+        assert len(batches) == expected_batches
+        for b in batches:
+            images, labels = dali_pipeline.images_labels(b)
+            assert images.shape == (batch, 3, 224, 224) and images.dtype == torch.float32
+            assert labels.shape == (batch,) and labels.dtype == torch.int64
+            assert 0 <= int(labels.min()) and int(labels.max()) < CLASSES
+            assert PIXEL_MIN - 1e-3 <= float(images.min()) < float(images.max()) <= PIXEL_MAX + 1e-3
+
+
+def test_too_few_images_per_rank(small_dataset: Path) -> None:
+    with pytest.raises(DatasetError, match="fewer than one batch of 64 per rank"):
+        dali_pipeline.build_iterator(str(small_dataset), cpu_settings(64, 0, 2))
+
+
+@pytest.mark.parametrize("every", [2, FILES])  # half the files (the first batch), or one file
+def test_corrupt_file_is_a_dataset_error(small_dataset: Path, tmp_path: Path, every: int) -> None:
+    root = tmp_path / "data"
+    shutil.copytree(small_dataset, root)
+    for path in sorted(root.rglob("*.jpg"))[::every]:
+        path.write_bytes(b"not a jpeg" * 100)
+    with pytest.raises(dali_pipeline.CorruptSampleError, match="cannot decode an image under"):
+        for _ in dali_pipeline.build_iterator(str(root), cpu_settings(16)):
+            pass
+
+
+def test_user_classification_iterator_is_timed(small_dataset: Path) -> None:
+    """A user's loop over a DALIClassificationIterator, reset() by hand, under TimedLoader."""
+    batch, step_s, warmup = 16, 0.02, 1
+    pipe = dali_pipeline.build_pipeline(str(small_dataset), cpu_settings(batch))
+    user_it = DALIClassificationIterator([pipe], reader_name=dali_pipeline.READER_NAME,
+                                         last_batch_policy=LastBatchPolicy.DROP)
+    per_epoch = len(user_it)
+    recorder = IterationRecorder(rank=0, warmup=warmup)
+    timed = TimedLoader(user_it, recorder)
+    seen = []
+    for _ in range(2):
+        for data in timed:
+            seen.append(int(data[0]["label"].shape[0]))
+            time.sleep(step_s)  # the training step
+        timed.reset()  # as NVIDIA's examples do: delegated to the DALI iterator
+    recorder.finish()
+    rec = RankRecord.from_dict(recorder.to_dict())
+    assert per_epoch == FILES // batch == 6
+    assert seen == [batch] * 2 * per_epoch
+    assert rec.samples == (batch,) * 2 * per_epoch
+    assert rec.epoch == (0,) * per_epoch + (1,) * per_epoch
+    assert rec.warmup == warmup
+    assert all(0 <= w <= it for w, it in zip(rec.wait_s, rec.iter_s))
+    assert all(it >= step_s for it in rec.iter_s)
+
+
+def _runs(prefix: Path) -> dict[str, store.RunResult]:
+    return {r.mode.value: r for r in store.load_runs(prefix)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc,batch,window", [
+    (1, 16, ("--iters", "5")),
+    (2, 8, ("--epochs", "2")),  # two fresh passes over each rank's shard
+])
+def test_harness_dali_all_modes(small_dataset: Path, tmp_path: Path, nproc: int, batch: int,
+                                window: tuple[str, str]) -> None:
+    prefix = tmp_path / "r"
+    rc = harness("--data", small_dataset, "--prefix", prefix, "--loader", "dali", "-b", batch,
+                 "-j", "2", *window, "--warmup", "2", "--device", "sim", "--sim-step-ms", "20",
+                 "--modes", "synthetic,cached,disk", "--nproc_per_node", nproc, "--no-plots")
+    assert rc == 0
+    runs = _runs(prefix)
+    assert sorted(runs) == ["cached", "disk", "synthetic"]
+    per_epoch = FILES // nproc // batch
+    iters = 2 + 5 if window[0] == "--iters" else 2 * per_epoch
+    for mode, run in runs.items():
+        assert run.ok, (mode, run.error)
+        assert run.spec.job.loader == "dali"
+        assert len(run.ranks) == nproc
+        for r in run.ranks:
+            loader = r.extra["loader"]
+            assert (loader["kind"], loader["decoder_device"], loader["device_id"]) == \
+                ("dali", "cpu", None)
+            assert loader["num_threads"] == min(2, loader["thread_budget"])
+            assert (loader["shard_id"], loader["num_shards"]) == (r.rank, nproc)
+            assert r.extra["batches_per_epoch"] == per_epoch
+            assert r.samples == (batch,) * iters
+            if window[0] == "--epochs":
+                assert r.epoch == (0,) * per_epoch + (1,) * per_epoch
+        rate = stalls.run_rate(run)
+        assert rate.samples_per_epoch == per_epoch * batch * nproc
+        assert rate.rate_sps is not None and rate.rate_sps > 0
+    # synthetic replays a batch already in memory: no wait worth the name
+    assert max(w for r in runs["synthetic"].ranks for w in r.wait_s[2:]) < 0.005

@@ -1,0 +1,245 @@
+"""The figures checked by what they draw: bar heights, cells, lines, spans, labels.
+
+Real runs from a sweep on this machine (tests/data/report_sweep: CPUs 1 and 2,
+disk unthrottled and throttled to 8 MiB/s, one epoch of 128 samples;
+tests/data/report_2ranks: two ranks, a disk run of two epochs), and
+hand-made what-if documents in the shape of `whatif.json` and `validate --json`.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.collections import PathCollection, PolyCollection
+from matplotlib.container import BarContainer
+from matplotlib.image import imread
+from matplotlib.patches import Rectangle
+
+from dsanalyze import cli, store
+from dsanalyze.analysis import stalls
+from dsanalyze.report import plots
+
+DATA = Path(__file__).parent / "data"
+SWEEP, TWO_RANKS = DATA / "report_sweep", DATA / "report_2ranks"
+MIB = 1 << 20
+
+
+def summary_of(prefix: Path) -> dict:
+    return stalls.summary(store.load_runs(prefix))
+
+
+def bars(fig) -> dict[str, BarContainer]:
+    ax = fig.axes[0]
+    return {c.get_label(): c for c in ax.containers if isinstance(c, BarContainer)}
+
+
+# ---- stall breakdown ------------------------------------------------------------------------
+
+def test_stall_breakdown_bars_and_labels_equal_the_summary():
+    summary = summary_of(SWEEP)
+    fig = plots.stall_breakdown(summary)
+    ax = fig.axes[0]
+    by_key = {(c["cpus"], c["storage_read_bps"]): c for c in summary["configs"]}
+    # ordered so that the trend shows: CPUs outer, then the slower disk before the faster
+    order = [(1, 8 * MIB), (1, None), (2, 8 * MIB), (2, None)]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "1 CPU\ndisk 8M/s", "1 CPU\ndisk unthrottled", "2 CPUs\ndisk 8M/s",
+        "2 CPUs\ndisk unthrottled"]
+    drawn = bars(fig)
+    assert list(drawn) == ["compute", "prep stall", "fetch stall"]
+    for i, key in enumerate(order):
+        cfg = by_key[key]
+        heights = {name: c.patches[i].get_height() for name, c in drawn.items()}
+        assert heights == pytest.approx({"compute": cfg["compute_s"],
+                                         "prep stall": cfg["prep_stall_s"],
+                                         "fetch stall": cfg["fetch_stall_s"]}, rel=1e-12)
+        # stacked: each segment starts where the one below ends
+        assert drawn["prep stall"].patches[i].get_y() == pytest.approx(cfg["compute_s"])
+        assert drawn["fetch stall"].patches[i].get_y() == \
+            pytest.approx(cfg["compute_s"] + cfg["prep_stall_s"])
+    labels = [t.get_text() for t in ax.texts]
+    assert labels == [f"prep {by_key[k]['prep_stall_pct']:.0f}%\n"
+                      f"fetch {by_key[k]['fetch_stall_pct']:.0f}%" for k in order]
+    # the throttled disk is fetch-bound at both CPU counts, the fast one is not
+    assert labels[0].endswith("fetch 66%") and labels[1] == "prep 12%\nfetch 1%"
+    assert "128 samples" in ax.get_title() and "cache unlimited" in ax.get_title()
+    assert ax.get_ylabel() == "seconds per epoch"
+
+
+def test_stall_breakdown_marks_the_cold_first_epoch():
+    summary = summary_of(TWO_RANKS)
+    (cfg,) = summary["configs"]
+    ax = plots.stall_breakdown(summary).axes[0]
+    (cold,) = [c for c in ax.collections if isinstance(c, PathCollection)]
+    assert cold.get_offsets().tolist() == [[0, pytest.approx(cfg["modes"]["disk"]["epoch1_s"])]]
+    assert cold.get_label() == "cold 1st epoch (disk)"
+
+
+def cfg(cpus, cache_bytes, bps, spec=None):
+    return {"cpus": cpus, "cache_bytes": cache_bytes, "storage_read_bps": bps,
+            "cache_spec": spec or ("none" if cache_bytes is None else str(cache_bytes))}
+
+
+@pytest.mark.parametrize("configs,order,varying", [
+    # one knob: least resource first, "all CPUs" (None) last
+    ([cfg(None, None, None), cfg(4, None, None), cfg(1, None, None)], [1, 4, None], ["cpus"]),
+    # cache has more values than CPUs: it varies fastest, unlimited cache last
+    ([cfg(2, None, None), cfg(1, 50, None), cfg(2, 0, None), cfg(1, None, None), cfg(1, 0, None),
+      cfg(2, 50, None)], [(1, 0), (1, 50), (1, None), (2, 0), (2, 50), (2, None)],
+     ["cpus", "cache"]),
+    # bandwidth: the slowest disk first, the unthrottled one last
+    ([cfg(1, 0, None), cfg(1, 0, 100), cfg(1, 0, 10)], [10, 100, None], ["bw"]),
+])
+def test_ordered_configs(configs, order, varying):
+    ordered, knobs = plots.ordered_configs(configs)
+    assert knobs == varying
+    got = [tuple(plots._KNOBS[k](c) for k in knobs) for c in ordered]
+    assert got == [o if isinstance(o, tuple) else (o,) for o in order]
+
+
+# ---- what-if ---------------------------------------------------------------------------------
+
+def whatif_rows(bps_list=(None,), recommended=(2, 50), measured=((1, None), (2, None))):
+    """A whatif.json in the shape the spec fixes; rate = 100 * cpus + cache share."""
+    rows = []
+    for bps in bps_list:
+        for cpus in (1, 2, 4):
+            for spec, cache in (("0", 0), ("50%", 50), ("none", None)):
+                rate = 100.0 * cpus + (cache if cache is not None else 100) + (bps or 0) / 10
+                rows.append({"cpus": cpus, "cache_spec": spec, "cache_bytes": cache,
+                             "storage_read_bps": bps, "gpu_speedup": 1.0, "nproc": 1,
+                             "rate_sps": rate, "epoch_s": 1000 / rate, "compute_s": 1.0,
+                             "prep_stall_s": 0.5, "fetch_stall_s": 0.25,
+                             "measured": (cpus, cache) in measured,
+                             "recommended": (cpus, cache) == recommended and bps == bps_list[-1]})
+    return rows
+
+
+def test_heatmap_cells_equal_whatif_json():
+    rows = whatif_rows()
+    ax = plots.whatif_heatmap(rows).axes[0]
+    (im,) = ax.images
+    grid = im.get_array()
+    cpus, caches = [1, 2, 4], [0, 50, None]
+    for r in rows:
+        assert grid[cpus.index(r["cpus"]), caches.index(r["cache_bytes"])] == r["rate_sps"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["1", "2", "4"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "50%\n50B", "unlimited"]
+    texts = sorted(float(t.get_text()) for t in ax.texts)
+    assert texts == sorted(round(r["rate_sps"]) for r in rows)
+
+    def cells(gid):
+        return sorted((round(p.get_x() + p.get_width() / 2), round(p.get_y() + p.get_height() / 2))
+                      for p in ax.patches if isinstance(p, Rectangle) and p.get_gid() == gid)
+    assert cells("measured") == [(2, 0), (2, 1)]  # (cache column, cpu row)
+    assert cells("recommended") == [(1, 1)]
+
+
+def test_heatmap_shows_the_recommended_plane():
+    rows = whatif_rows(bps_list=(None, 10 * MIB))
+    ax = plots.whatif_heatmap(rows).axes[0]
+    grid = ax.images[0].get_array()
+    assert grid[0, 0] == 100.0 + 0 + 10 * MIB / 10  # the 10M/s rows, where the recommendation is
+    assert "disk 10M/s" in ax.get_title()
+
+
+def test_heatmap_leaves_missing_cells_empty():
+    rows = [r for r in whatif_rows() if (r["cpus"], r["cache_bytes"]) != (4, 0)]
+    grid = np.ma.filled(plots.whatif_heatmap(rows).axes[0].images[0].get_array(), np.nan)
+    assert math.isnan(grid[2, 0]) and grid[2, 1] == 450.0
+
+
+def test_curves_draw_predictions_and_measured_points():
+    rows = whatif_rows(bps_list=(None,), recommended=(2, 50), measured=((1, None), (2, None)))
+    summary = summary_of(SWEEP)
+    fig = plots.whatif_curves(rows, summary)
+    ax_cpu, ax_cache = fig.axes
+    lines = {ln.get_label(): list(ln.get_ydata()) for ln in ax_cpu.lines}
+    assert lines == {"0": [100.0, 200.0, 400.0], "50% 50B": [150.0, 250.0, 450.0],
+                     "unlimited": [200.0, 300.0, 500.0]}
+    lines = {ln.get_label(): list(ln.get_ydata()) for ln in ax_cache.lines}
+    assert lines["2 CPUs"] == [200.0, 250.0, 300.0]
+    measured = {(c["cpus"]): c["modes"]["disk"]["rate_sps"] for c in summary["configs"]
+                if c["storage_read_bps"] is None}
+    (pts,) = [c for c in ax_cpu.collections if c.get_gid() == "measured"]
+    assert pts.get_offsets().tolist() == [[0, pytest.approx(measured[1])],
+                                          [1, pytest.approx(measured[2])]]
+    (pts,) = [c for c in ax_cache.collections if c.get_gid() == "measured"]
+    assert pts.get_offsets()[:, 0].tolist() == [2, 2]  # the unlimited-cache column
+
+
+def test_validation_points_identity_and_errors():
+    doc = {"runs": [{"run_id": "disk-a", "measured_sps": 80.0, "predicted_sps": 82.0,
+                     "error_pct": 2.5},
+                    {"run_id": "disk-b", "measured_sps": 240.0, "predicted_sps": 230.0,
+                     "error_pct": -4.2}],
+           "median_abs_error_pct": 3.35, "max_abs_error_pct": 4.2}
+    ax = plots.validation(doc).axes[0]
+    (pts,) = [c for c in ax.collections if isinstance(c, PathCollection)]
+    assert pts.get_offsets().tolist() == [[80.0, 82.0], [240.0, 230.0]]
+    (identity,) = ax.lines
+    assert list(identity.get_xdata()) == list(identity.get_ydata())
+    assert "median |error| 3.4%" in ax.get_title() and "max |error| 4.2%" in ax.get_title()
+    assert [t.get_text() for t in ax.texts] == ["disk-a (+2.5%)", "disk-b (-4.2%)"]
+
+
+# ---- timeline --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("prefix,run_id", [(SWEEP, "disk-cpus1-cachenone-bw8M"),
+                                           (TWO_RANKS, "disk-cpusall-cachenone-bw8M"),
+                                           (TWO_RANKS, "synthetic-cpusall")])
+def test_timeline_spans_sum_to_the_recorded_times(prefix, run_id):
+    run = store.read_run(store.run_path(prefix, run_id))
+    ax = plots.timeline(run).axes[0]
+    widths: dict[tuple[str, int], float] = {}
+    for c in ax.collections:
+        if isinstance(c, PolyCollection):
+            name, _warm, rank = c.get_gid().split("|")
+            key = (name, int(rank))
+            widths[key] = widths.get(key, 0.0) + sum(float(np.ptp(p.vertices[:, 0]))
+                                                     for p in c.get_paths())
+    for rank in run.ranks:
+        assert widths[("data wait", rank.rank)] == pytest.approx(sum(rank.wait_s), rel=1e-9)
+        assert widths[("compute", rank.rank)] == \
+            pytest.approx(sum(rank.iter_s) - sum(rank.wait_s), rel=1e-9)
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"rank {r.rank}" for r in run.ranks]
+    assert f"{stalls.run_rate(run).wait_pct:.0f}% of measured time" in ax.get_title()
+
+
+def test_timeline_run_is_the_one_that_waited_most():
+    runs = store.load_runs(SWEEP)
+    summary = stalls.summary(runs)
+    worst = max(summary["runs"], key=lambda r: r["wait_pct"])
+    assert plots.timeline_run(summary, runs).run_id == worst["run_id"]
+    assert worst["run_id"].endswith("bw8M")
+
+
+# ---- files -----------------------------------------------------------------------------------
+
+@pytest.fixture()
+def prefix(tmp_path: Path) -> Path:
+    shutil.copytree(SWEEP, tmp_path / "p")
+    return tmp_path / "p"
+
+
+def test_draw_all_writes_png_and_svg(prefix):
+    paths = plots.draw_all(prefix)
+    names = {p.name for p in paths}
+    assert {"stall_breakdown.png", "stall_breakdown.svg", "timeline.png", "timeline.svg"} <= names
+    img = imread(prefix / "stall_breakdown.png")
+    assert img.shape[1] >= 900 and img.shape[0] >= 600  # 150 dpi: readable in a paper
+    assert (prefix / "stall_breakdown.svg").read_text().lstrip().startswith("<?xml")
+    docs = plots.whatif_documents(prefix, store.load_runs(prefix))
+    assert ("whatif_heatmap.png" in names) == bool(docs.rows)
+    assert ("validation.png" in names) == bool(docs.validation and docs.validation["runs"])
+
+
+def test_cli_plot_with_a_chosen_run(prefix, capsys):
+    assert cli.main(["plot", str(prefix), "--run", "synthetic-cpus2"]) == 0
+    assert f"figure: {prefix / 'timeline.png'}" in capsys.readouterr().out
+    assert cli.main(["plot", str(prefix), "--run", "nope"]) == 2
+    assert "no run 'nope'" in capsys.readouterr().err

@@ -1,0 +1,133 @@
+"""The markdown and HTML report: every number is the summary's, every figure embedded."""
+
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dsanalyze import cli, store
+from dsanalyze.analysis import stalls
+from dsanalyze.report import summary as report
+
+DATA = Path(__file__).parent / "data"
+SWEEP, TWO_RANKS = DATA / "report_sweep", DATA / "report_2ranks"
+MIB = 1 << 20
+
+
+def summary_of(prefix: Path) -> dict:
+    return stalls.summary(store.load_runs(prefix))
+
+
+@pytest.mark.parametrize("knob,cfg,text", [
+    ("cpus", {"cpus": None}, "all CPUs"),
+    ("cpus", {"cpus": 1}, "1 CPU"),
+    ("cpus", {"cpus": 8}, "8 CPUs"),
+    ("cache", {"cache_bytes": None, "cache_spec": "none"}, "cache unlimited"),
+    ("cache", {"cache_bytes": 6 * MIB + MIB // 2, "cache_spec": "50%"}, "cache 50% (6.5M)"),
+    ("cache", {"cache_bytes": 2 << 30, "cache_spec": "2G"}, "cache 2G"),
+    ("bw", {"storage_read_bps": None}, "disk unthrottled"),
+    ("bw", {"storage_read_bps": 40 * MIB}, "disk 40M/s"),
+])
+def test_knob_text(knob, cfg, text):
+    assert report.knob_text(knob, cfg) == text
+
+
+def test_markdown_report_reads_every_number_from_the_summary():
+    summary = summary_of(SWEEP)
+    md = report.render_markdown(report.report_blocks(summary, ["stall_breakdown.png"]))
+    for row in report.table_rows(summary):
+        assert "| " + " | ".join(row) + " |" in md
+    for cfg in summary["configs"]:
+        assert f"- **{report.config_label(cfg)}**: {cfg['verdict']}" in md
+    assert "- **CPUs**: 1 CPU, 2 CPUs" in md
+    assert "- **Storage**: disk unthrottled, disk 8M/s" in md
+    assert "- **Enforced** storage bw: cgroup v1 read throttle on 254:0" in md
+    assert "- **Dataset**: 128 files, 12.7M" in md
+    assert "batch 8 per rank, 1 rank(s), device sim (30 ms per step)" in md
+    assert "Per epoch of 128 samples" in md
+    assert "![Seconds per epoch" in md and "](stall_breakdown.png)" in md
+    assert [h for h in re.findall(r"^#+ .*$", md, re.M)] == [
+        "# Data-stall report", "## Configuration", "## Stall breakdown", "## Verdict",
+        "## What-if", "## Figures"]
+
+
+def test_cold_epoch_is_reported_beside_the_verdict():
+    summary = summary_of(TWO_RANKS)
+    (cfg,) = summary["configs"]
+    disk = cfg["modes"]["disk"]
+    md = report.render_markdown(report.report_blocks(summary))
+    assert f"the first (cold) epoch took {disk['epoch1_s']:.2f} s, the steady-state epochs " \
+           f"{disk['time_s']:.2f} s" in md
+    assert "2 rank(s)" in md
+
+
+def test_whatif_section():
+    summary = summary_of(SWEEP)
+    validation = {"runs": [{"run_id": "a", "measured_sps": 1.0, "predicted_sps": 1.0,
+                            "error_pct": 0.0}] * 3,
+                  "median_abs_error_pct": 2.04, "max_abs_error_pct": 7.5}
+    md = report.render_markdown(report.report_blocks(
+        summary, recommendation=["2 CPUs and 50% cache: stalls 3%, 1.8x faster"],
+        validation=validation, whatif_note="storage not varied"))
+    section = md.split("## What-if")[1]
+    assert "- 2 CPUs and 50% cache: stalls 3%, 1.8x faster" in section
+    assert "3 held-out run(s): median 2.0%, maximum 7.5%" in section
+    assert "storage not varied" in section
+
+
+def test_html_embeds_the_images_and_escapes_text(tmp_path):
+    png = b"\x89PNG\r\n\x1a\n not really a png"
+    blocks = [("h1", "a <b> & c"), ("p", "**bold** and `code`"),
+              ("table", ["x", "y"], [["1<2", "3"]]), ("img", "f.png", "caption"),
+              ("img", "missing.png", "skipped")]
+    page = report.render_html(blocks, {"f.png": png})
+    assert "<h1>a &lt;b&gt; &amp; c</h1>" in page
+    assert "<p><b>bold</b> and <code>code</code></p>" in page
+    assert "<td>1&lt;2</td>" in page
+    (data,) = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)
+    assert base64.b64decode(data) == png
+    assert "missing.png" not in page
+
+
+def test_terminal_table_is_unchanged():
+    summary = summary_of(SWEEP)
+    lines = report.render_table(summary).splitlines()
+    assert lines[0] == "Stall breakdown per epoch (128 samples); rates in samples/s"
+    assert lines[1].split() == ["config", "synthetic/s", "cached/s", "disk/s", "epoch", "s",
+                                "compute", "s", "prep", "stall", "fetch", "stall", "verdict"]
+    assert len(lines) == 3 + len(summary["configs"])
+    assert report.render_markdown_table(summary).splitlines()[2].startswith("| cpus=1 ")
+
+
+@pytest.fixture()
+def prefix(tmp_path: Path) -> Path:
+    shutil.copytree(SWEEP, tmp_path / "p")
+    return tmp_path / "p"
+
+
+def test_write_report(prefix, capsys):
+    assert cli.main(["report", str(prefix)]) == 0
+    out = capsys.readouterr().out
+    assert f"report: {prefix / 'report.md'}" in out and f"report: {prefix / 'report.html'}" in out
+    md = (prefix / "report.md").read_text()
+    linked = re.findall(r"\]\(([^)]+\.png)\)", md)
+    assert {"stall_breakdown.png", "timeline.png"} <= set(linked)
+    page = (prefix / "report.html").read_text()
+    embedded = [base64.b64decode(d) for d in
+                re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)]
+    assert embedded == [(prefix / name).read_bytes() for name in linked]
+    assert "highly fetch-bound: 66% of time is fetch stall" in md
+
+
+def test_headline_names_the_most_and_least_stalled():
+    summary = summary_of(SWEEP)
+    md = report.render_markdown(report.report_blocks(summary))
+    by_stall = sorted(summary["configs"], key=lambda c: c["prep_stall_pct"] + c["fetch_stall_pct"])
+    most, least = by_stall[-1], by_stall[0]
+    assert most["storage_read_bps"] == 8 * MIB and least["cpus"] == 2
+    assert f"Most stalled: **{report.config_label(most)}**, {most['verdict']}. " \
+           f"Least stalled: **{report.config_label(least)}**, {least['verdict']}." in md
