@@ -66,7 +66,9 @@ def test_disk_run_keeps_residency_within_the_cache_budget(big_dataset, tmp_path)
     assert disk.io["resident_after_bytes"] < 0.6 * dataset_bytes
 
 
-def test_sigint_leaves_no_cgroup(small_dataset, tmp_path):
+@pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"),
+                                           (signal.SIGTERM, 143, "terminated")])
+def test_signal_leaves_no_cgroup(small_dataset, tmp_path, sig, code, word):
     proc = subprocess.Popen([sys.executable, str(ROOT / "harness.py"), "--data", str(small_dataset),
                              "--prefix", str(tmp_path / "r"), "--modes", "cached", "--cpus", "1",
                              "--iters", "500", "--sim-step-ms", "50", "--no-plots"],
@@ -76,9 +78,9 @@ def test_sigint_leaves_no_cgroup(small_dataset, tmp_path):
         time.sleep(0.2)
     time.sleep(4)  # the job is running inside its cgroup now
     assert our_cgroups(proc.pid), "the run's cgroup should exist while it runs"
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "interrupted" in err
+    assert proc.returncode == code and word in err, err
     assert our_cgroups(proc.pid) == []
 
 
