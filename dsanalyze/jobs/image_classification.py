@@ -32,6 +32,7 @@ from torchvision import transforms
 
 from dsanalyze.errors import DatasetError
 from dsanalyze.instrument import rank as rankenv
+from dsanalyze.instrument import transforms as step_timing
 from dsanalyze.instrument.loader import IterationRecorder, ReplayLoader, TimedLoader
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -64,7 +65,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data", required=True, help="ImageFolder root")
     p.add_argument("-a", "--arch", default="resnet18", help="torchvision model name")
     p.add_argument("-b", "--batch-size", type=int, default=32, help="batch size per rank")
-    p.add_argument("-j", "--workers", type=int, default=2, help="DataLoader workers per rank")
+    p.add_argument("-j", "--workers", type=int, default=2,
+                   help="DataLoader workers, or DALI threads (at most the CPU budget), per rank")
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--iters", type=int, default=None, help="measured iterations per rank")
     p.add_argument("--warmup", type=int, default=5, help="iterations discarded first")
@@ -80,7 +82,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def build_loader(args: argparse.Namespace, world: int, rank: int, device: torch.device) -> DataLoader:
+def build_loader(args: argparse.Namespace, world: int, rank: int, device: torch.device) -> Any:
+    """The rank's loader: a DataLoader, or for `--loader dali` a DALI iterator."""
+    if args.loader == "dali":
+        from dsanalyze.jobs import dali_pipeline  # optional dependency: imported only when asked
+        return dali_pipeline.build_iterator(
+            args.data, dali_pipeline.settings_from_args(args, world, rank, device))
     dataset = torchvision.datasets.ImageFolder(args.data, transform=train_transform(), loader=load_rgb)
     if world > 1:
         sampler: Any = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True,
@@ -95,6 +102,24 @@ def build_loader(args: argparse.Namespace, world: int, rank: int, device: torch.
                       persistent_workers=args.workers > 0)
 
 
+def loader_settings(loader: Any) -> dict[str, Any]:
+    """The loader kind and its settings, recorded in the rank's record."""
+    if isinstance(loader, ReplayLoader):
+        loader = loader.source  # synthetic: the loader the replayed batch came from
+    if isinstance(loader, DataLoader):
+        return {"kind": "pytorch", "workers": loader.num_workers,
+                "prefetch_factor": loader.prefetch_factor, "pin_memory": loader.pin_memory}
+    return loader.settings.to_dict()
+
+
+def batch_unpacker(loader: str) -> Callable[[Any], tuple[Any, Any]]:
+    """(images, targets) out of a batch: a DataLoader's pair, a DALI iterator's list of dicts."""
+    if loader == "dali":
+        from dsanalyze.jobs import dali_pipeline
+        return dali_pipeline.images_labels
+    return tuple
+
+
 def make_step(args: argparse.Namespace, device: torch.device, world: int) -> Callable[[Any], None]:
     """The training step for the device; it takes a batch (images, targets)."""
     if args.mode == "loader":
@@ -104,9 +129,14 @@ def make_step(args: argparse.Namespace, device: torch.device, world: int) -> Cal
         token = torch.zeros(1)
 
         def sim_step(batch: Any) -> None:
-            time.sleep(step_s)  # the accelerator is busy; the CPU is free
+            # The step takes step_s in all, communication included, as DDP's
+            # all-reduce overlaps the backward pass; the CPU is free meanwhile.
+            deadline = time.perf_counter() + step_s
             if world > 1:
                 dist.all_reduce(token)  # gradient all-reduce: ranks advance together
+            remaining = deadline - time.perf_counter()
+            if remaining > 0:
+                time.sleep(remaining)
         return sim_step
 
     model = torchvision.models.get_model(args.arch, num_classes=1000).to(device)
@@ -118,9 +148,10 @@ def make_step(args: argparse.Namespace, device: torch.device, world: int) -> Cal
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     use_amp = args.amp and device.type == "cuda"
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+    unpack = batch_unpacker(args.loader)
 
     def train_step(batch: Any) -> None:
-        images, target = batch
+        images, target = unpack(batch)
         images = images.to(device, non_blocking=True)
         target = target.to(device, non_blocking=True)
         with torch.autocast(device.type, enabled=use_amp):
@@ -168,6 +199,9 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(int(threads))
     device = setup_device(args, world)
     loader = build_loader(args, world, rank, device)
+    timing_sink = step_timing.sink_dir(rankenv.run_dir(), rank)
+    if args.mode != "synthetic":  # per-transform times in every worker, before they start
+        step_timing.instrument_dataset(getattr(loader, "dataset", None), timing_sink)
     step = make_step(args, device, world)
     batches_per_epoch = len(loader)
     if args.mode == "synthetic":
@@ -189,7 +223,8 @@ def main(argv: list[str] | None = None) -> None:
     recorder.finish()
     rankenv.write_record(recorder.to_dict(), {
         "batches_per_epoch": batches_per_epoch, "torch_threads": torch.get_num_threads(),
-        "device": str(device), "world_size": world,
+        "device": str(device), "world_size": world, "loader": loader_settings(loader),
+        "transforms": step_timing.finish(loader, timing_sink) if args.mode != "synthetic" else [],
     })
     if world > 1:
         dist.barrier()
