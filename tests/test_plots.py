@@ -8,12 +8,14 @@ hand-made what-if documents in the shape of `whatif.json` and `validate --json`.
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import harness
 from matplotlib.collections import PathCollection, PolyCollection
 from matplotlib.container import BarContainer
 from matplotlib.image import imread
@@ -121,7 +123,7 @@ def whatif_rows(bps_list=(None,), recommended=(2, 50), measured=((1, None), (2, 
 
 def test_heatmap_cells_equal_whatif_json():
     rows = whatif_rows()
-    ax = plots.whatif_heatmap(rows).axes[0]
+    (ax,) = panels(plots.whatif_heatmap(rows))
     (im,) = ax.images
     grid = im.get_array()
     cpus, caches = [1, 2, 4], [0, 50, None]
@@ -139,12 +141,30 @@ def test_heatmap_cells_equal_whatif_json():
     assert cells("recommended") == [(1, 1)]
 
 
-def test_heatmap_shows_the_recommended_plane():
+def panels(fig) -> list:
+    return [ax for ax in fig.axes if ax.images]
+
+
+def test_heatmap_has_a_panel_per_bandwidth_on_one_scale():
     rows = whatif_rows(bps_list=(None, 10 * MIB))
-    ax = plots.whatif_heatmap(rows).axes[0]
-    grid = ax.images[0].get_array()
-    assert grid[0, 0] == 100.0 + 0 + 10 * MIB / 10  # the 10M/s rows, where the recommendation is
-    assert "disk 10M/s" in ax.get_title()
+    fig = plots.whatif_heatmap(rows)
+    slow, fast = panels(fig)
+    assert slow.get_title() == "disk 10M/s, 1 rank" and fast.get_title() == "disk unthrottled, 1 rank"
+    assert slow.images[0].get_array()[0, 0] == 100.0 + 0 + 10 * MIB / 10
+    assert fast.images[0].get_array()[0, 0] == 100.0
+    top = max(r["rate_sps"] for r in rows)
+    for ax in (slow, fast):  # one colour scale, from zero
+        assert ax.images[0].get_clim() == (0.0, top)
+    # the recommendation is on the 10M/s panel only
+    assert [p.get_gid() for p in slow.patches].count("recommended") == 1
+    assert "recommended" not in [p.get_gid() for p in fast.patches]
+
+
+def test_heatmap_panels_are_capped_and_keep_the_recommendation():
+    rows = whatif_rows(bps_list=(1, 2, 3, 4, 5, None))  # the recommendation is at None
+    titles = [ax.get_title() for ax in panels(plots.whatif_heatmap(rows))]
+    assert titles == ["disk 1B/s, 1 rank", "disk 2B/s, 1 rank", "disk 3B/s, 1 rank",
+                      "disk unthrottled, 1 rank"]
 
 
 def test_heatmap_leaves_missing_cells_empty():
@@ -158,6 +178,7 @@ def test_curves_draw_predictions_and_measured_points():
     summary = summary_of(SWEEP)
     fig = plots.whatif_curves(rows, summary)
     ax_cpu, ax_cache = fig.axes
+    assert ax_cpu.get_title() == "disk unthrottled, 1 rank: vs CPUs (a line per cache)"
     lines = {ln.get_label(): list(ln.get_ydata()) for ln in ax_cpu.lines}
     assert lines == {"0": [100.0, 200.0, 400.0], "50% 50B": [150.0, 250.0, 450.0],
                      "unlimited": [200.0, 300.0, 500.0]}
@@ -181,10 +202,17 @@ def test_validation_points_identity_and_errors():
     ax = plots.validation(doc).axes[0]
     (pts,) = [c for c in ax.collections if isinstance(c, PathCollection)]
     assert pts.get_offsets().tolist() == [[80.0, 82.0], [240.0, 230.0]]
-    (identity,) = ax.lines
+    identity = ax.lines[0]
     assert list(identity.get_xdata()) == list(identity.get_ydata())
-    assert "median |error| 3.4%" in ax.get_title() and "max |error| 4.2%" in ax.get_title()
-    assert [t.get_text() for t in ax.texts] == ["disk-a (+2.5%)", "disk-b (-4.2%)"]
+    title = ax.get_title()
+    assert "2 held-out runs" in title and "median |error| 3.4%" in title
+    assert "max |error| 4.2%" in title
+    assert [t.get_text() for t in ax.texts] == ["1", "2"]
+    (listing,) = ax.figure.legends
+    assert [t.get_text() for t in listing.get_texts()] == ["1: disk-a (+2.5%)",
+                                                            "2: disk-b (-4.2%)"]
+    lo, hi = ax.get_xlim()
+    assert lo <= 80.0 and hi >= 240.0 and ax.get_ylim() == (lo, hi)
 
 
 # ---- timeline --------------------------------------------------------------------------------
@@ -243,3 +271,61 @@ def test_cli_plot_with_a_chosen_run(prefix, capsys):
     assert f"figure: {prefix / 'timeline.png'}" in capsys.readouterr().out
     assert cli.main(["plot", str(prefix), "--run", "nope"]) == 2
     assert "no run 'nope'" in capsys.readouterr().err
+
+
+def test_heatmap_cells_equal_the_whatif_json_of_the_real_model(prefix, capsys):
+    """`dsanalyze whatif` writes whatif.json; the redrawn heatmap shows exactly its numbers."""
+    assert cli.main(["whatif", str(prefix), "--cpus", "1,2,4", "--cache", "0,50%,none",
+                     "--storage-bw", "none,8M", "--recommend", "--max-stall", "100%"]) == 0
+    capsys.readouterr()
+    doc = json.loads((prefix / "whatif.json").read_text())
+    docs = plots.whatif_documents(prefix, store.load_runs(prefix))
+    assert docs.rows == doc  # newer than every run: read, not refitted
+    # any stall allowed: the cheapest of all, whatever the model predicts
+    (chosen,) = [r for r in doc if r["recommended"]]
+    assert (chosen["cpus"], chosen["cache_bytes"], chosen["storage_read_bps"]) == (1, 0, 8 * MIB)
+    assert docs.recommendation == [
+        "Recommended by `dsanalyze whatif` (whatif.json): **1 CPU, cache 0, disk 8M/s**: "
+        f"stalls {chosen['stall_pct']:.1f}% of the epoch, {chosen['rate_sps']:.1f} samples/s, "
+        f"an epoch in {chosen['epoch_s']:.2f} s (compute {chosen['compute_s']:.2f} s, prep stall "
+        f"{chosen['prep_stall_s']:.2f} s, fetch stall {chosen['fetch_stall_s']:.2f} s)"]
+    fig = plots.whatif_heatmap(doc)
+    for ax, bps in zip(panels(fig), (8 * MIB, None)):
+        grid = ax.images[0].get_array()
+        plane = [r for r in doc if r["storage_read_bps"] == bps]
+        caches = sorted({r["cache_bytes"] for r in plane}, key=lambda c: math.inf if c is None
+                        else c)
+        for r in plane:
+            assert grid[[1, 2, 4].index(r["cpus"]), caches.index(r["cache_bytes"])] == \
+                r["rate_sps"]
+        measured = {(r["cpus"], r["cache_bytes"]) for r in plane if r["measured"]}
+        assert measured == {(1, None), (2, None)}
+        assert len([p for p in ax.patches if p.get_gid() == "measured"]) == 2
+    assert plots.draw_all(prefix, docs=docs)[-1].name == "validation.svg"
+
+
+@pytest.mark.parametrize("values,label", [
+    ({"compute_s": 1.0, "prep_stall_s": 0.5, "fetch_stall_s": None, "prep_stall_pct": 33.3,
+      "fetch_stall_pct": None}, "prep 33%"),  # no disk run: no fetch stall measured
+    ({"compute_s": None, "prep_stall_s": None, "fetch_stall_s": None, "prep_stall_pct": None,
+      "fetch_stall_pct": None}, "no stall data"),  # the synthetic run failed
+])
+def test_stall_breakdown_with_missing_modes(values, label):
+    config = {**cfg(2, None, None), "samples_per_epoch": 100, "modes": {}, **values}
+    fig = plots.stall_breakdown({"configs": [config]})
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == [label]
+    assert [c.patches[0].get_height() for c in bars(fig).values()] == \
+        [values[k] or 0.0 for k in ("compute_s", "prep_stall_s", "fetch_stall_s")]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["cpus=2"]
+
+
+@pytest.mark.slow
+def test_harness_draws_the_figures_by_default(small_dataset, tmp_path, capsys):
+    prefix = tmp_path / "r"
+    assert harness("--data", small_dataset, "--prefix", prefix, "--modes", "synthetic,cached",
+                   "-b", 8, "-j", 1, "--iters", 6, "--warmup", 1, "--sim-step-ms", 10,
+                   "--no-cgroups") == 0
+    out = capsys.readouterr().out
+    for name in ("stall_breakdown.png", "stall_breakdown.svg", "timeline.png", "timeline.svg"):
+        assert f"figure: {prefix / name}" in out and (prefix / name).is_file()

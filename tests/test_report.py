@@ -29,6 +29,7 @@ def summary_of(prefix: Path) -> dict:
     ("cache", {"cache_bytes": None, "cache_spec": "none"}, "cache unlimited"),
     ("cache", {"cache_bytes": 6 * MIB + MIB // 2, "cache_spec": "50%"}, "cache 50% (6.5M)"),
     ("cache", {"cache_bytes": 2 << 30, "cache_spec": "2G"}, "cache 2G"),
+    ("cache", {"cache_bytes": 0, "cache_spec": "0"}, "cache 0"),
     ("bw", {"storage_read_bps": None}, "disk unthrottled"),
     ("bw", {"storage_read_bps": 40 * MIB}, "disk 40M/s"),
 ])

@@ -71,3 +71,16 @@ def test_failed_run_is_reported_not_rated():
 ])
 def test_verdict(prep, fetch, text):
     assert verdict(prep, fetch) == text
+
+
+@pytest.mark.parametrize("dataset_bytes,cache,warned", [
+    (10 << 20, "0", True),     # 10 MiB fits in the 32 MiB margin
+    (500 << 20, "0", False),
+    (500 << 20, "none", False),
+])
+def test_warns_when_the_cache_budget_cannot_bind(dataset_bytes, cache, warned):
+    disk = make_run(Mode.DISK, 0.1, cache=cache)
+    disk = RunResult(disk.spec, "ok", ranks=disk.ranks, dataset={"bytes": dataset_bytes},
+                     enforced={"memory_margin_bytes": 32 << 20} if cache != "none" else {})
+    (b,) = breakdowns([make_run(Mode.SYNTHETIC, 0.1), make_run(Mode.CACHED, 0.1), disk])
+    assert any("does not bind" in w for w in b.warnings) == warned

@@ -117,6 +117,10 @@ def test_counter_tracks_from_the_cgroup():
       "cache_bytes": 1 << 20, "memory_bytes": 2 << 20, "tree_rss_bytes": 99.0},
      {"CPU": {"cores busy": 1.0}, "read bandwidth": {"MB/s": 2.0}, "page cache": {"MiB": 1.0},
       "memory": {"MiB": 2.0}}),
+    # GPUs sampled by NVML: one track each
+    ({"unix_s": 0.0}, {"unix_s": 1.0, "gpu": [{"util_pct": 97.0, "mem_used_bytes": 4 << 20},
+                                               {"util_pct": 12.0, "mem_used_bytes": 0.0}]},
+     {"GPU 0": {"util %": 97.0, "memory MiB": 4.0}, "GPU 1": {"util %": 12.0, "memory MiB": 0.0}}),
     # first sample: levels only, no rate yet
     ({"unix_s": 5.0}, {"unix_s": 5.0, "cpu_usage_s": 1.0, "cache_bytes": 0, "memory_bytes": 0},
      {"page cache": {"MiB": 0.0}, "memory": {"MiB": 0.0}}),

@@ -215,6 +215,7 @@ def _breakdown(anchor: RunResult, group: dict[Mode, RunResult]) -> Breakdown:
     warnings += [f"{m.value} run {r.run_id} {r.status}: {r.error}" for m, r in rates.items()
                  if r.status != "ok"]
     enforced = {k: v for r in group.values() for k, v in r.enforced.items()}
+    warnings += _budget_warnings(anchor)
     res = anchor.spec.resources
     return Breakdown(
         key=res.key if anchor.mode is Mode.DISK else f"cpus{res.cpus or 'all'}",
@@ -224,6 +225,20 @@ def _breakdown(anchor: RunResult, group: dict[Mode, RunResult]) -> Breakdown:
         compute_s=compute, prep_stall_s=prep, fetch_stall_s=fetch, total_s=total,
         prep_stall_pct=pct(prep), fetch_stall_pct=pct(fetch),
         verdict=verdict(pct(prep), pct(fetch)), warnings=tuple(warnings))
+
+
+def _budget_warnings(disk: RunResult) -> list[str]:
+    """A cache budget that cannot bind: the dataset fits in the budget plus the margin."""
+    budget = disk.spec.resources.cache.cache_bytes
+    margin = disk.enforced.get("memory_margin_bytes")
+    dataset_bytes = disk.dataset.get("bytes")
+    if disk.mode is not Mode.DISK or budget is None or not margin or not dataset_bytes:
+        return []
+    if dataset_bytes <= budget + margin:
+        return [f"cache {disk.spec.resources.cache.label} does not bind: the dataset "
+                f"({dataset_bytes / 2**20:.0f} MiB) fits in the budget plus the memory-limit margin "
+                f"({margin / 2**20:.0f} MiB); use a larger dataset"]
+    return []
 
 
 def summary(results: list[RunResult]) -> dict[str, Any]:

@@ -1,11 +1,17 @@
-"""The stall table for the terminal and for the markdown report.
+"""The stall table for the terminal, and the report (markdown and HTML).
 
-Pure formatting over the `summary.json` document (`analysis.stalls.summary`):
-every number shown is read from it, none is computed here.
+Pure formatting over the `summary.json` document (`analysis.stalls.summary`)
+and the what-if documents: every number shown is read from them, none is
+computed here. The verdict thresholds (input-bound above 5% of the time
+stalled, highly above 20%) live with the verdict in `analysis/stalls.py`.
 """
 
 from __future__ import annotations
 
+import base64
+import html
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from dsanalyze.config import format_bytes
@@ -84,7 +90,217 @@ def render_table(summary: dict[str, Any]) -> str:
 
 
 def render_markdown_table(summary: dict[str, Any]) -> str:
-    rows = table_rows(summary)
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+    return render_markdown([("table", list(COLUMNS), table_rows(summary))]).strip()
+
+
+# ---- the report: markdown and HTML ------------------------------------------------------------
+#
+# A report is a list of blocks, rendered twice: ("h1" or "h2", text), ("p", text),
+# ("ul", [text, ...]), ("table", header, rows), ("img", file name, caption).
+# Text may hold **bold** spans, the only inline markup used.
+
+Block = tuple[Any, ...]
+
+FIGURE_CAPTIONS = {
+    "stall_breakdown": "Seconds per epoch per configuration: compute, prep stall and fetch "
+                       "stall, labelled with each stall's share of the epoch.",
+    "whatif_heatmap": "Predicted throughput over CPUs and page cache, a panel per storage "
+                      "bandwidth; dashed: measured, orange: the recommendation.",
+    "whatif_curves": "Predicted throughput against CPUs and against cache (lines), a row per "
+                     "storage bandwidth, with the measured configurations (circles).",
+    "validation": "The what-if model's predictions of held-out runs against their measurements.",
+    "timeline": "Per rank, every iteration's wait for data and compute, in wall time.",
+    "transform_times": "Worker time per sample of each preprocessing step, in pipeline order.",
+}
+
+
+def knob_text(knob: str, cfg: dict[str, Any]) -> str:
+    """One resource knob of a configuration in words: `2 CPUs`, `cache 50% (6.3M)`, `disk 8M/s`."""
+    if knob == "cpus":
+        n = cfg["cpus"]
+        return "all CPUs" if n is None else f"{n} CPU" + "s" * (n > 1)
+    if knob == "cache":
+        if cfg["cache_bytes"] is None:
+            return "cache unlimited"
+        size = format_bytes(cfg["cache_bytes"]) if cfg["cache_bytes"] else "0"
+        return f"cache {cfg['cache_spec']} ({size})" if cfg["cache_spec"].endswith("%") \
+            else f"cache {size}"
+    bps = cfg["storage_read_bps"]
+    return "disk unthrottled" if bps is None else f"disk {format_bytes(bps)}/s"
+
+
+def _job_lines(summary: dict[str, Any]) -> list[str]:
+    job, ds = summary.get("job") or {}, summary.get("dataset") or {}
+    lines = []
+    if job:
+        what = f"script `{job['script']}`" if job.get("script") else \
+            f"built-in image classification ({job['arch']})"
+        device = job["device"] + (f" ({job['sim_step_ms']:g} ms per step)"
+                                  if job["device"] == "sim" else "")
+        ranks = job["nproc_per_node"] * job["nnodes"]
+        window = f"{job['epochs']} epoch(s)" if job.get("epochs") else f"{job['iters']} iterations"
+        lines += [f"**Job**: {what}, {job['loader']} loader, {job['workers']} workers per rank, "
+                  f"batch {job['batch_size']} per rank, {ranks} rank(s), device {device}",
+                  f"**Measured**: {window} per run after {job['warmup']} warm-up iteration(s)"]
+    if ds:
+        lines.append(f"**Dataset**: {ds.get('files')} files, {format_bytes(ds.get('bytes'))}, "
+                     f"mean {format_bytes(ds.get('mean_file_bytes'))} per file, `{ds.get('root')}`")
+    return lines
+
+
+def _grid_lines(summary: dict[str, Any]) -> list[str]:
+    configs = summary["configs"]
+    lines = []
+    for knob, name in (("cpus", "CPUs"), ("cache", "Page cache"), ("bw", "Storage")):
+        seen: list[str] = []
+        for cfg in configs:
+            text = knob_text(knob, cfg)
+            if text not in seen:
+                seen.append(text)
+        if seen:
+            lines.append(f"**{name}**: " + ", ".join(seen))
+    how: dict[str, list[str]] = {}
+    for cfg in configs:
+        for knob, value in cfg["enforced"].items():
+            if knob in ("cpus", "cache", "storage_bw") and str(value) not in how.setdefault(knob, []):
+                how[knob].append(str(value))
+    lines += [f"**Enforced** {knob.replace('_', ' ')}: {'; '.join(v)}" for knob, v in how.items()]
+    return lines
+
+
+def _verdict_lines(summary: dict[str, Any]) -> list[str]:
+    out = []
+    for cfg in summary["configs"]:
+        line = f"**{config_label(cfg)}**: {cfg['verdict']}"
+        disk = cfg["modes"].get("disk", {})
+        if disk.get("epoch1_s") is not None and disk.get("time_s") is not None:
+            line += (f"; the first (cold) epoch took {disk['epoch1_s']:.2f} s, "
+                     f"the steady-state epochs {disk['time_s']:.2f} s")
+        out.append(line)
+    return out
+
+
+def _headline(summary: dict[str, Any]) -> list[Block]:
+    """The most and the least stalled configurations, when there are several."""
+    rated = [c for c in summary["configs"]
+             if c["prep_stall_pct"] is not None or c["fetch_stall_pct"] is not None]
+    if len(rated) < 2:
+        return []
+
+    def stalled(cfg: dict[str, Any]) -> float:
+        return (cfg["prep_stall_pct"] or 0.0) + (cfg["fetch_stall_pct"] or 0.0)
+    most, least = max(rated, key=stalled), min(rated, key=stalled)
+    return [("p", f"Most stalled: **{config_label(most)}**, {most['verdict']}. "
+                  f"Least stalled: **{config_label(least)}**, {least['verdict']}.")]
+
+
+def _whatif_blocks(recommendation: list[str] | None, validation: dict[str, Any] | None,
+                   why_not: str | None) -> list[Block]:
+    blocks: list[Block] = [("h2", "What-if")]
+    if recommendation:
+        blocks.append(("ul", recommendation))
+    if validation:
+        blocks.append(("p", f"Model error on {len(validation['runs'])} held-out run(s): median "
+                            f"{validation['median_abs_error_pct']:.1f}%, maximum "
+                            f"{validation['max_abs_error_pct']:.1f}% (absolute)."))
+    if why_not:
+        blocks.append(("p", why_not))
+    return blocks
+
+
+def report_blocks(summary: dict[str, Any], figures: Sequence[str] = (),
+                  recommendation: list[str] | None = None,
+                  validation: dict[str, Any] | None = None,
+                  whatif_note: str | None = None, title: str = "Data-stall report") -> list[Block]:
+    """The report's content: configuration, stall table, verdicts, what-if, figures.
+
+    `figures` are image file names (PNG) beside the report; `recommendation`
+    the what-if model's answer in words, one line each; `whatif_note` why the
+    what-if section is missing or partial.
+    """
+    n = summary["configs"][0]["samples_per_epoch"] if summary["configs"] else None
+    blocks: list[Block] = [("h1", title), ("h2", "Configuration"),
+                           ("ul", _job_lines(summary) + _grid_lines(summary)),
+                           ("h2", "Stall breakdown"),
+                           ("p", f"Per epoch of {n} samples: rates in samples/s, times in "
+                                 "seconds; a stall's percentage is its share of the epoch."),
+                           ("table", list(COLUMNS), table_rows(summary))]
+    if notes(summary):
+        blocks.append(("ul", [f"note: {line}" for line in notes(summary)]))
+    blocks += [("h2", "Verdict"), *_headline(summary), ("ul", _verdict_lines(summary))]
+    blocks += _whatif_blocks(recommendation, validation, whatif_note)
+    if figures:
+        blocks.append(("h2", "Figures"))
+        blocks += [("img", f, FIGURE_CAPTIONS.get(f.rsplit(".", 1)[0], "")) for f in figures]
+    return blocks
+
+
+def render_markdown(blocks: list[Block]) -> str:
+    out = []
+    for kind, *rest in blocks:
+        if kind in ("h1", "h2"):
+            out.append(f"{'#' * int(kind[1])} {rest[0]}")
+        elif kind == "p":
+            out.append(rest[0])
+        elif kind == "ul":
+            out.append("\n".join(f"- {item}" for item in rest[0]))
+        elif kind == "table":
+            header, rows = rest
+            out.append("\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                                 + ["| " + " | ".join(r) + " |" for r in rows]))
+        elif kind == "img":
+            out.append(f"![{rest[1]}]({rest[0]})\n\n*{rest[1]}*")
+    return "\n\n".join(out) + "\n"
+
+
+def _inline_html(text: str) -> str:
+    parts = html.escape(text).split("**")
+    text = "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts))
+    parts = text.split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+_CSS = ("body{font-family:sans-serif;max-width:70em;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;"
+        "padding:.2em .5em;text-align:right}td:first-child,td:last-child{text-align:left}"
+        "img{max-width:100%}figure{margin:1.5em 0}figcaption{color:#555}")
+
+
+def render_html(blocks: list[Block], images: dict[str, bytes]) -> str:
+    """One self-contained page: every figure in `images` (name -> PNG bytes) embedded."""
+    out = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><style>{_CSS}</style></head><body>"]
+    for kind, *rest in blocks:
+        if kind in ("h1", "h2", "p"):
+            out.append(f"<{kind}>{_inline_html(rest[0])}</{kind}>")
+        elif kind == "ul":
+            out.append("<ul>" + "".join(f"<li>{_inline_html(i)}</li>" for i in rest[0]) + "</ul>")
+        elif kind == "table":
+            header, rows = rest
+            out.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header)
+                       + "</tr>" + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>"
+                                                            for c in r) + "</tr>" for r in rows)
+                       + "</table>")
+        elif kind == "img" and rest[0] in images:
+            data = base64.b64encode(images[rest[0]]).decode("ascii")
+            out.append(f"<figure><img src='data:image/png;base64,{data}' "
+                       f"alt='{html.escape(rest[1])}'><figcaption>{html.escape(rest[1])}"
+                       "</figcaption></figure>")
+    return "\n".join(out + ["</body></html>"]) + "\n"
+
+
+def write_report(prefix: str | Path) -> list[Path]:
+    """Redraw the figures and write `PREFIX/report.md` and the self-contained `report.html`."""
+    from dsanalyze import store
+    from dsanalyze.analysis import stalls
+    from dsanalyze.report import plots  # matplotlib: only when a report is asked for
+
+    prefix = Path(prefix)
+    runs = store.load_runs(prefix)
+    docs = plots.whatif_documents(prefix, runs)
+    pngs = [p for p in plots.draw_all(prefix, docs=docs) if p.suffix == ".png"]
+    blocks = report_blocks(stalls.summary(runs), [p.name for p in pngs], docs.recommendation,
+                           docs.validation, docs.note, title=f"Data-stall report: {prefix.name}")
+    md, page = prefix / "report.md", prefix / "report.html"
+    md.write_text(render_markdown(blocks))
+    page.write_text(render_html(blocks, {p.name: p.read_bytes() for p in pngs}))
+    return [md, page]

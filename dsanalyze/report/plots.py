@@ -1,0 +1,568 @@
+"""The figures: stall breakdown, what-if heatmap and curves, validation, timeline.
+
+Each `Figure` is built with matplotlib's object-oriented API on the Agg
+backend (no pyplot state, no display), from the analysis documents passed in:
+the `summary.json` document, the what-if grid (`whatif.json`: one row per
+combination), the validation document, a stored run. Every number drawn is
+read from those documents; the only arithmetic here is layout. `draw_all`
+writes each figure as PNG and SVG into the prefix.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+from matplotlib.colors import Normalize  # noqa: E402  (after choosing the backend)
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
+
+from dsanalyze import store  # noqa: E402
+from dsanalyze.analysis import stalls  # noqa: E402
+from dsanalyze.config import format_bytes  # noqa: E402
+from dsanalyze.errors import DsAnalyzeError, StoreError  # noqa: E402
+from dsanalyze.instrument import transforms as step_timing  # noqa: E402  (imports no torch)
+from dsanalyze.report import trace  # noqa: E402
+from dsanalyze.report.summary import config_label, knob_text  # noqa: E402
+from dsanalyze.store import RunResult  # noqa: E402
+
+# Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
+COLORS = {"compute": "#999999", "prep stall": "#E69F00", "fetch stall": "#0072B2"}
+WAIT_COLOR, COMPUTE_COLOR, RECOMMEND_COLOR = "#D55E00", "#999999", "#D55E00"
+DPI = 150
+FORMATS = ("png", "svg")
+INF = float("inf")
+
+
+def _unlimited_last(x: float | None) -> float:
+    return INF if x is None else x
+
+
+# ---- stall breakdown ------------------------------------------------------------------------
+
+_KNOBS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "cpus": lambda c: c["cpus"],
+    "cache": lambda c: c["cache_bytes"],
+    "bw": lambda c: c["storage_read_bps"],
+}
+
+
+def ordered_configs(configs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Configurations so that a trend shows, and the knobs that vary among them.
+
+    The knob with the most distinct values varies fastest; each knob runs
+    from the least resource to the most (unlimited last), so within a group
+    the stall should shrink from left to right.
+    """
+    distinct = {k: len({f(c) for c in configs}) for k, f in _KNOBS.items()}
+    varying = sorted((k for k, n in distinct.items() if n > 1), key=lambda k: distinct[k])
+    ordered = sorted(configs, key=lambda c: tuple(_unlimited_last(_KNOBS[k](c)) for k in varying))
+    return ordered, varying
+
+
+def stall_breakdown(summary: dict[str, Any]) -> Figure:
+    """Stacked bars per configuration: compute, prep stall, fetch stall (s per epoch).
+
+    Heights are the summary's `compute_s`, `prep_stall_s`, `fetch_stall_s`;
+    each bar is labelled with its `prep_stall_pct` and `fetch_stall_pct`. A
+    black tick marks a disk run's cold first epoch (`epoch1_s`) where it has one.
+    """
+    configs, varying = ordered_configs(summary["configs"])
+    fig = Figure(figsize=(max(6.0, 1.15 * len(configs) + 2.5), 4.8), layout="constrained")
+    ax = fig.subplots()
+    x = list(range(len(configs)))
+    bottom = [0.0] * len(configs)
+    for name, key in (("compute", "compute_s"), ("prep stall", "prep_stall_s"),
+                      ("fetch stall", "fetch_stall_s")):
+        heights = [c[key] or 0.0 for c in configs]
+        ax.bar(x, heights, 0.62, bottom=bottom, label=name, color=COLORS[name])
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    for xi, top, cfg in zip(x, bottom, configs):
+        ax.annotate(_stall_label(cfg), (xi, top), xytext=(0, 3), textcoords="offset points",
+                    ha="center", va="bottom", fontsize=8.5)
+    cold = [(xi, c["modes"]["disk"]["epoch1_s"]) for xi, c in zip(x, configs)
+            if c["modes"].get("disk", {}).get("epoch1_s") is not None]
+    if cold:
+        ax.scatter(*zip(*cold), marker="_", s=500, color="black", zorder=3,
+                   label="cold 1st epoch (disk)")
+    ax.set_xticks(x, ["\n".join(knob_text(k, c) for k in varying) or config_label(c)
+                      for c in configs], fontsize=8.5)
+    ax.set_ylabel("seconds per epoch")
+    ax.set_ymargin(0.18)
+    n = configs[0]["samples_per_epoch"] if configs else None
+    fixed = [knob_text(k, configs[0]) for k in _KNOBS if k not in varying and configs]
+    ax.set_title("Where each epoch's time goes" + (f" ({n} samples)" if n else "")
+                 + ("\n" + ", ".join(fixed) if fixed else ""), fontsize=11)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    fig.legend(loc="outside lower center", ncol=4, frameon=False, fontsize=9)
+    return fig
+
+
+def _stall_label(cfg: dict[str, Any]) -> str:
+    parts = [f"{kind} {cfg[f'{kind}_stall_pct']:.0f}%" for kind in ("prep", "fetch")
+             if cfg[f"{kind}_stall_pct"] is not None]
+    return "\n".join(parts) or "no stall data"
+
+
+# ---- what-if ---------------------------------------------------------------------------------
+
+SLICE_KNOBS = ("storage_read_bps", "gpu_speedup", "nproc")
+METRIC_LABELS = {"rate_sps": "predicted throughput (samples/s)", "epoch_s": "epoch time (s)"}
+
+
+def is_recommended(row: dict[str, Any]) -> bool:
+    return bool(row.get("recommended"))
+
+
+MAX_PANELS = 4
+
+
+def whatif_planes(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """The CPUs x cache planes of the grid: one per storage bandwidth, GPU speed-up, ranks.
+
+    Ordered by bandwidth (the slowest first, unthrottled last); at most
+    MAX_PANELS, the recommended one always among them.
+    """
+    planes: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        planes.setdefault(tuple(r.get(k) for k in SLICE_KNOBS), []).append(r)
+    keys = sorted(planes, key=lambda k: tuple(_unlimited_last(x) for x in k))
+    rec = [k for k in keys if any(is_recommended(r) for r in planes[k])]
+    keys = (rec + [k for k in keys if k not in rec])[:MAX_PANELS] if rec else keys[:MAX_PANELS]
+    keys.sort(key=lambda k: tuple(_unlimited_last(x) for x in k))
+    return [(dict(zip(SLICE_KNOBS, k)), planes[k]) for k in keys]
+
+
+def _cache_axis(rows: list[dict[str, Any]]) -> tuple[list[Any], list[str]]:
+    keys = sorted({r["cache_bytes"] for r in rows}, key=_unlimited_last)
+    spec = {r["cache_bytes"]: r.get("cache_spec") for r in rows}
+    labels = []
+    for k in keys:
+        s = spec[k] or ""
+        labels.append("unlimited" if k is None else "0" if k == 0 else
+                      f"{s}\n{format_bytes(k)}" if s.endswith("%") else format_bytes(k))
+    return keys, labels
+
+
+def _slice_title(fixed: dict[str, Any]) -> str:
+    bw = fixed.get("storage_read_bps")
+    parts = ["disk unthrottled" if bw is None else f"disk {format_bytes(bw)}/s"]
+    if fixed.get("gpu_speedup") not in (None, 1, 1.0):
+        parts.append(f"GPU x{fixed['gpu_speedup']:g}")
+    if fixed.get("nproc") is not None:
+        parts.append(f"{fixed['nproc']} rank" + "s" * (fixed["nproc"] > 1))
+    return ", ".join(parts)
+
+
+def heatmap_grid(rows: list[dict[str, Any]], metric: str = "rate_sps"
+                 ) -> tuple[list[int], list[Any], list[list[float]]]:
+    """(cpus, cache_bytes, values[cpu][cache]) of a slice; NaN where not predicted."""
+    cpus = sorted({r["cpus"] for r in rows}, key=_unlimited_last)
+    caches, _ = _cache_axis(rows)
+    cell = {(r["cpus"], r["cache_bytes"]): r.get(metric) for r in rows}
+    grid = [[float("nan") if cell.get((c, k)) is None else float(cell[(c, k)]) for k in caches]
+            for c in cpus]
+    return cpus, caches, grid
+
+
+def whatif_heatmap(rows: list[dict[str, Any]], metric: str = "rate_sps") -> Figure:
+    """Predicted `metric` over CPUs (rows) x cache (columns), one panel per storage bandwidth.
+
+    One colour scale from 0 for every panel, each cell labelled with its value;
+    dashed: a measured configuration; orange: the recommendation.
+    """
+    planes = whatif_planes(rows)
+    n_cache = max((len(_cache_axis(p)[0]) for _, p in planes), default=1)
+    n_cpu = max((len({r["cpus"] for r in p}) for _, p in planes), default=1)
+    fig = Figure(figsize=(max(5.5, (0.72 * n_cache + 0.6) * len(planes) + 1.6),
+                          max(3.6, 0.55 * n_cpu + 2.4)), layout="constrained")
+    axes = fig.subplots(1, max(1, len(planes)), sharey=True, squeeze=False)[0]
+    values = [r[metric] for _, p in planes for r in p if r.get(metric) is not None]
+    norm = Normalize(0.0, max(values, default=1.0) or 1.0)
+    styles = {"measured": dict(edgecolor="white", linestyle="--", linewidth=1.6),
+              "recommended": dict(edgecolor=RECOMMEND_COLOR, linewidth=3.0)}
+    drawn: set[str] = set()
+    for ax, (fixed, plane) in zip(axes, planes):
+        im = _heatmap_panel(ax, plane, metric, norm, styles, drawn)
+        ax.set_title(_slice_title(fixed), fontsize=10)
+    axes[0].set_ylabel("CPUs")
+    if planes:
+        fig.colorbar(im, ax=list(axes), label=METRIC_LABELS.get(metric, metric))
+    fig.suptitle(f"What-if: {METRIC_LABELS.get(metric, metric)}", fontsize=11)
+    handles = [Patch(fill=False, label=k, **{**v, "edgecolor": "black"} if k == "measured" else v)
+               for k, v in styles.items() if k in drawn]
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncol=2, frameon=False,
+                   fontsize=9)
+    return fig
+
+
+def _heatmap_panel(ax: Any, plane: list[dict[str, Any]], metric: str, norm: Normalize,
+                   styles: dict[str, dict[str, Any]], drawn: set[str]) -> Any:
+    cpus, caches, grid = heatmap_grid(plane, metric)
+    im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis", norm=norm)
+    for i, row in enumerate(grid):
+        for j, v in enumerate(row):
+            if v == v:  # not NaN
+                ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=8,
+                        color="white" if norm(v) < 0.55 else "black")
+    index = {(c, k): (j, i) for i, c in enumerate(cpus) for j, k in enumerate(caches)}
+    for label, pick in (("measured", lambda r: r.get("measured")), ("recommended", is_recommended)):
+        for r in plane:
+            if pick(r):
+                j, i = index[(r["cpus"], r["cache_bytes"])]
+                style = dict(styles[label])
+                if label == "measured" and norm(grid[i][j]) >= 0.55:
+                    style["edgecolor"] = "black"  # as the cell's text: visible on a light cell
+                ax.add_patch(Rectangle((j - 0.44, i - 0.42), 0.88, 0.84, fill=False, gid=label,
+                                       **style))
+                drawn.add(label)
+    ax.set_xticks(range(len(caches)), _cache_axis(plane)[1], fontsize=7.5)
+    ax.set_yticks(range(len(cpus)), ["all" if c is None else str(c) for c in cpus])
+    ax.set_xlabel("page cache")
+    return im
+
+
+def measured_rate(summary: dict[str, Any] | None, cpus: Any, cache_bytes: Any,
+                  storage_read_bps: Any) -> float | None:
+    """The measured steady-state rate of a configuration: its disk run, else its cached run."""
+    for cfg in (summary or {}).get("configs", []):
+        if (cfg["cpus"], cfg["cache_bytes"], cfg["storage_read_bps"]) == \
+                (cpus, cache_bytes, storage_read_bps):
+            mode = cfg["modes"].get("disk") or cfg["modes"].get("cached") or {}
+            return mode.get("rate_sps")
+    return None
+
+
+def whatif_curves(rows: list[dict[str, Any]], summary: dict[str, Any] | None = None) -> Figure:
+    """Predicted throughput vs CPUs (a line per cache) and vs cache (a line per CPU count).
+
+    One row of two panels per storage bandwidth (as the heatmap's panels).
+    Circles: the measured rate of every row marked measured (the row's
+    `measured_sps`, else the summary's), in the colour of the line it belongs on.
+    """
+    planes = whatif_planes(rows)
+    fig = Figure(figsize=(10, 0.6 + 3.7 * max(1, len(planes))), layout="constrained")
+    axes = fig.subplots(max(1, len(planes)), 2, sharey=True, squeeze=False)
+    for (ax_cpu, ax_cache), (fixed, plane) in zip(axes, planes):
+        _curves_row(ax_cpu, ax_cache, plane, fixed, summary)
+    axes[0][0].set_ylim(bottom=0)
+    fig.suptitle("What-if: predicted throughput (lines), measured (circles)", fontsize=11)
+    return fig
+
+
+def _curves_row(ax_cpu: Any, ax_cache: Any, plane: list[dict[str, Any]], fixed: dict[str, Any],
+                summary: dict[str, Any] | None) -> None:
+    cpus, caches, grid = heatmap_grid(plane, "rate_sps")
+    _, cache_labels = _cache_axis(plane)
+    cpu_x = list(range(len(cpus)))
+    cache_lines = [ax_cpu.plot(cpu_x, [g[j] for g in grid], marker=".",
+                               label=label.replace("\n", " "))[0]
+                   for j, label in enumerate(cache_labels)]
+    cpu_lines = [ax_cache.plot(range(len(caches)), grid[i], marker=".",
+                               label=f"{knob_text('cpus', {'cpus': c})}")[0]
+                 for i, c in enumerate(cpus)]
+    pts = [(r, r.get("measured_sps") or measured_rate(summary, r["cpus"], r["cache_bytes"],
+                                                      fixed.get("storage_read_bps")))
+           for r in plane if r.get("measured")]
+    pts = [(cpus.index(r["cpus"]), caches.index(r["cache_bytes"]), m) for r, m in pts
+           if m is not None]
+    for ax, xs, lines in ((ax_cpu, [i for i, _, _ in pts], [cache_lines[j] for _, j, _ in pts]),
+                          (ax_cache, [j for _, j, _ in pts], [cpu_lines[i] for i, _, _ in pts])):
+        if pts:
+            ax.scatter(xs, [m for _, _, m in pts], marker="o", s=70, facecolors="none",
+                       edgecolors=[line.get_color() for line in lines], linewidths=1.8,
+                       zorder=3, gid="measured")
+            ax.scatter([], [], marker="o", s=70, facecolors="none", edgecolors="black",
+                       linewidths=1.8, label="measured")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7.5, frameon=False, loc="best")
+    where = _slice_title(fixed)
+    ax_cpu.set_xticks(cpu_x, ["all" if c is None else str(c) for c in cpus])
+    ax_cpu.set(xlabel="CPUs", ylabel="throughput (samples/s)",
+               title=f"{where}: vs CPUs (a line per cache)")
+    ax_cache.set_xticks(range(len(caches)), cache_labels, fontsize=8)
+    ax_cache.set(xlabel="page cache", title=f"{where}: vs cache (a line per CPU count)")
+    for ax in (ax_cpu, ax_cache):
+        ax.title.set_fontsize(10)
+
+
+def validation(doc: dict[str, Any]) -> Figure:
+    """Predicted vs measured throughput of the held-out runs, with the identity line.
+
+    Each point holds its number; the numbers are listed under the axes with the
+    run id and its error. The axes span the points (not from zero) so that
+    a few percent of error stays visible.
+    """
+    runs = doc["runs"]
+    fig = Figure(figsize=(5.8, 5.4 + 0.17 * len(runs)), layout="constrained")
+    ax = fig.subplots()
+    measured = [r["measured_sps"] for r in runs]
+    predicted = [r["predicted_sps"] for r in runs]
+    lo, hi = min([*measured, *predicted]) * 0.85, max([*measured, *predicted]) * 1.1
+    ax.plot([lo, hi], [lo, hi], color="black", linewidth=1, label="predicted = measured")
+    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="#999999",
+                    alpha=0.2, label="within 10%")
+    ax.scatter(measured, predicted, s=150, color="#0072B2", alpha=0.85, zorder=3,
+               label="held-out run")
+    for i, r in enumerate(runs, 1):  # the number inside its own marker: no doubt which is which
+        ax.annotate(str(i), (r["measured_sps"], r["predicted_sps"]), ha="center", va="center",
+                    fontsize=7, color="white", fontweight="bold", zorder=4)
+        ax.plot([], [], " ", label=f"{i}: {r['run_id']} ({r['error_pct']:+.1f}%)")
+    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="measured (samples/s)",
+           ylabel="predicted (samples/s)", aspect="equal")
+    ax.set_title(f"What-if model validation: {len(runs)} held-out runs\nmedian |error| "
+                 f"{doc['median_abs_error_pct']:.1f}%, max |error| "
+                 f"{doc['max_abs_error_pct']:.1f}%", fontsize=11)
+    ax.grid(alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles[:3], labels[:3], loc="upper left", fontsize=8, frameon=False)
+    fig.legend(handles[3:], labels[3:], loc="outside lower center", fontsize=7.5, frameon=False,
+               handlelength=0, ncol=1)
+    return fig
+
+
+# ---- timeline --------------------------------------------------------------------------------
+
+def timeline(run: RunResult) -> Figure:
+    """Per rank, each iteration's data wait and compute against wall time (s from start).
+
+    Warm-up iterations (discarded by the analysis) are drawn pale; dotted
+    vertical lines mark where rank 0 starts an epoch (counted from 1).
+    """
+    rows = [(rank, trace.iteration_spans(rank)) for rank in run.ranks]
+    t0 = min(r.start_unix_s for r in run.ranks)
+    fig = Figure(figsize=(10, 1.9 + 0.55 * len(rows)), layout="constrained")
+    ax = fig.subplots()
+    for y, (rank, spans) in enumerate(rows):
+        for name, color in ((trace.WAIT, WAIT_COLOR), (trace.COMPUTE, COMPUTE_COLOR)):
+            for warm in (False, True):
+                bars = [(rank.start_unix_s - t0 + s.start_s, s.dur_s) for s in spans
+                        if s.name == name and s.warmup == warm]
+                if bars:
+                    ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=color,
+                                   alpha=0.35 if warm else 1.0, gid=f"{name}|{warm}|{rank.rank}",
+                                   edgecolor="white", linewidth=0.6 if len(spans) < 600 else 0,
+                                   label=(f"{name} (warm-up)" if warm else name) if y == 0
+                                   else None)
+    rank0, first = rows[0] if rows else (None, [])
+    for e in sorted({s.epoch for s in first})[1:]:
+        start = rank0.start_unix_s - t0 + next(s.start_s for s in first if s.epoch == e)
+        ax.axvline(start, color="black", linewidth=0.8, linestyle=":")
+        ax.annotate(f"epoch {e + 1}", (start, len(rows) - 0.5), xytext=(2, 0),
+                    textcoords="offset points", fontsize=8, va="bottom")
+    ax.set_yticks(range(len(rows)), [f"rank {r.rank}" for r, _ in rows])
+    ax.set_ylim(-0.6, len(rows) - 0.3)
+    ax.set_xlabel("seconds since the first iteration")
+    rate = stalls.run_rate(run)
+    waiting = f"{rate.wait_pct:.0f}% of measured time waiting for data" \
+        if rate.wait_pct is not None else "no measured iterations"
+    if rate.epoch1_s is not None:
+        waiting += f"\n(measured: the epochs after the first, cold one of {rate.epoch1_s:.1f} s)"
+    ax.set_title(f"Timeline of {run.run_id}: {waiting}", fontsize=11)
+    fig.legend(loc="outside lower center", ncol=4, frameon=False, fontsize=9)
+    return fig
+
+
+# ---- per-transform times ---------------------------------------------------------------------
+
+def transform_times(rows: list[dict[str, Any]], run_id: str = "") -> Figure:
+    """Worker time per sample of each preprocessing step (ms), in pipeline order.
+
+    `rows`: a run's step table (`instrument.transforms.run_table`): read+decode,
+    then each step of the training pipeline. The bars add up to the worker
+    time one sample costs in these steps; the title gives that sum.
+    """
+    labels = [r["name"] if r["stage"] in ("loader", "transform") else f"{r['stage']}: {r['name']}"
+              for r in rows]
+    ms = [r["mean_s_per_sample"] * 1e3 for r in rows]
+    total = sum(ms)
+    fig = Figure(figsize=(7, 1.5 + 0.4 * len(rows)), layout="constrained")
+    ax = fig.subplots()
+    bars = ax.barh(range(len(rows)), ms, color=COLORS["prep stall"], gid="transform_times")
+    for bar, v in zip(bars, ms):
+        ax.annotate(f"{v:.2f} ms ({100 * v / total:.0f}%)" if total else f"{v:.2f} ms",
+                    (bar.get_width(), bar.get_y() + bar.get_height() / 2), xytext=(3, 0),
+                    textcoords="offset points", va="center", fontsize=8)
+    ax.set_yticks(range(len(rows)), labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(ms, default=1) * 1.3)
+    ax.set_xlabel("worker time per sample (ms)")
+    where = f" of {run_id}" if run_id else ""
+    ax.set_title(f"Preprocessing steps{where}: {total:.2f} ms per sample", fontsize=11)
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def transform_run(runs: list[RunResult]) -> RunResult | None:
+    """The run whose step table to draw: a cached run (no I/O in read+decode), else any."""
+    timed = [r for r in runs if r.ok and any(k.extra.get("transforms") for k in r.ranks)]
+    order = {"cached": 0, "loader": 1, "disk": 2}
+    return min(timed, key=lambda r: (order.get(r.mode.value, 3), r.run_id), default=None)
+
+
+# ---- all figures of a prefix -----------------------------------------------------------------
+
+def save(fig: Figure, prefix: str | Path, name: str) -> list[Path]:
+    """Write `PREFIX/<name>.png` and `.svg`; returns the paths."""
+    paths = []
+    for fmt in FORMATS:
+        path = Path(prefix) / f"{name}.{fmt}"
+        fig.savefig(path, dpi=DPI, format=fmt)
+        paths.append(path)
+    return paths
+
+
+def timeline_run(summary: dict[str, Any], runs: list[RunResult]) -> RunResult | None:
+    """The completed run that waited most for data (by the summary's `wait_pct`)."""
+    rated = [r for r in summary["runs"] if r["wait_pct"] is not None]
+    if not rated:
+        return None
+    worst = max(rated, key=lambda r: r["wait_pct"])["run_id"]
+    return next(r for r in runs if r.run_id == worst)
+
+
+@dataclass(frozen=True)
+class WhatIfDocs:
+    """What the what-if model says about a prefix, as the plots and the report need it."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)  # whatif.json: one per combination
+    validation: dict[str, Any] | None = None  # the `validate --json` document
+    recommendation: list[str] = field(default_factory=list)  # the answer in words, per line
+    note: str | None = None  # why something is missing
+
+
+DEFAULT_CACHES = ("0", "25%", "50%", "75%", "100%")  # as `dsanalyze whatif`
+MAX_STALL_PCT = 5.0  # the recommendation's stall budget: input-bound above it
+
+
+def whatif_documents(prefix: str | Path, runs: list[RunResult]) -> WhatIfDocs:
+    """The what-if grid, validation and recommendation of a prefix, when the model is there.
+
+    `PREFIX/whatif.json` and `validation.json` as `dsanalyze whatif` and
+    `validate` wrote them, when they are newer than every run; else the model
+    fitted here on the runs, over the measured CPU counts and 2x and 4x the
+    largest, the caches of `dsanalyze whatif`, and the measured bandwidths.
+    """
+    try:
+        from dsanalyze.analysis import whatif
+    except ImportError:
+        return WhatIfDocs(note="What-if: not available, the what-if model "
+                               "(dsanalyze/analysis/whatif.py) is not installed.")
+    prefix = Path(prefix)
+    notes = []
+    rows, recommendation = _stored(prefix, "whatif.json"), []
+    if rows is None:
+        try:
+            rows, recommendation = _fit_grid(whatif, runs, _dataset_sizes(runs))
+        except DsAnalyzeError as e:
+            rows, notes = [], [f"What-if: no model fitted on these runs: {e}"]
+    else:
+        recommendation = [f"Recommended by `dsanalyze whatif` (whatif.json): "
+                          f"{_recommended_text(r)}" for r in rows if is_recommended(r)]
+    val = _stored(prefix, "validation.json")
+    if val is None:
+        try:
+            val = whatif.validation_document(whatif.validate(runs, _dataset_sizes(runs)))
+        except DsAnalyzeError as e:
+            notes.append(f"Validation: {e}")
+    return WhatIfDocs(rows, val, recommendation, " ".join(notes) or None)
+
+
+def _stored(prefix: Path, name: str) -> Any:
+    """A JSON document of the prefix, if it is newer than every run file."""
+    path = prefix / name
+    runs = list(store.runs_dir(prefix).glob("*.json"))
+    if not path.is_file() or any(r.stat().st_mtime > path.stat().st_mtime for r in runs):
+        return None
+    return json.loads(path.read_text())
+
+
+def _dataset_sizes(runs: list[RunResult]) -> list[int] | None:
+    """The file sizes of the runs' dataset while it is still there (as `dsanalyze whatif`)."""
+    from dsanalyze.jobs.datasets import scan_dataset
+
+    ok = [r for r in runs if r.ok]
+    root = ok[0].dataset.get("root") if ok else None
+    if not root or not Path(root).is_dir():
+        return None
+    try:
+        sizes = list(scan_dataset(root).file_bytes)
+    except DsAnalyzeError:
+        return None
+    return sizes if len(sizes) == ok[0].dataset.get("files") else None
+
+
+def _fit_grid(whatif: Any, runs: list[RunResult], sizes: list[int] | None
+              ) -> tuple[list[dict[str, Any]], list[str]]:
+    model = whatif.fit(runs, sizes)
+    measured = sorted({whatif.run_cpus(r) for r in runs if r.ok and r.ranks})
+    cpus = sorted(set(measured) | {2 * measured[-1], 4 * measured[-1]})
+    bws = sorted({r.spec.resources.storage_read_bps for r in runs if r.ok and r.mode.value
+                  == "disk"}, key=_unlimited_last) or [None]
+    ok = [r for r in runs if r.ok]
+    caches = [*DEFAULT_CACHES, *sorted({r.spec.resources.cache.spec for r in ok
+                                        if r.mode.value == "disk"} - set(DEFAULT_CACHES))]
+    cfgs = whatif.configs(cpus, caches, bws, int(ok[0].dataset["bytes"]))
+    preds = whatif.grid(model, cfgs, runs)
+    rec = whatif.recommend(preds, runs, MAX_STALL_PCT)
+    lines = [f"Recommended, the cheapest combination with stalls under {MAX_STALL_PCT:g}%: "
+             + _recommended_text(p.to_dict()) for p in [rec.chosen] if p is not None]
+    if rec.chosen is None:
+        lines.append(f"No combination of the grid keeps stalls under {MAX_STALL_PCT:g}%; the "
+                     f"least stalled: {_recommended_text(rec.closest.to_dict())}")
+    if rec.speedup is not None:
+        lines.append(f"Predicted {rec.speedup:.2f}x the measured configuration "
+                     f"{rec.baseline_run} ({rec.baseline_sps:.1f} samples/s).")
+    return whatif.whatif_document(preds, rec), lines
+
+
+def _recommended_text(row: dict[str, Any]) -> str:
+    """A what-if row in words; every number is the row's."""
+    cfg = {"cpus": row["cpus"], "cache_bytes": row["cache_bytes"],
+           "cache_spec": row["cache_spec"], "storage_read_bps": row["storage_read_bps"]}
+    what = ", ".join(knob_text(k, cfg) for k in _KNOBS)
+    stall = f"stalls {row['stall_pct']:.1f}% of the epoch, " if "stall_pct" in row else ""
+    return (f"**{what}**: {stall}{row['rate_sps']:.1f} samples/s, an epoch in "
+            f"{row['epoch_s']:.2f} s (compute {row['compute_s']:.2f} s, prep stall "
+            f"{row['prep_stall_s']:.2f} s, fetch stall {row['fetch_stall_s']:.2f} s)")
+
+
+def draw_all(prefix: str | Path, run_id: str | None = None,
+             docs: WhatIfDocs | None = None) -> list[Path]:
+    """Redraw every figure of a prefix from its stored runs; returns the files written.
+
+    The stall breakdown; the timeline of `run_id`, or of the run that waited
+    most for data; and, when the what-if model has been fitted on these runs,
+    its heatmap, curves and validation (`docs`: already read, else read here).
+    """
+    runs = store.load_runs(prefix)
+    summary = stalls.summary(runs)
+    figures: dict[str, Figure] = {}
+    if summary["configs"]:
+        figures["stall_breakdown"] = stall_breakdown(summary)
+    run = next((r for r in runs if r.run_id == run_id), None) if run_id else \
+        timeline_run(summary, runs)
+    if run_id and run is None:
+        raise StoreError(f"no run {run_id!r} under {prefix}: pick one of "
+                         + ", ".join(r.run_id for r in runs))
+    if run is not None and run.ranks:
+        figures["timeline"] = timeline(run)
+    steps_run = transform_run(runs)
+    if steps_run is not None:
+        figures["transform_times"] = transform_times(step_timing.run_table(steps_run),
+                                                     steps_run.run_id)
+    docs = docs or whatif_documents(prefix, runs)
+    if docs.rows:
+        figures["whatif_heatmap"] = whatif_heatmap(docs.rows)
+        figures["whatif_curves"] = whatif_curves(docs.rows, summary)
+    if docs.validation and docs.validation.get("runs"):
+        figures["validation"] = validation(docs.validation)
+    return [p for name, fig in figures.items() for p in save(fig, prefix, name)]
