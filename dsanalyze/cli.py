@@ -34,7 +34,8 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--data", dest="data_dir", help="dataset directory (an ImageFolder)")
     g.add_argument("-a", "--arch", help="torchvision model of the built-in job (resnet18)")
     g.add_argument("-b", "--batch-size", dest="batch_size", type=int, help="batch size per rank (32)")
-    g.add_argument("-j", "--workers", type=int, help="DataLoader workers per rank (2)")
+    g.add_argument("-j", "--workers", type=int,
+                   help="per rank: DataLoader workers, or DALI threads (2)")
     w = g.add_mutually_exclusive_group()
     w.add_argument("--iters", type=int, help="measured iterations per rank after warm-up (50)")
     w.add_argument("--epochs", type=int, help="measured whole epochs")
@@ -46,6 +47,9 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--loader", choices=config.LOADERS, help="pytorch or dali (pytorch)")
     g.add_argument("--seed", type=int, help="sampler seed (0)")
     g.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per run (1800)")
+    g.add_argument("--loader-index", dest="loader_index", type=int,
+                   help="user script: time its K-th loader created (0-based) as the training "
+                        "loader (default: the first shuffled loader iterated)")
     d = p.add_argument_group("distributed (passed to torch.distributed.run)")
     d.add_argument("--nproc_per_node", "--nproc-per-node", dest="nproc_per_node", type=int)
     d.add_argument("--nnodes", type=int)
@@ -213,10 +217,236 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
     return _harness(ns.rest)
 
 
+def _cmd_plot(ns: argparse.Namespace) -> int:
+    from dsanalyze.report import plots
+
+    for path in plots.draw_all(Path(ns.prefix), ns.run):
+        print(f"figure: {path}")
+    return 0
+
+
+def _cmd_report(ns: argparse.Namespace) -> int:
+    from dsanalyze.report.summary import write_report
+
+    for path in write_report(Path(ns.prefix)):
+        print(f"report: {path}")
+    return 0
+
+
+def _cmd_trace(ns: argparse.Namespace) -> int:
+    from dsanalyze.report.trace import write_trace
+
+    path = write_trace(Path(ns.prefix), ns.run, ns.output)
+    print(f"trace: {path} (open it in https://ui.perfetto.dev or chrome://tracing)")
+    return 0
+
+
+# ---- what-if and validate (computation in analysis/whatif.py; printing here) ----------------
+
+def _runs_and_sizes(prefix: str) -> tuple[list[Any], list[int] | None]:
+    """The runs of a prefix, and the file sizes of their dataset if it is still there."""
+    from dsanalyze import store
+    from dsanalyze.jobs.datasets import scan_dataset
+
+    runs = store.load_runs(prefix)
+    ok = [r for r in runs if r.ok]
+    if not ok:
+        raise ConfigError(f"no completed runs under {prefix}: run harness.py --prefix {prefix}")
+    root = ok[0].dataset.get("root")
+    if root and Path(root).is_dir():
+        try:
+            sizes = list(scan_dataset(root).file_bytes)
+        except DsAnalyzeError:
+            return runs, None
+        if len(sizes) == ok[0].dataset.get("files"):
+            return runs, sizes
+    return runs, None
+
+
+def _pct(text: str) -> float:
+    try:
+        return float(str(text).strip().rstrip("%"))
+    except ValueError:
+        raise ConfigError(f"cannot read {text!r}: write a percentage such as 5%") from None
+
+
+def _print_params(model: Any) -> None:
+    print("Model parameters (value, runs it came from, how)")
+    for p in model.params:
+        if p.value is None:
+            value = "-"
+        elif p.unit in ("B", "B/s"):
+            value = config.format_bytes(p.value) + ("/s" if p.unit == "B/s" else "")
+        else:
+            value = f"{p.value:.4g} {p.unit}"
+        runs = ", ".join(p.runs[:3]) + (f" +{len(p.runs) - 3}" if len(p.runs) > 3 else "")
+        print(f"  {p.name:34s} {value:>14s}  {p.how}" + (f" [{runs}]" if runs else ""))
+
+
+def _table(header: tuple[str, ...], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def _bw_label(bps: int | None) -> str:
+    return "as measured" if bps is None else f"{config.format_bytes(bps)}/s"
+
+
+def _cache_label(spec: str, cache_bytes: int | None) -> str:
+    if cache_bytes is None:
+        return "none"
+    return f"{spec} ({config.format_bytes(cache_bytes)})" if spec.endswith("%") else \
+        config.format_bytes(cache_bytes)
+
+
+def _recommendation_text(rec: Any) -> str:
+    pick = rec.chosen or rec.closest
+    c = pick.config
+    what = (f"{c.cpus} CPU{'s' if c.cpus > 1 else ''}, page cache "
+            f"{_cache_label(c.cache_spec, c.cache_bytes)}, storage {_bw_label(c.storage_read_bps)}")
+    numbers = (f"{pick.rate_sps:.1f} samples/s, an epoch in {pick.epoch_s:.1f} s (prep stall "
+               f"{pick.prep_stall_s:.1f} s, fetch stall {pick.fetch_stall_s:.1f} s)")
+    if rec.chosen is not None:
+        text = (f"recommendation: {what} is the cheapest combination that keeps stalls at "
+                f"{pick.stall_pct:.1f}% of the epoch (limit {rec.max_stall_pct:g}%): {numbers}")
+    else:
+        text = (f"recommendation: no combination brings stalls under {rec.max_stall_pct:g}%; "
+                f"the least stalled is {what}, at {pick.stall_pct:.1f}%: {numbers}; {rec.hint}")
+    if rec.speedup is not None:
+        text += (f"; predicted {rec.speedup:.2f}x the measured configuration {rec.baseline_run} "
+                 f"({rec.baseline_sps:.1f} samples/s)")
+    return text
+
+
+def _cmd_whatif(ns: argparse.Namespace) -> int:
+    import json
+
+    from dsanalyze import store
+    from dsanalyze.analysis import whatif
+
+    runs, sizes = _runs_and_sizes(ns.prefix)
+    model = whatif.fit(runs, sizes, ns.cache_policy)
+    measured_cpus = sorted({whatif.run_cpus(r) for r in runs if r.ok and r.ranks})
+    cpus = config.parse_cpus_list(ns.cpus) if ns.cpus else tuple(
+        sorted(set(measured_cpus) | {2 * measured_cpus[-1], 4 * measured_cpus[-1]}))
+    if any(c is None for c in cpus):
+        raise ConfigError("--cpus needs numbers for a what-if, such as 1,2,4,8")
+    bws = [config.parse_bandwidth(b) for b in config.split_list(ns.storage_bw or "none")]
+    dataset_bytes = next(r.dataset.get("bytes") for r in runs if r.ok)
+    cfgs = whatif.configs(cpus, config.split_list(ns.cache), bws, int(dataset_bytes),
+                          ns.gpu_speedup, ns.nproc)
+    preds = whatif.grid(model, cfgs, runs)
+    rec = whatif.recommend(preds, runs, _pct(ns.max_stall)) if ns.recommend else None
+    doc = whatif.whatif_document(preds, rec)
+    store.write_json_atomic(Path(ns.prefix) / "whatif.json", doc)
+    if ns.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    _print_params(model)
+    if model.cache_slack_bytes:
+        print(f"note: cache budgets are predicted with the "
+              f"{config.format_bytes(model.cache_slack_bytes)} of page cache the measured runs "
+              "had beyond their budget (see cache_slack_bytes)")
+    rows = [[str(p.config.cpus), _cache_label(p.config.cache_spec, p.config.cache_bytes),
+             _bw_label(p.config.storage_read_bps), f"{p.config.gpu_speedup:g}x", str(p.nproc),
+             f"{p.rate_sps:.1f}", f"{p.epoch_s:.2f}", f"{p.compute_s:.2f}",
+             f"{p.prep_stall_s:.2f}", f"{p.fetch_stall_s:.2f}", f"{p.stall_pct:.0f}%",
+             "-" if p.hit_rate is None else f"{p.hit_rate:.2f}",
+             "-" if p.measured_sps is None else f"{p.measured_sps:.1f}",
+             "-" if p.epoch1_s is None else f"{p.epoch1_s:.2f}",
+             "-" if p.measured_epoch1_sps is None else f"{p.measured_epoch1_sps:.1f}",
+             "<-" if rec and p is rec.chosen else ""] for p in preds]
+    print()
+    print(_table(("cpus", "cache", "storage", "gpu", "ranks", "rate/s", "epoch s", "compute s",
+                  "prep stall", "fetch stall", "stall", "hit", "measured/s", "epoch1 s",
+                  "epoch1 meas/s", ""), rows))
+    if rec is not None:
+        print()
+        print(_recommendation_text(rec))
+    print(f"results: {Path(ns.prefix) / 'whatif.json'}")
+    return 0
+
+
+def _cmd_validate(ns: argparse.Namespace) -> int:
+    import json
+
+    from dsanalyze import store
+    from dsanalyze.analysis import whatif
+
+    runs, sizes = _runs_and_sizes(ns.prefix)
+    val = whatif.validate(runs, sizes, ns.cache_policy, nominal_cache=ns.nominal_cache)
+    doc = whatif.validation_document(val)
+    store.write_json_atomic(Path(ns.prefix) / "validation.json", doc)
+    if ns.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    _print_params(val.model)
+    print(f"\nrule: {val.rule}\nfitted on: {', '.join(val.fit_runs)}\n")
+    rows = [[c.run_id, f"{c.measured_sps:.1f}", f"{c.predicted_sps:.1f}", f"{c.error_pct:+.1f}%",
+             "-" if c.measured_epoch1_sps is None else f"{c.measured_epoch1_sps:.1f}",
+             "-" if c.predicted_epoch1_sps is None else f"{c.predicted_epoch1_sps:.1f}",
+             "none" if c.cache_bytes is None else
+             f"{config.format_bytes(c.cache_bytes)} ({c.cache_source})"] for c in val.checks]
+    print(_table(("run", "measured/s", "predicted/s", "error", "epoch1 meas/s",
+                  "epoch1 pred/s", "page cache"), rows))
+    checks = whatif.cache_check(val.model, runs)
+    if checks:
+        print("\ncache simulator against the disk runs (bytes read from storage; dataset "
+              "resident at the end)")
+        fmt = config.format_bytes
+        print(_table(("run", "cache", "read sim", "read measured", "resident sim",
+                      "resident measured"),
+                     [[c.run_id, fmt(c.cache_bytes), fmt(c.predicted_read_bytes),
+                       fmt(c.measured_read_bytes), fmt(c.predicted_resident_bytes),
+                       fmt(c.measured_resident_bytes)] for c in checks]))
+    print(f"\nmedian absolute error {val.median_abs_error_pct:.1f}%, maximum "
+          f"{val.max_abs_error_pct:.1f}% over {len(val.checks)} held-out run(s)")
+    print(f"results: {Path(ns.prefix) / 'validation.json'}")
+    return 0
+
+
+def _whatif_parsers(sub: Any) -> None:
+    policies = ("pagecache", "lru", "noevict")
+    w = sub.add_parser("whatif", help="predict throughput and stalls for other CPUs, cache, "
+                       "storage, GPU speed, ranks")
+    w.add_argument("prefix")
+    w.add_argument("--cpus", help="CPU counts (default: the measured ones, 2x and 4x the largest)")
+    w.add_argument("--cache", default="0,25%,50%,75%,100%",
+                   help="page-cache budgets, %% of the dataset's bytes or sizes (0,25%%,2G,none)")
+    w.add_argument("--storage-bw", dest="storage_bw",
+                   help="storage read bandwidths: none (as measured),100M,1G")
+    w.add_argument("--gpu-speedup", dest="gpu_speedup", type=float, default=1.0,
+                   help="the accelerator k times faster (compute step / k)")
+    w.add_argument("--nproc", type=int, help="ranks (default: as measured)")
+    w.add_argument("--cache-policy", dest="cache_policy", choices=policies, default="pagecache",
+                   help="pagecache: Linux's two-list LRU (default); lru: textbook LRU; "
+                   "noevict: MinIO-style, admit until full")
+    w.add_argument("--recommend", action="store_true",
+                   help="name the cheapest combination with stalls under --max-stall")
+    w.add_argument("--max-stall", dest="max_stall", default="5%", help="stall budget (5%%)")
+    w.add_argument("--json", action="store_true", help="print whatif.json instead of tables")
+    v = sub.add_parser("validate", help="fit the what-if model on part of the runs, predict the "
+                       "rest, print the error")
+    v.add_argument("prefix")
+    v.add_argument("--cache-policy", dest="cache_policy", choices=policies, default="pagecache")
+    v.add_argument("--nominal-cache", dest="nominal_cache", action="store_true",
+                   help="predict disk runs from their budget + calibrated slack, not from the "
+                   "page cache they really had")
+    v.add_argument("--json", action="store_true", help="print the validation JSON")
+
+
 SUBCOMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "make-dataset": _cmd_make_dataset,
     "summary": _cmd_summary,
     "profile": _cmd_profile,
+    "plot": _cmd_plot,
+    "report": _cmd_report,
+    "trace": _cmd_trace,
+    "whatif": _cmd_whatif,
+    "validate": _cmd_validate,
 }
 
 
@@ -235,6 +465,16 @@ def main_parser() -> argparse.ArgumentParser:
     s.add_argument("prefix")
     pr = sub.add_parser("profile", help="the same as harness.py", add_help=False)
     pr.add_argument("rest", nargs=argparse.REMAINDER)
+    pl = sub.add_parser("plot", help="redraw the figures of a prefix (PNG and SVG)")
+    pl.add_argument("prefix")
+    pl.add_argument("--run", help="run id for the timeline (default: the one that waited most)")
+    rp = sub.add_parser("report", help="write PREFIX/report.md and report.html")
+    rp.add_argument("prefix")
+    tr = sub.add_parser("trace", help="write a Chrome/Perfetto trace of the runs of a prefix")
+    tr.add_argument("prefix")
+    tr.add_argument("--run", help="one run id (default: every run of the prefix)")
+    tr.add_argument("-o", "--output", help="file to write (default: PREFIX/trace.json)")
+    _whatif_parsers(sub)
     return p
 
 

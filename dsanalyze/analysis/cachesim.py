@@ -1,0 +1,355 @@
+"""Page-cache hit rates for the job's access pattern, simulated over real file sizes.
+
+The job reads every sample once per epoch in a fresh random permutation
+(`RandomSampler`, or `DistributedSampler` sharded across ranks, whose shards
+the ranks read in lock step), so a file is read again about one epoch later.
+Three caches of C bytes are simulated:
+
+- `lru`: least-recently-used eviction, the textbook model of the page cache.
+  When C < D (the dataset's bytes) it thrashes: the files of the previous
+  epoch's tail are evicted before the new permutation asks for them again,
+  so the steady hit rate is well below C / D.
+- `pagecache`: Linux's two lists (inactive and active, with refault
+  activation). It thrashes too, less than LRU: files read twice are promoted
+  to the active list and survive the next epoch's stream of new files. It is
+  the one that reproduces the disk runs measured on this machine.
+- `noevict`: the first files read stay and nothing is ever evicted (MinIO, as
+  in CoorDL): the steady hit rate is the admitted bytes / D, about C / D,
+  which is also DS-Analyzer's assumption.
+
+Epoch 1 starts from an empty cache (a disk run evicts the dataset first), so
+each of its reads misses; the steady state is the mean over the epochs after
+it. Hit rates are byte-weighted (bytes served from the cache / bytes read),
+which is what the storage sees. File sizes are rounded up to whole pages, as
+the page cache holds them. Datasets of more than `MAX_FILES` files are
+simulated on a uniform sample of them with the cache scaled by the sampled
+share of the bytes (hit rates depend on C / D and the size mix, not on N).
+"""
+
+from __future__ import annotations
+
+import enum
+import statistics
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from dsanalyze.errors import ConfigError
+
+PAGE_BYTES = 4096
+MAX_FILES = 50_000
+TARGET_ACCESSES = 300_000  # steady epochs simulated: enough accesses for a stable mean
+MIN_STEADY_EPOCHS = 3
+MAX_STEADY_EPOCHS = 60
+PROFILE_BINS = 10
+
+
+class Policy(str, enum.Enum):
+    """Cache replacement policies."""
+
+    LRU = "lru"  # textbook least-recently-used
+    NOEVICT = "noevict"  # MinIO-style: admit until full, never evict
+    PAGECACHE = "pagecache"  # Linux's two lists (inactive, active) with refault activation
+
+    @classmethod
+    def parse(cls, text: str | Policy) -> Policy:
+        if isinstance(text, Policy):
+            return text
+        try:
+            return cls(str(text).strip().lower())
+        except ValueError:
+            raise ConfigError(f"unknown cache policy {text!r}: use lru, pagecache or noevict"
+                              ) from None
+
+
+@dataclass(frozen=True)
+class EpochStats:
+    """What one simulated epoch read: bytes from the cache and from storage."""
+
+    accessed_bytes: int
+    hit_bytes: int
+    accesses: int
+    hits: int
+    resident_bytes: int  # dataset bytes in the cache at the end of the epoch
+    profile: tuple[float, ...] = ()  # byte hit rate in equal slices of the epoch
+
+    @property
+    def read_bytes(self) -> int:
+        """Bytes that had to come from storage (the misses)."""
+        return self.accessed_bytes - self.hit_bytes
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_bytes / self.accessed_bytes if self.accessed_bytes else 0.0
+
+
+@dataclass(frozen=True)
+class HitRates:
+    """Byte hit rates of one cache for the job, cold epoch and steady state.
+
+    Byte figures are per epoch, for the whole dataset (scaled back up when a
+    sample of the files was simulated).
+    """
+
+    policy: str
+    cache_bytes: int
+    dataset_bytes: int  # page-rounded bytes of every file
+    epoch_bytes: float  # page-rounded bytes read per epoch (after the samplers' drop_last)
+    epoch1_hit: float
+    steady_hit: float
+    steady_hit_std: float  # spread between steady epochs
+    epoch1_read_bytes: float
+    steady_read_bytes: float
+    steady_resident_bytes: float
+    files_simulated: int
+    steady_epochs: int
+    steady_profile: tuple[float, ...] = ()  # byte hit rate in equal slices of a steady epoch
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def page_rounded(sizes: Sequence[int], page_bytes: int = PAGE_BYTES) -> np.ndarray:
+    """Each size rounded up to whole pages (what the file occupies in the page cache)."""
+    arr = np.asarray(sizes, dtype=np.int64)
+    if page_bytes <= 1:
+        return arr
+    return (arr + page_bytes - 1) // page_bytes * page_bytes
+
+
+def epoch_order(n_files: int, rng: np.random.Generator, ranks: int = 1,
+                batch_size: int = 1) -> np.ndarray:
+    """The node's read order in one epoch, as the job's samplers produce it.
+
+    One rank: a permutation, cut to whole batches (DataLoader `drop_last`).
+    n ranks: `DistributedSampler(drop_last=True)` keeps n * floor(N / n) of
+    the permutation and gives rank r every n-th index from r; each rank keeps
+    whole batches; the ranks advance in lock step, so the node reads the
+    shards interleaved.
+    """
+    if ranks < 1 or batch_size < 1:
+        raise ConfigError("ranks and batch size must be at least 1")
+    perm = rng.permutation(n_files)
+    per_rank = n_files // ranks
+    used = per_rank // batch_size * batch_size
+    if ranks == 1:
+        return perm[:used]
+    shards = perm[:per_rank * ranks].reshape(per_rank, ranks)  # column r: rank r's samples
+    return shards[:used].reshape(-1)
+
+
+class _Lru:
+    """Least recently used, by bytes."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self.files: OrderedDict[int, int] = OrderedDict()
+
+    def access(self, idx: int, size: int) -> bool:
+        if idx in self.files:
+            self.files.move_to_end(idx)
+            return True
+        if size <= self.capacity:
+            self.files[idx] = size
+            self.used += size
+            while self.used > self.capacity:
+                self.used -= self.files.popitem(last=False)[1]
+        return False
+
+
+class _NoEvict:
+    """Admit files until full, never evict."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self.files: set[int] = set()
+
+    def access(self, idx: int, size: int) -> bool:
+        if idx in self.files:
+            return True
+        if self.used + size <= self.capacity:
+            self.files.add(idx)
+            self.used += size
+        return False
+
+
+class _TwoList:
+    """Linux's page cache: an inactive and an active list, with refault activation.
+
+    A file read for the first time goes to the inactive list, marked referenced
+    (the read marks it accessed); read again while inactive, it is promoted to
+    the active list. Reclaim takes the oldest inactive file, after moving the
+    oldest active files to the inactive list while the inactive list is smaller
+    than the active one (`inactive_ratio` 1 below 1 GiB). An evicted file leaves
+    a shadow entry; read again within a refault distance no larger than the
+    active list, it goes straight to the active list (mm/workingset.c).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.inactive: OrderedDict[int, int] = OrderedDict()
+        self.active: OrderedDict[int, int] = OrderedDict()
+        self.inactive_bytes = self.active_bytes = 0
+        self.referenced: set[int] = set()
+        self.shadow: dict[int, int] = {}
+        self.age = 0  # bytes evicted or activated so far (the nonresident age)
+
+    @property
+    def used(self) -> int:
+        return self.inactive_bytes + self.active_bytes
+
+    def _activate(self, idx: int, size: int) -> None:
+        self.active[idx] = size
+        self.active_bytes += size
+        self.age += size
+
+    def access(self, idx: int, size: int) -> bool:
+        if idx in self.active:
+            self.referenced.add(idx)
+            return True
+        if idx in self.inactive:
+            if idx in self.referenced:
+                del self.inactive[idx]
+                self.inactive_bytes -= size
+                self.referenced.discard(idx)
+                self._activate(idx, size)
+            else:
+                self.referenced.add(idx)
+            return True
+        if size > self.capacity:
+            return False
+        evicted_at = self.shadow.pop(idx, None)
+        if evicted_at is not None and self.age - evicted_at <= self.active_bytes:
+            self._activate(idx, size)
+        else:
+            self.inactive[idx] = size
+            self.inactive_bytes += size
+            self.referenced.add(idx)
+        self._reclaim()
+        return False
+
+    def _reclaim(self) -> None:
+        while self.used > self.capacity:
+            if self.inactive_bytes < self.active_bytes:
+                j, size = self.active.popitem(last=False)
+                self.active_bytes -= size
+                self.inactive[j] = size
+                self.inactive_bytes += size
+                continue
+            j, size = self.inactive.popitem(last=False)
+            self.inactive_bytes -= size
+            self.referenced.discard(j)
+            self.shadow[j] = self.age
+            self.age += size
+
+
+_CACHES = {Policy.LRU: _Lru, Policy.NOEVICT: _NoEvict, Policy.PAGECACHE: _TwoList}
+
+
+def simulate(sizes: Sequence[int] | np.ndarray, cache_bytes: int, policy: Policy | str,
+             orders: Iterable[Sequence[int]], bins: int = 1) -> list[EpochStats]:
+    """Replay the given read orders (one per epoch) through one cache, starting empty.
+
+    `sizes` are the bytes each file occupies in the cache. A file larger than
+    the whole cache is read but never kept. `bins` > 1 also records the byte
+    hit rate in that many equal slices of each epoch (`EpochStats.profile`).
+    """
+    cache = _CACHES[Policy.parse(policy)](int(cache_bytes))
+    size_of = [int(s) for s in sizes]
+    out = []
+    for order in orders:
+        order = [int(i) for i in order]
+        n = len(order)
+        acc = [0] * bins
+        hit = [0] * bins
+        hits = 0
+        for pos, idx in enumerate(order):
+            size = size_of[idx]
+            b = pos * bins // n
+            acc[b] += size
+            if cache.access(idx, size):
+                hits += 1
+                hit[b] += size
+        profile = tuple(h / a if a else 0.0 for h, a in zip(hit, acc))
+        out.append(EpochStats(sum(acc), sum(hit), n, hits, cache.used, profile))
+    return out
+
+
+def miss_bytes(sizes: Sequence[int] | np.ndarray, cache_bytes: int | None,
+               policy: Policy | str, orders: Iterable[Sequence[int]]) -> list[np.ndarray]:
+    """Per epoch, the bytes each read of `orders` takes from storage (0: a hit).
+
+    The cache starts empty; `cache_bytes` None is a cache larger than the data.
+    """
+    cap = int(np.sum(sizes)) + 1 if cache_bytes is None else int(cache_bytes)
+    cache = _CACHES[Policy.parse(policy)](cap)
+    size_of = [int(s) for s in sizes]
+    out = []
+    for order in orders:
+        out.append(np.array([0.0 if cache.access(int(i), size_of[int(i)]) else size_of[int(i)]
+                             for i in order], dtype=float))
+    return out
+
+
+def steady_epochs_for(n_files: int) -> int:
+    return max(MIN_STEADY_EPOCHS, min(MAX_STEADY_EPOCHS, -(-TARGET_ACCESSES // max(1, n_files))))
+
+
+def hit_rates(sizes: Sequence[int], cache_bytes: int | None,
+              policy: Policy | str = Policy.PAGECACHE, ranks: int = 1, batch_size: int = 1,
+              seed: int = 0, page_bytes: int = PAGE_BYTES, bins: int = PROFILE_BINS) -> HitRates:
+    """Simulate the job's reads through a cache of `cache_bytes` (None: unlimited).
+
+    Epoch 1 is cold; `steady_hit` is the byte hit rate averaged over the
+    following epochs (as many as give about `TARGET_ACCESSES` reads).
+    """
+    policy = Policy.parse(policy)
+    if len(sizes) == 0:
+        raise ConfigError("no file sizes to simulate: the dataset has no files")
+    rounded = page_rounded(sizes, page_bytes)
+    total = int(rounded.sum())
+    cap = total if cache_bytes is None else max(0, int(cache_bytes))
+    rng = np.random.default_rng(seed)
+    sim_sizes, scale = rounded, 1.0
+    if len(rounded) > MAX_FILES:
+        pick = rng.choice(len(rounded), MAX_FILES, replace=False)
+        sim_sizes = rounded[pick]
+        scale = total / float(sim_sizes.sum())  # whole-dataset bytes per simulated byte
+    sim_cap = int(cap / scale)
+    n = len(sim_sizes)
+    steady = steady_epochs_for(n)
+    orders = (epoch_order(n, rng, ranks, batch_size) for _ in range(steady + 1))
+    stats = simulate(sim_sizes, sim_cap, policy, orders, bins)
+    first, rest = stats[0], stats[1:]
+    rates = [s.hit_rate for s in rest]
+    profile = tuple(statistics.fmean(s.profile[b] for s in rest) for b in range(bins))
+    return HitRates(
+        policy=policy.value, cache_bytes=cap, dataset_bytes=total,
+        epoch_bytes=first.accessed_bytes * scale,
+        epoch1_hit=first.hit_rate, steady_hit=statistics.fmean(rates),
+        steady_hit_std=statistics.pstdev(rates),
+        epoch1_read_bytes=first.read_bytes * scale,
+        steady_read_bytes=statistics.fmean(s.read_bytes for s in rest) * scale,
+        steady_resident_bytes=statistics.fmean(s.resident_bytes for s in rest) * scale,
+        files_simulated=n, steady_epochs=steady, steady_profile=profile)
+
+
+def naive_hit(cache_bytes: int | None, dataset_bytes: int) -> float:
+    """DS-Analyzer's assumption: the hit rate is the cached fraction, min(1, C / D)."""
+    if cache_bytes is None or dataset_bytes <= 0:
+        return 1.0
+    return min(1.0, max(0, cache_bytes) / dataset_bytes)
+
+
+def sizes_from_quantiles(quantiles: Sequence[float], n_files: int) -> np.ndarray:
+    """`n_files` sizes spread over a recorded size distribution (equally spaced quantiles)."""
+    q = np.asarray(quantiles, dtype=float)
+    if q.size < 2 or n_files < 1:
+        raise ConfigError("a size distribution needs at least two quantiles and one file")
+    positions = (np.arange(n_files) + 0.5) / n_files
+    return np.rint(np.interp(positions, np.linspace(0, 1, q.size), q)).astype(np.int64)

@@ -1,0 +1,385 @@
+"""Discrete-event model of the training loop and its DataLoader, for the what-if model.
+
+`min(G, P, F)` assumes the stages overlap perfectly. They do not: a worker
+reads a sample and then decodes it (its own fetch and prep never overlap), the
+main process takes batches in order (a slow batch holds the faster ones back),
+the prefetch queue drains at every epoch end and the first batch of the next
+epoch is paid in full, and the main process needs the CPU the workers are
+using. This module simulates exactly that structure, with the measured rates
+as its inputs:
+
+- each of `ranks` ranks has `workers` DataLoader workers; at most
+  `prefetch_factor * workers` batches are outstanding per rank, handed out
+  round-robin from worker 0 at each epoch start (PyTorch's in-order loader);
+  with 0 workers the main process loads each batch when it asks for it;
+- a worker handles its batches one after the other, and each sample of a batch
+  as: read its missing bytes from storage while `read_overlap` of its
+  `prep_cpu_s` runs (readahead streams the file to the decoder), then the
+  rest of the prep plus `miss_cpu_s_per_byte` per byte read;
+- the main process of a rank waits for its next batch in order, spends
+  `main_cpu_s` of CPU receiving it (this is where a new index is sent to a
+  worker), then the step takes `step_s` with the CPU free (an accelerator, or
+  the `sim` device); ranks leave each step together (the gradient all-reduce);
+- `cpus` cores are shared equally by every process that wants CPU (at most one
+  core each); the storage bandwidth `read_bps` is shared equally by every
+  worker that is reading (None: reads cost no time).
+
+Times are seconds, sizes bytes. The simulation is deterministic: the bytes
+each sample misses are an input. A batch of more than `MAX_CHUNKS` samples is
+simulated in that many chunks of consecutive samples (a chunk reads, then
+decodes, as one), which keeps large batches cheap to simulate.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import statistics
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dsanalyze.errors import ConfigError
+
+PREFETCH_FACTOR = 2  # PyTorch's DataLoader default
+MAX_CHUNKS = 8  # a batch is simulated as at most this many runs of consecutive samples
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """One configuration of the job's loop: resources, sizes, per-unit costs."""
+
+    ranks: int
+    workers: int  # DataLoader workers per rank (0: the main process loads)
+    batch_size: int  # per rank
+    cpus: float
+    step_s: float  # compute per iteration; 0 in loader mode
+    main_cpu_s: float  # CPU per iteration of each rank's main process
+    prep_cpu_s: float  # CPU per sample in a worker: decode, augment, collate share
+    read_bps: float | None  # storage bandwidth shared by the readers; None: free
+    miss_cpu_s_per_byte: float = 0.0  # CPU a worker spends per byte read from storage
+    read_overlap: float = 1.0  # share of a sample's prep that runs while its bytes arrive
+    prefetch_factor: int = PREFETCH_FACTOR
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1 or self.batch_size < 1 or self.workers < 0 or self.cpus <= 0:
+            raise ConfigError("pipeline needs ranks, batch size and cpus above 0")
+        if self.read_bps is not None and self.read_bps <= 0:
+            raise ConfigError("storage bandwidth must be positive, or None")
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Rank 0's iterations (all ranks move in lock step): wait, whole time, epoch."""
+
+    wait_s: tuple[float, ...]
+    iter_s: tuple[float, ...]
+    epoch: tuple[int, ...]
+    samples_per_iter: int  # all ranks together
+
+    def rate_sps(self, first: int = 0, epochs: Sequence[int] | None = None) -> float:
+        """Samples per second over iterations `first`.. (and only `epochs` if given)."""
+        idx = [i for i in range(first, len(self.iter_s))
+               if epochs is None or self.epoch[i] in epochs]
+        total = sum(self.iter_s[i] for i in idx)
+        return len(idx) * self.samples_per_iter / total if total > 0 else math.inf
+
+    def epoch_s(self, epoch: int) -> float:
+        return sum(t for t, e in zip(self.iter_s, self.epoch) if e == epoch)
+
+
+class _PS:
+    """A processor-sharing resource: every active job progresses at rate(k) / k each."""
+
+    def __init__(self, capacity: float, per_job_cap: float) -> None:
+        self.capacity = capacity
+        self.per_job_cap = per_job_cap
+        self.virtual = 0.0  # work done by each job that was active all the time
+        self.heap: list[tuple[float, int, tuple]] = []
+
+    def speed(self) -> float:
+        k = len(self.heap)
+        return min(self.per_job_cap, self.capacity / k) if k else 0.0
+
+    def time_to_next(self) -> float:
+        if not self.heap:
+            return math.inf
+        return max(0.0, self.heap[0][0] - self.virtual) / self.speed()
+
+    def add(self, work: float, seq: int, what: tuple) -> None:
+        heapq.heappush(self.heap, (self.virtual + work, seq, what))
+
+
+def simulate(p: Pipeline, miss_bytes: Sequence[np.ndarray], batches_per_epoch: int) -> Timeline:
+    """Run `len(miss_bytes)` epochs of `batches_per_epoch` iterations.
+
+    `miss_bytes[e][i]` is the storage bytes sample i of epoch e needs (0: a
+    cache hit); sample i of rank r's batch j is `(j * batch_size + t) * ranks + r`,
+    the order `cachesim.epoch_order` gives.
+    """
+    return _Sim(p, miss_bytes, batches_per_epoch).run()
+
+
+class _Sim:
+    def __init__(self, p: Pipeline, miss_bytes: Sequence[np.ndarray], batches: int) -> None:
+        if batches < 1 or not miss_bytes:
+            raise ConfigError("simulate at least one epoch of one batch")
+        need = batches * p.batch_size * p.ranks
+        if any(len(m) < need for m in miss_bytes):
+            raise ConfigError(f"every epoch needs {need} sample sizes")
+        self.p, self.batches = p, batches
+        self.miss = [np.asarray(m, dtype=float) for m in miss_bytes]
+        self.chunk = -(-p.batch_size // MAX_CHUNKS)  # samples simulated as one step
+        self.epochs = len(miss_bytes)
+        self.now = 0.0
+        self.seq = 0
+        self.cpu = _PS(p.cpus, 1.0)
+        self.io = _PS(p.read_bps or 1.0, math.inf)
+        self.timers: list[tuple[float, int, tuple]] = []
+        nw = max(1, p.workers)
+        self.queues = [[deque() for _ in range(nw)] for _ in range(p.ranks)]
+        self.busy = [[False] * nw for _ in range(p.ranks)]
+        self.ready: list[set[tuple[int, int]]] = [set() for _ in range(p.ranks)]
+        self.pos = [[0, 0] for _ in range(p.ranks)]  # epoch, next batch of each main
+        self.waiting = [False] * p.ranks
+        self.iter_start = [0.0] * p.ranks
+        self.arrived = 0
+        self.wait_s: list[float] = []
+        self.iter_s: list[float] = []
+        self.epoch_of: list[int] = []
+        self.done = False
+        self.pending: dict[tuple, int] = {}
+        self.after: dict[tuple, float] = {}
+
+    # -- scheduling helpers ------------------------------------------------------------------
+    def _seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def _timer(self, delay: float, what: tuple) -> None:
+        heapq.heappush(self.timers, (self.now + delay, self._seq(), what))
+
+    def _cpu(self, work: float, what: tuple) -> None:
+        if work <= 0:
+            self._timer(0.0, what)
+        else:
+            self.cpu.add(work, self._seq(), what)
+
+    # -- the loader --------------------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        """Batches outstanding per rank; 0 workers: the main process loads on demand."""
+        return self.p.prefetch_factor * self.p.workers
+
+    def _dispatch(self, rank: int, epoch: int, batch: int) -> None:
+        if batch >= self.batches:
+            return
+        w = batch % max(1, self.p.workers)  # the cycle restarts at worker 0 each epoch
+        self.queues[rank][w].append((epoch, batch))
+        if not self.busy[rank][w]:
+            self._next_task(rank, w)
+
+    def _next_task(self, rank: int, w: int) -> None:
+        if not self.queues[rank][w]:
+            self.busy[rank][w] = False
+            return
+        self.busy[rank][w] = True
+        epoch, batch = self.queues[rank][w][0]
+        self._sample(rank, w, epoch, batch, 0)
+
+    def _sample(self, rank: int, w: int, epoch: int, batch: int, t: int) -> None:
+        """Start chunk t of a batch: samples t * chunk .. (t + 1) * chunk - 1."""
+        p = self.p
+        first = t * self.chunk
+        n = min(self.chunk, p.batch_size - first)
+        idx = [(batch * p.batch_size + i) * p.ranks + rank for i in range(first, first + n)]
+        nbytes = float(self.miss[epoch][idx].sum())
+        key = (rank, w, epoch, batch, t)
+        if nbytes > 0 and p.read_bps is not None:
+            # readahead streams the file while the decoder works on what arrived:
+            # `read_overlap` of the prep runs alongside the read, the rest after it
+            self.pending[key] = 2
+            self.io.add(nbytes, self._seq(), ("part",) + key)
+            self._cpu(n * p.prep_cpu_s * p.read_overlap, ("part",) + key)
+            self.after[key] = n * p.prep_cpu_s * (1 - p.read_overlap) + \
+                nbytes * p.miss_cpu_s_per_byte
+        else:
+            self._cpu(n * p.prep_cpu_s + nbytes * p.miss_cpu_s_per_byte, ("sample_done",) + key)
+
+    def _on(self, what: tuple) -> None:
+        kind = what[0]
+        if kind == "part":  # the read or the overlapped prep finished
+            key = what[1:]
+            self.pending[key] -= 1
+            if self.pending[key] == 0:
+                del self.pending[key]
+                self._cpu(self.after.pop(key), ("sample_done",) + key)
+        elif kind == "sample_done":
+            _, rank, w, epoch, batch, t = what
+            if (t + 1) * self.chunk < self.p.batch_size:
+                self._sample(rank, w, epoch, batch, t + 1)
+                return
+            self.queues[rank][w].popleft()
+            self.ready[rank].add((epoch, batch))
+            if self.waiting[rank] and tuple(self.pos[rank]) == (epoch, batch):
+                self._receive(rank)
+            self._next_task(rank, w)
+        elif kind == "received":
+            self._received(what[1])
+        elif kind == "step_done":
+            self._step_done(what[1])
+
+    # -- the training loop -------------------------------------------------------------------
+    def _next(self, rank: int) -> None:
+        self.iter_start[rank] = self.now
+        if self.depth == 0:
+            self._dispatch(rank, *self.pos[rank])
+        if tuple(self.pos[rank]) in self.ready[rank]:
+            self._receive(rank)
+        else:
+            self.waiting[rank] = True
+
+    def _receive(self, rank: int) -> None:
+        self.waiting[rank] = False
+        epoch, batch = self.pos[rank]
+        self.ready[rank].discard((epoch, batch))
+        if self.depth:
+            self._dispatch(rank, epoch, batch + self.depth)
+        self._cpu(self.p.main_cpu_s, ("received", rank))
+
+    def _received(self, rank: int) -> None:
+        if rank == 0:
+            self.wait_s.append(self.now - self.iter_start[0])
+            self.epoch_of.append(self.pos[0][0])
+        self.arrived += 1
+        if self.arrived == self.p.ranks:  # the all-reduce: every rank leaves together
+            self.arrived = 0
+            for r in range(self.p.ranks):
+                self._timer(self.p.step_s, ("step_done", r))
+
+    def _step_done(self, rank: int) -> None:
+        if rank == 0:
+            self.iter_s.append(self.now - self.iter_start[0])
+        pos = self.pos[rank]
+        pos[1] += 1
+        if pos[1] == self.batches:
+            pos[0] += 1
+            pos[1] = 0
+            if pos[0] == self.epochs:
+                self.done = self.done or rank == self.p.ranks - 1
+                return
+            self._start_epoch(rank, pos[0])
+        self._next(rank)
+
+    def _start_epoch(self, rank: int, epoch: int) -> None:
+        for b in range(min(self.batches, self.depth)):
+            self._dispatch(rank, epoch, b)
+
+    def run(self) -> Timeline:
+        for r in range(self.p.ranks):
+            self._start_epoch(r, 0)
+            self._next(r)
+        while not self.done:
+            dt_cpu, dt_io = self.cpu.time_to_next(), self.io.time_to_next()
+            dt_timer = self.timers[0][0] - self.now if self.timers else math.inf
+            dt = min(dt_cpu, dt_io, dt_timer)
+            if dt == math.inf:
+                raise ConfigError("the pipeline simulation stalled: no event left")
+            cpu_speed, io_speed = self.cpu.speed(), self.io.speed()
+            self.now += max(0.0, dt)
+            self.cpu.virtual += cpu_speed * dt
+            self.io.virtual += io_speed * dt
+            if dt == dt_timer:
+                self._on(heapq.heappop(self.timers)[2])
+            elif dt == dt_cpu:
+                fv, _, what = heapq.heappop(self.cpu.heap)
+                self.cpu.virtual = fv
+                self._on(what)
+            else:
+                fv, _, what = heapq.heappop(self.io.heap)
+                self.io.virtual = fv
+                self._on(what)
+        return Timeline(tuple(self.wait_s), tuple(self.iter_s), tuple(self.epoch_of),
+                        self.p.batch_size * self.p.ranks)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Iterations of a run: `epochs` of `batches`, `iters` in all, the first `warmup` discarded."""
+
+    epochs: int
+    batches: int
+    iters: int
+    warmup: int
+
+
+def expand(tl: Timeline, sim_batches: int, layout: Layout) -> Timeline:
+    """A timeline of `sim_batches` per epoch stretched to the layout's batches.
+
+    The added iterations repeat the mean of the middle half of each simulated
+    epoch: past the refill at its start, before the drain at its end.
+    """
+    if sim_batches >= layout.batches:
+        return tl
+    wait, it, ep = [], [], []
+    for e in range(layout.epochs):
+        idx = [i for i, x in enumerate(tl.epoch) if x == e]
+        tail = idx[len(idx) // 4: 3 * len(idx) // 4] or idx  # neither the refill nor the drain
+        mean_w = statistics.fmean(tl.wait_s[i] for i in tail)
+        mean_t = statistics.fmean(tl.iter_s[i] for i in tail)
+        extra = layout.batches - len(idx)
+        wait += [tl.wait_s[i] for i in idx] + [mean_w] * extra
+        it += [tl.iter_s[i] for i in idx] + [mean_t] * extra
+        ep += [e] * layout.batches
+    return Timeline(tuple(wait), tuple(it), tuple(ep), tl.samples_per_iter)
+
+
+def window_rates(tl: Timeline, layout: Layout, cold_first: bool) -> tuple[float, float | None]:
+    """(steady rate, first-epoch rate) over the windows of `stalls.run_rate`.
+
+    `cold_first` (a disk run of two or more epochs): the steady window is the
+    epochs after the first, which is rated on its own; otherwise every
+    iteration after the warm-up.
+    """
+    steady = list(range(1, layout.epochs)) if cold_first and layout.epochs >= 2 else None
+    rate = tl.rate_sps(layout.warmup, steady)
+    if steady is None:
+        return rate, None
+    return rate, tl.rate_sps(0, [0])
+
+
+def solve(f: Callable[[float], float], target: float, lo: float, hi: float,
+          steps: int = 22) -> float:
+    """x in [lo, hi] with f(x) = target, for f decreasing in x (bisection on log x)."""
+    a, b = math.log(lo), math.log(hi)
+    if f(lo) <= target:
+        return lo
+    if f(hi) >= target:
+        return hi
+    for _ in range(steps):
+        mid = (a + b) / 2
+        if f(math.exp(mid)) > target:
+            a = mid
+        else:
+            b = mid
+    return math.exp((a + b) / 2)
+
+
+def minimize(f: Callable[[float], float], lo: float, hi: float, steps: int = 24) -> float:
+    """x in [lo, hi] minimising a unimodal f (golden-section search on log x)."""
+    a, b = math.log(lo), math.log(hi)
+    g = (math.sqrt(5) - 1) / 2
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(math.exp(c)), f(math.exp(d))
+    for _ in range(steps):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = f(math.exp(c))
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = f(math.exp(d))
+    return math.exp((a + b) / 2)

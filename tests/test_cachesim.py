@@ -1,0 +1,138 @@
+"""The cache simulator against cases small enough to work out by hand."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from dsanalyze.analysis import cachesim
+from dsanalyze.errors import ConfigError
+
+PAGE = 4096
+
+
+@dataclass(frozen=True)
+class Replay:
+    name: str
+    policy: str
+    sizes: tuple[int, ...]
+    cache_bytes: int
+    orders: tuple[tuple[int, ...], ...]
+    hit_rates: tuple[float, ...]  # byte hit rate of each epoch
+    read_bytes: tuple[int, ...]
+
+
+# Four one-page files, a cache of two pages.
+# lru: epoch 3 reads 2 and 3, evicting 0 and 1, so epoch 4 misses both.
+# pagecache: epoch 2's second reads promote 0 and 1 to the active list; in epoch 3
+#   the new files 2 and 3 only pass through the inactive list (0 is deactivated and
+#   evicted, 1 stays active); in epoch 4, 0 refaults within the active list's size
+#   and is re-activated (a miss) and 1 is still cached (a hit): 1/2.
+# noevict: 0 and 1 fill the cache for good; 2 and 3 are never admitted.
+SCAN = ((0, 1), (0, 1), (2, 3), (0, 1))
+REPLAYS = [
+    Replay("lru thrashes on a scan", "lru", (PAGE,) * 4, 2 * PAGE, SCAN,
+           (0.0, 1.0, 0.0, 0.0), (2 * PAGE, 0, 2 * PAGE, 2 * PAGE)),
+    Replay("page cache protects its active list", "pagecache", (PAGE,) * 4, 2 * PAGE, SCAN,
+           (0.0, 1.0, 0.0, 0.5), (2 * PAGE, 0, 2 * PAGE, PAGE)),
+    Replay("no-evict keeps the first files", "noevict", (PAGE,) * 4, 2 * PAGE, SCAN,
+           (0.0, 1.0, 0.0, 1.0), (2 * PAGE, 0, 2 * PAGE, 0)),
+    # the same order every epoch, one file too many: LRU evicts each file just before its turn
+    Replay("lru cyclic, C = D - 1 file", "lru", (PAGE,) * 3, 2 * PAGE, ((0, 1, 2),) * 3,
+           (0.0, 0.0, 0.0), (3 * PAGE,) * 3),
+    Replay("noevict cyclic, C = D - 1 file", "noevict", (PAGE,) * 3, 2 * PAGE, ((0, 1, 2),) * 3,
+           (0.0, 2 / 3, 2 / 3), (3 * PAGE, PAGE, PAGE)),
+    # the second epoch in reverse: LRU keeps the most recent file (2), which is read first
+    Replay("lru reversed, C = D - 1 file", "lru", (PAGE,) * 3, 2 * PAGE, ((0, 1, 2), (2, 1, 0)),
+           (0.0, 2 / 3), (3 * PAGE, PAGE)),
+    # byte-weighted: the large file misses, the small one hits
+    Replay("byte weighted", "lru", (PAGE, 3 * PAGE), 3 * PAGE, ((0, 1), (0, 1)),
+           (0.0, 0.0), (4 * PAGE, 4 * PAGE)),
+    Replay("file larger than the cache is never kept", "pagecache", (PAGE, 4 * PAGE), 3 * PAGE,
+           ((0, 1), (0, 1)), (0.0, 0.2), (5 * PAGE, 4 * PAGE)),
+]
+
+
+@pytest.mark.parametrize("case", REPLAYS, ids=[c.name for c in REPLAYS])
+def test_replay(case: Replay) -> None:
+    stats = cachesim.simulate(case.sizes, case.cache_bytes, case.policy, case.orders)
+    assert [s.hit_rate for s in stats] == pytest.approx(case.hit_rates)
+    assert [s.read_bytes for s in stats] == list(case.read_bytes)
+
+
+def test_miss_bytes_match_simulate() -> None:
+    misses = cachesim.miss_bytes((PAGE,) * 4, 2 * PAGE, "pagecache", SCAN)
+    assert [m.tolist() for m in misses] == [[PAGE, PAGE], [0, 0], [PAGE, PAGE], [PAGE, 0]]
+    assert [m.sum() for m in cachesim.miss_bytes((PAGE,) * 4, None, "lru", SCAN)] == \
+        [2 * PAGE, 0, 2 * PAGE, 0]
+
+
+@pytest.mark.parametrize("policy", ["lru", "pagecache", "noevict"])
+@pytest.mark.parametrize("fraction, epoch1, steady", [(0.0, 0.0, 0.0), (1.0, 0.0, 1.0),
+                                                       (2.0, 0.0, 1.0)])
+def test_hit_rates_at_the_extremes(policy: str, fraction: float, epoch1: float,
+                                   steady: float) -> None:
+    sizes = [PAGE * (1 + i % 5) for i in range(200)]
+    r = cachesim.hit_rates(sizes, int(fraction * sum(sizes)), policy, batch_size=4)
+    assert (r.epoch1_hit, r.steady_hit) == (epoch1, pytest.approx(steady))
+    assert r.epoch1_read_bytes == r.epoch_bytes == sum(sizes)
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.5, 0.75])
+def test_random_permutations_order_the_policies(fraction: float) -> None:
+    """No-evict keeps exactly the admitted bytes; LRU thrashes; the page cache lies between."""
+    sizes = [PAGE * 10] * 400
+    cap = int(fraction * sum(sizes))
+    rates = {p: cachesim.hit_rates(sizes, cap, p).steady_hit for p in ("lru", "pagecache",
+                                                                           "noevict")}
+    assert rates["noevict"] == pytest.approx(fraction, abs=1e-9)
+    assert rates["lru"] < rates["pagecache"] < rates["noevict"]
+    assert rates["lru"] < 0.6 * fraction  # far below the cached fraction
+
+
+def test_lru_hits_come_early_in_the_epoch() -> None:
+    """LRU serves the previous epoch's tail: hits fall off along the epoch."""
+    sizes = [PAGE] * 500
+    profile = cachesim.hit_rates(sizes, 250 * PAGE, "lru").steady_profile
+    assert profile[0] > 0.4 and profile[-1] == 0.0
+    assert list(profile) == sorted(profile, reverse=True)
+
+
+@pytest.mark.parametrize("n, ranks, batch, used", [(10, 1, 4, 8), (10, 2, 2, 8), (11, 3, 1, 9),
+                                                    (7, 2, 4, 0)])
+def test_epoch_order_follows_the_samplers(n: int, ranks: int, batch: int, used: int) -> None:
+    order = cachesim.epoch_order(n, np.random.default_rng(0), ranks, batch)
+    assert len(order) == used and len(set(order.tolist())) == used
+    assert all(len(order[r::ranks]) == used // ranks for r in range(ranks))
+
+
+@pytest.mark.parametrize("sizes, rounded", [([1, 4096, 4097, 0], [4096, 4096, 8192, 0])])
+def test_page_rounding(sizes: list[int], rounded: list[int]) -> None:
+    assert cachesim.page_rounded(sizes).tolist() == rounded
+
+
+@pytest.mark.parametrize("cache, data, hit", [(None, 100, 1.0), (0, 100, 0.0), (25, 100, 0.25),
+                                              (300, 100, 1.0)])
+def test_naive_hit_is_the_cached_fraction(cache: int | None, data: int, hit: float) -> None:
+    assert cachesim.naive_hit(cache, data) == hit
+
+
+def test_sizes_from_quantiles() -> None:
+    assert cachesim.sizes_from_quantiles([100, 200], 2).tolist() == [125, 175]
+    assert cachesim.sizes_from_quantiles([100, 200, 400], 4).tolist() == [125, 175, 250, 350]
+
+
+def test_sampled_large_dataset_keeps_the_hit_rate() -> None:
+    sizes = [PAGE * (1 + i % 7) for i in range(cachesim.MAX_FILES * 2)]
+    r = cachesim.hit_rates(sizes, sum(sizes) // 2, "noevict")
+    assert r.files_simulated == cachesim.MAX_FILES
+    assert r.steady_hit == pytest.approx(0.5, abs=0.01)
+    assert r.dataset_bytes == sum(sizes)
+
+
+@pytest.mark.parametrize("bad", ["mru", ""])
+def test_unknown_policy(bad: str) -> None:
+    with pytest.raises(ConfigError, match="use lru, pagecache or noevict"):
+        cachesim.Policy.parse(bad)

@@ -1,0 +1,278 @@
+"""The what-if model: the loop simulation by hand, and fits on small real runs.
+
+The fixtures under tests/data/whatif_*/runs are real harness runs (built-in job,
+sim device, 64 JPEGs of about 100 KB, batch 4, 2 workers, one epoch), trimmed
+(no monitor samples, rounded timings, the dataset's size quantiles added):
+
+    H="harness.py --data DATA -b 4 -j 2 --epochs 1 --warmup 2 --no-plots"
+    $H --prefix whatif_compute --sim-step-ms 80 --cpus 1 --modes synthetic,loader,cached,disk
+    $H --prefix whatif_prep --sim-step-ms 4 --cpus 1 --modes synthetic,loader,cached,disk
+    $H --prefix whatif_fetch --sim-step-ms 4 --cpus 2 --storage-bw none,1M \\
+        --modes synthetic,loader,cached,disk
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dsanalyze import cli, store
+from dsanalyze.analysis import pipeline, whatif
+from dsanalyze.analysis.model import predict_run
+from dsanalyze.analysis.stalls import run_rate
+from dsanalyze.errors import ConfigError
+
+DATA = Path(__file__).parent / "data"
+
+
+def runs_of(case: str) -> list:
+    return store.load_runs(DATA / f"whatif_{case}")
+
+
+# ---- the loop simulation, by hand -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Loop:
+    name: str
+    pipe: pipeline.Pipeline
+    miss_bytes: float  # per sample
+    rate_sps: float  # after the first batch of the only epoch
+
+
+B = 4
+LOOPS = [
+    # one worker, one core, no step: a batch every B * 10 ms
+    Loop("prep, 1 worker", pipeline.Pipeline(1, 1, B, 1, 0.0, 0.0, 0.010, None), 0, 100.0),
+    # two workers share one core: still 100 samples/s
+    Loop("prep, 2 workers on 1 core", pipeline.Pipeline(1, 2, B, 1, 0.0, 0.0, 0.010, None), 0,
+         100.0),
+    # two workers on two cores: twice as fast
+    Loop("prep, 2 workers on 2 cores", pipeline.Pipeline(1, 2, B, 2, 0.0, 0.0, 0.010, None), 0,
+         200.0),
+    # a worker uses at most one core: 8 cores do not help 2 workers
+    Loop("prep, 2 workers on 8 cores", pipeline.Pipeline(1, 2, B, 8, 0.0, 0.0, 0.010, None), 0,
+         200.0),
+    # the step (0.2 s per batch of 4) hides prep: compute-bound at 20 samples/s
+    Loop("compute", pipeline.Pipeline(1, 2, B, 1, 0.2, 0.0, 0.010, None), 0, 20.0),
+    # 1 MB/s shared by the readers, 100 kB per sample: 10 samples/s
+    Loop("fetch", pipeline.Pipeline(1, 2, B, 2, 0.0, 0.0, 0.001, 1e6), 1e5, 10.0),
+    # no overlap of a worker's read with its decode, one worker: 0.1 s + 0.1 s per sample
+    Loop("fetch then prep, 1 worker", pipeline.Pipeline(1, 1, B, 1, 0.0, 0.0, 0.1, 1e6,
+                                                        read_overlap=0.0), 1e5, 5.0),
+    # full overlap: max(0.1, 0.1) s per sample
+    Loop("fetch with prep, 1 worker", pipeline.Pipeline(1, 1, B, 1, 0.0, 0.0, 0.1, 1e6), 1e5,
+         10.0),
+    # 0 workers: the main process loads, then steps: 4 * 10 ms + 0.1 s per batch
+    Loop("no workers", pipeline.Pipeline(1, 0, B, 1, 0.1, 0.0, 0.010, None), 0, B / 0.14),
+    # two ranks in lock step, each compute-bound: 2 * 4 samples per 0.2 s
+    Loop("2 ranks", pipeline.Pipeline(2, 2, B, 4, 0.2, 0.0, 0.010, None), 0, 40.0),
+]
+
+
+@pytest.mark.parametrize("case", LOOPS, ids=[c.name for c in LOOPS])
+def test_loop_simulation(case: Loop) -> None:
+    batches = 40
+    misses = [np.full(batches * B * case.pipe.ranks, case.miss_bytes)]
+    tl = pipeline.simulate(case.pipe, misses, batches)
+    assert len(tl.iter_s) == batches
+    assert tl.rate_sps(first=4) == pytest.approx(case.rate_sps, rel=1e-6)
+
+
+def test_epoch_start_refills_the_prefetch_queue() -> None:
+    """Each epoch's first batch waits a full batch of prep: the stall min() misses."""
+    p = pipeline.Pipeline(1, 2, B, 2, 0.05, 0.0, 0.010, None)
+    tl = pipeline.simulate(p, [np.zeros(10 * B)] * 3, 10)
+    firsts = [tl.wait_s[i] for i in range(len(tl.epoch))
+              if i == 0 or tl.epoch[i] != tl.epoch[i - 1]]
+    assert firsts == pytest.approx([B * 0.010] * 3)
+    assert tl.rate_sps() < B / 0.05  # below min(G, P) = 80 samples/s
+
+
+@pytest.mark.parametrize("f, target, expect", [(lambda x: 10 / x, 5.0, 2.0),
+                                               (lambda x: 1 / x ** 2, 0.25, 2.0)])
+def test_solve_and_minimize(f, target: float, expect: float) -> None:
+    assert pipeline.solve(f, target, 1e-3, 1e3) == pytest.approx(expect, rel=1e-4)
+    assert pipeline.minimize(lambda x: (f(x) - target) ** 2, 1e-3, 1e3, 60) == \
+        pytest.approx(expect, rel=1e-3)
+
+
+# ---- fits on real runs ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Bound:
+    case: str
+    held_out: str  # fitted on every other run of the fixture
+    tolerance_pct: float
+    config: whatif.Config  # its steady state (whole epochs), predicted
+    bound: str  # which part dominates the predicted epoch
+
+
+BOUNDS = [
+    Bound("compute", "disk-cpus1-cachenone-bwnone", 3.0, whatif.Config(1), "compute"),
+    Bound("prep", "cached-cpus1", 3.0, whatif.Config(1), "prep"),
+    # the fixture's disk runs are one cold epoch; with no page cache every epoch is cold
+    Bound("fetch", "disk-cpus2-cachenone-bw1M", 3.0, whatif.Config(2, "0", 0, 1 << 20), "fetch"),
+]
+
+
+@pytest.mark.parametrize("case", BOUNDS, ids=[b.case for b in BOUNDS])
+def test_predicts_the_held_out_run(case: Bound) -> None:
+    runs = runs_of(case.case)
+    held = next(r for r in runs if r.run_id == case.held_out)
+    model = whatif.fit([r for r in runs if r is not held])
+    predicted = predict_run(model, held).rate_sps
+    measured = run_rate(held).rate_sps
+    assert predicted == pytest.approx(measured, rel=case.tolerance_pct / 100)
+    p = whatif.predict(model, case.config)
+    parts = {"compute": p.compute_s, "prep": p.prep_stall_s, "fetch": p.fetch_stall_s}
+    assert max(parts, key=parts.get) == case.bound
+    assert p.epoch_s == pytest.approx(sum(parts.values()))
+
+
+def test_parameters_name_their_runs() -> None:
+    model = whatif.fit(runs_of("prep"))
+    params = {p.name: p for p in model.params}
+    g = params["ingest_sps[ranks=1]"]
+    assert g.runs == ("synthetic-cpus1",) and g.value == pytest.approx(
+        run_rate(store.read_run(DATA / "whatif_prep/runs/synthetic-cpus1.json")).rate_sps)
+    prep = params["prep_sps[cpus=1]"]
+    assert prep.runs == ("loader-cpus1",) and 250 < prep.value < 320
+    assert params["samples_per_epoch"].value == 64
+    assert "size quantiles" in params["sample_bytes"].how
+    # nothing throttled, no cache limit: said, not invented
+    assert params["storage_bps"].value is None and "not measured" in params["storage_bps"].how
+    assert params["cache_slack_bytes"].value is None
+
+
+def test_more_cpus_remove_the_prep_stall_up_to_the_workers() -> None:
+    model = whatif.fit(runs_of("prep"))
+    cfgs = whatif.configs([1, 2, 8], ["none"], [None], 1 << 30)
+    p1, p2, p8 = whatif.grid(model, cfgs, runs_of("prep"))
+    assert p2.rate_sps == pytest.approx(2 * p1.rate_sps, rel=0.1)
+    assert p8.rate_sps == pytest.approx(p2.rate_sps, rel=0.02)  # 2 workers: 2 cores at most
+    assert p1.measured_run == "disk-cpus1-cachenone-bwnone" and p2.measured_run is None
+
+
+def test_faster_gpu_and_more_ranks() -> None:
+    model = whatif.fit(runs_of("compute"))
+    base, fast = (whatif.predict(model, whatif.Config(1, gpu_speedup=k)) for k in (1.0, 2.0))
+    assert fast.compute_s == pytest.approx(base.compute_s / 2)
+    assert fast.rate_sps > 1.8 * base.rate_sps  # still compute-bound at 2x
+    two = whatif.predict(model, whatif.Config(2, nproc=2))
+    assert two.nproc == 2 and two.rate_sps == pytest.approx(2 * base.rate_sps, rel=0.05)
+
+
+def test_recommend_the_cheapest_unstalled() -> None:
+    runs = runs_of("fetch")
+    model = whatif.fit(runs)
+    cfgs = whatif.configs([1, 2], ["0"], [1 << 20, 64 << 20], 1 << 30)
+    preds = whatif.grid(model, cfgs, runs)
+    rec = whatif.recommend(preds, runs, max_stall_pct=60)
+    assert rec.chosen is not None and rec.chosen.config.storage_read_bps == 64 << 20
+    assert rec.chosen.config.cpus == min(p.config.cpus for p in preds if p.stall_pct <= 60)
+    assert rec.baseline_run == "disk-cpus2-cachenone-bwnone"
+    assert rec.speedup == pytest.approx(rec.chosen.rate_sps / rec.baseline_sps)
+    none = whatif.recommend(preds, runs, max_stall_pct=0.1)
+    assert none.chosen is None and none.closest.stall_pct == min(p.stall_pct for p in preds)
+
+
+def test_whatif_document() -> None:
+    runs = runs_of("compute")
+    preds = whatif.grid(whatif.fit(runs), whatif.configs([1, 2], ["0", "none"], [None], 10 ** 6),
+                        runs)
+    rec = whatif.recommend(preds, runs, 50)
+    doc = whatif.whatif_document(preds, rec)
+    assert len(doc) == 4 and sum(d["recommended"] for d in doc) == 1
+    for d in doc:
+        assert {"cpus", "cache_spec", "cache_bytes", "storage_read_bps", "gpu_speedup", "nproc",
+                "rate_sps", "epoch_s", "compute_s", "prep_stall_s", "fetch_stall_s",
+                "measured"} <= d.keys()
+        assert d["epoch_s"] == pytest.approx(d["compute_s"] + d["prep_stall_s"] +
+                                             d["fetch_stall_s"])
+    json.dumps(doc)
+
+
+def test_validate_without_disk_runs_predicts_the_cached_run() -> None:
+    runs = [r for r in runs_of("prep") if r.mode.value != "disk"]
+    val = whatif.validate(runs)
+    assert val.fit_runs == ("loader-cpus1", "synthetic-cpus1")
+    assert [c.run_id for c in val.checks] == ["cached-cpus1"]
+    assert val.max_abs_error_pct < 5
+    doc = whatif.validation_document(val)
+    assert doc["runs"][0].keys() >= {"run_id", "measured_sps", "predicted_sps", "error_pct"}
+    assert doc["median_abs_error_pct"] == doc["max_abs_error_pct"] == abs(doc["runs"][0]
+                                                                          ["error_pct"])
+
+
+def test_validate_needs_something_to_hold_out() -> None:
+    with pytest.raises(ConfigError, match="nothing left to validate"):
+        whatif.validate(runs_of("fetch"))
+
+
+def test_no_synthetic_run_is_said() -> None:
+    runs = [r for r in runs_of("prep") if r.mode.value != "synthetic"]
+    model = whatif.fit(runs)
+    assert model.params[0].value is None and "no synthetic run" in model.params[0].how
+    with pytest.raises(ConfigError, match="compute rate G was not measured"):
+        whatif.predict(model, whatif.Config(1))
+
+
+# ---- the CLI --------------------------------------------------------------------------------
+
+def _copy(case: str, tmp_path: Path, keep=lambda name: True) -> Path:
+    dst = tmp_path / case
+    (dst / "runs").mkdir(parents=True)
+    for f in (DATA / f"whatif_{case}" / "runs").glob("*.json"):
+        if keep(f.name):
+            shutil.copy(f, dst / "runs" / f.name)
+    return dst
+
+
+def test_cli_whatif_json_and_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    prefix = _copy("fetch", tmp_path)
+    rc = cli.main(["whatif", str(prefix), "--cpus", "1,2", "--cache", "none",
+                   "--storage-bw", "none,1M", "--json"])
+    assert rc == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads((prefix / "whatif.json").read_text())
+    assert [(d["cpus"], d["storage_read_bps"]) for d in printed] == \
+        [(1, None), (1, 1 << 20), (2, None), (2, 1 << 20)]
+    measured = [d for d in printed if d["measured"]]
+    assert {d["measured_run"] for d in measured} == {"disk-cpus2-cachenone-bwnone",
+                                                     "disk-cpus2-cachenone-bw1M"}
+
+
+def test_cli_whatif_recommend_in_words(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    prefix = _copy("fetch", tmp_path)
+    rc = cli.main(["whatif", str(prefix), "--cpus", "1,2", "--cache", "0",
+                   "--storage-bw", "1M,64M", "--recommend", "--max-stall", "60%"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "recommendation: " in out and "storage 64M/s" in out
+    assert "measured configuration disk-cpus2-cachenone-bwnone" in out
+    doc = json.loads((prefix / "whatif.json").read_text())
+    assert sum(d["recommended"] for d in doc) == 1
+
+
+def test_cli_validate(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    prefix = _copy("prep", tmp_path, keep=lambda name: not name.startswith("disk"))
+    assert cli.main(["validate", str(prefix), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["run_id"] for r in doc["runs"]] == ["cached-cpus1"]
+    assert cli.main(["validate", str(_copy("fetch", tmp_path))]) == 2
+    assert "nothing left to validate" in capsys.readouterr().err
+
+
+def test_cold_first_epoch_is_predicted_on_its_own() -> None:
+    """Unlimited page cache: every epoch after the first hits; the first reads at 1 MB/s."""
+    runs = runs_of("fetch")
+    model = whatif.fit(runs)
+    p = whatif.predict(model, whatif.Config(2, storage_read_bps=1 << 20))
+    cold = run_rate(next(r for r in runs if r.run_id == "disk-cpus2-cachenone-bw1M")).rate_sps
+    assert model.samples_per_epoch / p.epoch1_s == pytest.approx(cold, rel=0.05)
+    assert p.hit_rate == 1.0 and p.fetch_stall_s == 0.0
+    assert p.rate_sps > 20 * cold
