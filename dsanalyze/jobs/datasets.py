@@ -35,10 +35,17 @@ class DatasetInfo:
     def num_files(self) -> int:
         return len(self.files)
 
+    def size_quantiles(self, n: int = 101) -> list[int]:
+        """File sizes at n equally spaced quantiles (0% .. 100%), for the cache simulator."""
+        ordered = sorted(self.file_bytes)
+        last = len(ordered) - 1
+        return [ordered[round(i * last / (n - 1))] for i in range(n)]
+
     def to_dict(self) -> dict:
         return {"root": self.root, "classes": len(self.classes), "files": self.num_files,
                 "bytes": self.total_bytes,
-                "mean_file_bytes": self.total_bytes / max(1, self.num_files)}
+                "mean_file_bytes": self.total_bytes / max(1, self.num_files),
+                "file_bytes_quantiles": self.size_quantiles()}
 
 
 def scan_dataset(root: str | Path) -> DatasetInfo:
