@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import harness
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 import dsanalyze
 from dsanalyze import store
@@ -126,7 +126,7 @@ def test_synthetic_replays_one_batch_on_the_scripts_device(start):
     batches, moved = [], []
     with pytest.raises(api.StopProfiling):
         for _ in range(10):
-            for x, y in train:
+            for x, _y in train:
                 batches.append(x)
                 moved.append(x.to(torch.float64, non_blocking=True))
             for _ in val:

@@ -152,3 +152,28 @@ def test_builtin_job_transform_times_account_for_the_prep_rate(small_dataset, tm
     assert 0.6 <= share <= 1.02, (share, table, rate)
     assert loader_run.environment["rank_extra"]["transforms"] == table
     assert steps.run_table(runs["cached"])[0]["calls"] >= (24 + 3) * 8
+
+
+ROWS = [
+    {"stage": "loader", "index": 0, "name": "read+decode", "calls": 100, "total_s": 0.15,
+     "mean_s_per_sample": 0.0015},
+    {"stage": "transform", "index": 0, "name": "RandomResizedCrop", "calls": 100,
+     "total_s": 0.08, "mean_s_per_sample": 0.0008},
+    {"stage": "target_transform", "index": 0, "name": "int", "calls": 100, "total_s": 0.001,
+     "mean_s_per_sample": 0.00001},
+]
+
+
+@pytest.mark.parametrize("rows", [ROWS, ROWS[:1]])
+def test_transform_times_plot_draws_the_table(rows):
+    from dsanalyze.report import plots
+
+    fig = plots.transform_times(rows, "cached-cpusall")
+    ax = fig.axes[0]
+    bars = [p for p in ax.patches if p.get_gid() == "transform_times"] or ax.containers[0]
+    assert [b.get_width() for b in bars] == pytest.approx([r["mean_s_per_sample"] * 1e3
+                                                           for r in rows])
+    assert [t.get_text() for t in ax.get_yticklabels()] == [
+        "read+decode", "RandomResizedCrop", "target_transform: int"][:len(rows)]
+    total_ms = sum(r["mean_s_per_sample"] for r in rows) * 1e3
+    assert f"{total_ms:.2f} ms per sample" in ax.get_title()

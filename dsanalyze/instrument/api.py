@@ -1,0 +1,381 @@
+"""`dsanalyze.instrument(loader)`: time a training loop's data loader.
+
+    import dsanalyze
+    train_loader = dsanalyze.instrument(train_loader)   # before the first epoch
+    for epoch in range(epochs):
+        for images, target in train_loader: ...
+
+Under the harness (`python harness.py ... train.py ARGS`) this is optional:
+the bootstrap (`dsanalyze.instrument.bootstrap`) installs the same
+instrumentation on every `torch.utils.data.DataLoader` and DALI iterator and
+picks the training loader by itself. Calling `instrument` names the training
+loader explicitly (it wins over the automatic choice and `--loader-index`),
+and works for any iterable of batches.
+
+What the training loader does, in each harness mode (`DSANALYZE_MODE`):
+
+- every mode: each `next()` is timed (`wait_s`, `iter_s`: see `loader.py`);
+  after `DSANALYZE_WARMUP` + `DSANALYZE_ITERS` iterations, or at the start of
+  epoch `DSANALYZE_EPOCHS` + 1, its `next()` raises `StopProfiling`, which the
+  bootstrap catches to end the script (every rank stops at the same
+  iteration, since DDP ranks iterate equally many batches).
+- `synthetic`: one real batch, replayed `len(loader)` times per epoch. The
+  batch is taken on the device the script moves it to: `Tensor.to()` and
+  `Tensor.cuda()` of a replayed tensor return a copy made on the first such
+  call (one copy per distinct set of arguments) and kept, so the script's
+  own `.to(device)` / `.cuda()` costs a dictionary look-up and no transfer.
+  In-place changes the script makes to that copy persist into later
+  iterations (shapes, hence compute, do not change).
+- `cached`, `disk`: the real loader; the steps of its dataset's torchvision
+  pipeline are timed in every worker (`transforms.py`).
+- `loader`: the loader alone, no compute: the loop is driven here, then the
+  script is stopped.
+
+Outside the harness (no `DSANALYZE_*` variables) it times every iteration and
+never stops the loop; `loader.recorder.to_dict()` holds the timings.
+
+Iteration boundaries synchronise CUDA when the script has initialised it
+(`torch.cuda.synchronize()` on the current device): without that, an
+unfinished step would be charged to the next `next()` as data wait.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dsanalyze.errors import DsAnalyzeError
+from dsanalyze.instrument import rank as rankenv
+from dsanalyze.instrument import transforms as steps
+from dsanalyze.instrument.loader import DeviceCache, IterationRecorder, ReplayLoader, TimedLoader
+
+MODES = ("synthetic", "cached", "disk", "loader")
+
+
+class InstrumentError(DsAnalyzeError):
+    """The script's loaders cannot be instrumented as asked."""
+
+
+class StopProfiling(BaseException):  # noqa: N818 - a control-flow signal, like SystemExit
+    """The measured window is complete: raised out of the training loader's `next()`.
+
+    A BaseException, so that a script's `except Exception` does not swallow it.
+    """
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the harness asked of this rank (from the environment)."""
+
+    mode: str = "cached"
+    iters: int | None = None
+    warmup: int = 0
+    epochs: int | None = None
+    loader_index: int | None = None
+    rank: int = 0
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        env = os.environ
+
+        def num(name: str) -> int | None:
+            return int(env[name]) if env.get(name) else None
+
+        mode = env.get(rankenv.ENV_MODE, "cached")
+        if mode not in MODES:
+            raise InstrumentError(f"{rankenv.ENV_MODE}={mode!r}: use one of {', '.join(MODES)}")
+        return cls(mode, num(rankenv.ENV_ITERS), num(rankenv.ENV_WARMUP) or 0,
+                   num(rankenv.ENV_EPOCHS), num(rankenv.ENV_LOADER_INDEX), rankenv.rank())
+
+
+@dataclass
+class LoaderInfo:
+    """A loader the script created, in creation order."""
+
+    index: int
+    kind: str
+    shuffles: bool | None
+    batches: int | None
+    ref: Callable[[], Any]
+    role: str = ""  # "" until first iterated, then "training" or "other"
+    epochs: int = 0  # times iterated
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "kind": self.kind, "shuffles": self.shuffles,
+                "batches": self.batches, "role": self.role or "never iterated",
+                "epochs": self.epochs}
+
+
+def _ref(obj: Any) -> Callable[[], Any]:
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+
+
+def _length(loader: Any) -> int | None:
+    try:
+        return len(loader)
+    except Exception:  # an iterable dataset, or a loader not fully built yet
+        return None
+
+
+def shuffles(loader: Any) -> bool | None:
+    """Whether a loader draws its samples in random order (None: cannot tell)."""
+    pipes = getattr(loader, "_pipes", None)
+    if pipes is not None:  # a DALI iterator: its readers' random_shuffle
+        try:
+            args = [op._op._init_args for p in pipes for op in (p._ops or [])]
+        except AttributeError:
+            return None
+        return any(a.get("random_shuffle") or a.get("shuffle_after_epoch") for a in args)
+    samplers = [getattr(loader, "sampler", None),
+                getattr(getattr(loader, "batch_sampler", None), "sampler", None)]
+    random = (torch.utils.data.RandomSampler, torch.utils.data.SubsetRandomSampler,
+              torch.utils.data.WeightedRandomSampler)
+    return any(isinstance(s, random) or getattr(s, "shuffle", False) is True for s in samplers)
+
+
+def _cuda_sync() -> None:
+    # Close the iteration only once the device has finished its step.
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+class _Source:
+    """The training loader's own iteration, bypassing the instrumentation."""
+
+    def __init__(self, make_iter: Callable[[], Iterator[Any]]) -> None:
+        self.make_iter = make_iter
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.make_iter()
+
+
+class _TrainingIterator:
+    """One epoch of the training loader; `StopProfiling` once the window is complete."""
+
+    def __init__(self, it: Iterator[Any], recorder: IterationRecorder) -> None:
+        self._it, self._rec = it, recorder
+
+    def __iter__(self) -> _TrainingIterator:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._it)
+        except StopIteration:
+            if self._rec.done:
+                raise StopProfiling(f"{len(self._rec.iter_s)} iterations measured") from None
+            raise
+
+
+class Session:
+    """The instrumentation of one rank: its loaders, the training loader, its timings."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.recorder = IterationRecorder(settings.rank, settings.warmup, settings.iters,
+                                          sync=_cuda_sync)
+        self.loaders: list[LoaderInfo] = []  # in creation order
+        self._by_id: dict[int, LoaderInfo] = {}
+        self.training: LoaderInfo | None = None
+        self.explicit: set[int] = set()  # ids of loaders wrapped by instrument()
+        self.sink = steps.sink_dir(rankenv.run_dir(), settings.rank)
+        self.replay: Any = None  # synthetic mode: the device cache of the replayed batch
+        self.stop_reason = "the script ended"
+        self._timed: TimedLoader | None = None
+
+    def info(self, loader: Any, kind: str | None = None) -> LoaderInfo:
+        """The loader's record, registering it (next creation index) if new."""
+        found = self._by_id.get(id(loader))
+        if found is not None and found.ref() is loader:
+            return found
+        info = LoaderInfo(len(self.loaders), kind or type(loader).__name__, shuffles(loader),
+                          _length(loader), _ref(loader))
+        self.loaders.append(info)
+        self._by_id[id(loader)] = info  # a dead loader's id may be reused: ref() tells
+        return info
+
+    def _decide(self, info: LoaderInfo) -> bool:
+        """At a loader's first iteration: is it the training loader?"""
+        if self.training is not None:
+            return False
+        if self.settings.loader_index is not None:
+            return info.index == self.settings.loader_index
+        if info.shuffles:
+            return True
+        # Not shuffled: the training loader unless a shuffled one exists, not yet iterated.
+        return not any(i.shuffles and not i.role for i in self.loaders if i is not info)
+
+    def choose(self, loader: Any, explicit: bool = False) -> LoaderInfo:
+        info = self.info(loader)
+        if self.training is info:
+            return info
+        if self.training is not None and (explicit is False or self.recorder.iter_s):
+            raise InstrumentError(
+                f"dsanalyze.instrument() got loader #{info.index} but loader "
+                f"#{self.training.index} is already timed: instrument one training loader, "
+                "before its first iteration")
+        if self.training is not None:
+            self.training.role, self._timed = "other", None
+        self.training, info.role = info, "training"
+        info.shuffles, info.batches = shuffles(loader), _length(loader)
+        dataset = getattr(loader, "dataset", None)
+        if self.settings.mode != "synthetic" and dataset is not None:
+            steps.instrument_dataset(dataset, self.sink)  # before iter() forks the workers
+        return info
+
+    def iterate(self, loader: Any, original: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+        """`iter(loader)` for every loader the bootstrap instruments."""
+        if id(loader) in self.explicit:
+            return original()  # called by InstrumentedLoader, which times it
+        info = self.info(loader)
+        info.epochs += 1
+        if not info.role:
+            # Decide at the first iteration, when sampler and length are final.
+            info.shuffles, info.batches = shuffles(loader), _length(loader)
+            info.role = "other"
+            if self._decide(info):
+                self.choose(loader)
+        if info is not self.training:
+            return original()
+        return self.epoch(original)
+
+    def epoch(self, original: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+        """One epoch of the training loader: timed, replayed in synthetic mode, or drained."""
+        epochs = self.settings.epochs
+        if epochs is not None and self.recorder.epochs_started >= epochs:
+            self.stop_reason = f"{epochs} epochs measured"
+            raise StopProfiling(self.stop_reason)
+        if self._timed is None:
+            self._timed = TimedLoader(self._source(original), self.recorder)
+        if self.settings.mode == "loader":
+            self._drain()
+        return _TrainingIterator(iter(self._timed), self.recorder)
+
+    def _source(self, original: Callable[[], Iterator[Any]]) -> Any:
+        if self.settings.mode != "synthetic":
+            return _Source(original)
+        length = self.training.batches if self.training else None
+        if length is None and self.settings.iters is None:
+            raise InstrumentError("synthetic mode: the training loader has no len(): "
+                                  "pass --iters to say how many batches to replay")
+        replay = ReplayLoader(_Source(original), length or (1 << 62))
+        self.replay = DeviceCache(replay.batch, torch.Tensor)
+        self.replay.install()
+        return replay
+
+    def _drain(self) -> None:
+        """Loader mode: iterate the loader here with no compute, then stop the script."""
+        timed = self._timed
+        loader = self.training.ref() if self.training else None
+        for epoch in range(self.settings.epochs or (1 << 30)):
+            set_epoch = getattr(getattr(loader, "sampler", None), "set_epoch", None)
+            if epoch > 0 and callable(set_epoch):
+                set_epoch(epoch)
+            for _ in _TrainingIterator(iter(timed), self.recorder):
+                pass
+        self.stop_reason = "loader mode: loader drained"
+        raise StopProfiling(self.stop_reason)
+
+    def record(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The rank's `RankRecord` and its `extra`, once the script has stopped."""
+        if self.training is None:
+            raise InstrumentError(self._no_training_message())
+        if self.recorder.done:
+            self.stop_reason = f"{self.settings.iters} iterations measured"
+        self.recorder.finish()
+        table: list[dict[str, Any]] = []
+        loader = self.training.ref()
+        if self.settings.mode != "synthetic":
+            table = steps.finish(loader, self.sink)
+        extra = {"batches_per_epoch": self.training.batches, "world_size": rankenv.world_size(),
+                 "torch_threads": torch.get_num_threads(), "device": self._device(),
+                 "training_loader": self.training.index, "stopped": self.stop_reason,
+                 "loaders": [i.to_dict() for i in self.loaders], "transforms": table}
+        return self.recorder.to_dict(), extra
+
+    def _device(self) -> str:
+        if self.replay is not None and self.replay.device is not None:
+            return str(self.replay.device)
+        if torch.cuda.is_initialized():
+            return f"cuda:{torch.cuda.current_device()}"
+        return "cpu"
+
+    def _no_training_message(self) -> str:
+        made = ", ".join(f"#{i.index} {i.kind}" for i in self.loaders) or "none"
+        if self.settings.loader_index is not None:
+            return (f"--loader-index {self.settings.loader_index}: that loader was never iterated "
+                    f"(loaders created: {made}); pass the index of the training loader")
+        return (f"the script iterated no DataLoader or DALI iterator (loaders created: {made}): "
+                "wrap its training loader with dsanalyze.instrument(loader)")
+
+    def close(self) -> None:
+        if self.replay is not None:
+            self.replay.uninstall()
+
+
+_SESSION: Session | None = None
+
+
+def start_session(settings: Settings | None = None) -> Session:
+    """A fresh session for this process (the bootstrap calls it once per rank)."""
+    global _SESSION
+    if _SESSION is not None:
+        _SESSION.close()
+    _SESSION = Session(settings or Settings.from_env())
+    return _SESSION
+
+
+def current_session() -> Session:
+    return _SESSION if _SESSION is not None else start_session()
+
+
+def end_session() -> None:
+    global _SESSION
+    if _SESSION is not None:
+        _SESSION.close()
+    _SESSION = None
+
+
+class InstrumentedLoader:
+    """What `instrument` returns: iterate it as the loader; other attributes delegate."""
+
+    def __init__(self, loader: Any, session: Session) -> None:
+        self.loader, self.session = loader, session
+
+    @property
+    def recorder(self) -> IterationRecorder:
+        return self.session.recorder
+
+    def __iter__(self) -> Iterator[Any]:
+        self.session.info(self.loader).epochs += 1
+        return self.session.epoch(lambda: iter(self.loader))
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("loader", "session"):
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+
+def instrument(loader: Any) -> InstrumentedLoader:
+    """Time `loader` as the training loader of this rank; use the result in its place.
+
+    `loader`: a `torch.utils.data.DataLoader`, a DALI iterator, or any iterable
+    of batches (with `len()` for synthetic mode without `--iters`). Call it
+    once, before the first epoch. Returns an iterable wrapper; its `recorder`
+    holds the per-iteration timings (`wait_s`, `iter_s`, `samples`).
+    """
+    session = current_session()
+    session.choose(loader, explicit=True)
+    session.explicit.add(id(loader))
+    return InstrumentedLoader(loader, session)

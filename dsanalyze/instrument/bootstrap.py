@@ -1,0 +1,181 @@
+"""Run an unmodified training script in each rank, with the instrumentation in place.
+
+    python -m torch.distributed.run --nproc_per_node 2 \\
+        -m dsanalyze.instrument.bootstrap train.py --its --own args
+
+(`launch.job_argv` builds this line; the run is described by the
+`DSANALYZE_*` variables of `rank.py` and `api.py`.) In each rank:
+
+1. A session is started (`api.Session`) and patches installed:
+   `torch.utils.data.DataLoader.__init__` registers each loader in creation
+   order, `DataLoader.__iter__` hands every epoch to the session; the same two
+   for DALI iterators (`nvidia.dali.plugin.base_iterator._DaliBaseIterator`),
+   patched when, and only if, the script imports DALI (an import hook: a
+   script that does not use DALI does not pay for importing it).
+2. The script runs as `python train.py ARGS` would run it: `runpy.run_path`
+   with `run_name="__main__"`, `sys.argv = [train.py, ARGS...]`, the script's
+   directory first on `sys.path`, torchrun's environment (RANK, WORLD_SIZE,
+   LOCAL_RANK, MASTER_ADDR, ...) untouched.
+3. The training loader is the first loader iterated whose sampler shuffles
+   (RandomSampler, DistributedSampler(shuffle=True), a DALI reader with
+   random_shuffle); a loader iterated before it is left alone if a shuffled
+   one has already been created, else it is the training loader (the first
+   iterated). `--loader-index K` (`DSANALYZE_LOADER_INDEX`) picks the K-th
+   loader created instead (0-based), and `dsanalyze.instrument(loader)` in the
+   script wins over both. Every other loader (validation) runs untouched, and
+   its time is outside the measured iterations.
+4. What the training loader does per mode (timing, synthetic replay on the
+   script's device, per-transform timing, loader-only) is described in
+   `api.py`. Once `--iters` iterations are measured (or `--epochs` epochs), its
+   `next()` raises `StopProfiling`; every rank stops at the same iteration.
+5. The rank writes its record (`rank.write_record`, with `batches_per_epoch`,
+   the loaders seen, the per-transform table in `extra`), then, if the script
+   initialised `torch.distributed`, waits at a barrier (no rank tears its
+   sockets down while a peer is still in the last step's all-reduce) and
+   destroys the process group. It exits 0; if a thread the script started
+   keeps the interpreter alive, the process exits anyway after
+   `EXIT_GRACE_S`.
+
+Not covered: scripts that start their own processes (`mp.spawn`): their
+children are not instrumented; run them under torchrun instead.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import runpy
+import sys
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+from dsanalyze.instrument import api
+from dsanalyze.instrument import rank as rankenv
+from dsanalyze.instrument.loader import patch_attr
+
+DALI_MODULE = "nvidia.dali.plugin.base_iterator"
+EXIT_GRACE_S = 30.0
+
+
+def _instrument_class(cls: type, session: api.Session, kind: str) -> list[Callable[[], None]]:
+    """Register instances at creation; route every `iter()` through the session."""
+    init, iterate = cls.__init__, cls.__iter__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        session.info(self, kind)
+
+    def __iter__(self: Any) -> Any:
+        return session.iterate(self, lambda: iterate(self))
+
+    __init__.__doc__, __iter__.__doc__ = init.__doc__, iterate.__doc__
+    return [patch_attr(cls, "__init__", __init__), patch_attr(cls, "__iter__", __iter__)]
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls `callback(module)` right after `name` is first imported."""
+
+    def __init__(self, name: str, callback: Callable[[types.ModuleType], None]) -> None:
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        exec_module = spec.loader.exec_module
+
+        def exec_then_patch(module: types.ModuleType) -> None:
+            exec_module(module)
+            self.callback(module)
+        spec.loader.exec_module = exec_then_patch  # type: ignore[method-assign]
+        return spec
+
+
+def install(session: api.Session) -> Callable[[], None]:
+    """Install the patches; returns the function that removes them all."""
+    from torch.utils.data import DataLoader
+
+    restore = _instrument_class(DataLoader, session, "DataLoader")
+
+    def patch_dali(module: types.ModuleType) -> None:
+        restore.extend(_instrument_class(module._DaliBaseIterator, session, "DALI iterator"))
+
+    hook = _AfterImport(DALI_MODULE, patch_dali)
+    if DALI_MODULE in sys.modules:
+        patch_dali(sys.modules[DALI_MODULE])
+    else:
+        sys.meta_path.insert(0, hook)
+
+    def uninstall() -> None:
+        if hook in sys.meta_path:
+            sys.meta_path.remove(hook)
+        while restore:
+            restore.pop()()
+        session.close()
+    return uninstall
+
+
+def run_script(path: str, args: list[str]) -> bool:
+    """Run the script as `__main__`; True if it was stopped after the measured window."""
+    script = os.path.abspath(path)
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [path, *args]
+    sys.path.insert(0, os.path.dirname(script))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except api.StopProfiling:
+        return True
+    except SystemExit as e:
+        if e.code not in (0, None):
+            raise
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    return False
+
+
+def shutdown_distributed() -> None:
+    """Barrier, then destroy the script's process group, if it left one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def _exit_anyway() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> bool:
+    """Profile the script `argv[0]` with arguments `argv[1:]`; True if it was stopped."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        raise api.InstrumentError("usage: python -m dsanalyze.instrument.bootstrap SCRIPT [ARGS]")
+    session = api.start_session()
+    uninstall = install(session)
+    try:
+        stopped = run_script(argv[0], argv[1:])
+        record, extra = session.record()
+        extra["script"] = os.path.abspath(argv[0])
+        rankenv.write_record(record, extra)
+    finally:
+        uninstall()
+        api.end_session()
+    shutdown_distributed()
+    return stopped
+
+
+if __name__ == "__main__":
+    rankenv.raise_oom_score()
+    rankenv.run_reporting_errors(main)
+    # A thread the script left running must not keep the rank (and torchrun) alive.
+    timer = threading.Timer(EXIT_GRACE_S, _exit_anyway)
+    timer.daemon = True
+    timer.start()
