@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import dsanalyze  # noqa: E402
+from dsanalyze.analysis import transforms as step_tables  # noqa: E402
 from dsanalyze.instrument import api  # noqa: E402
 from dsanalyze.instrument import rank as rankenv  # noqa: E402
 from dsanalyze.instrument import transforms as step_timing  # noqa: E402
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     iter_ns, call_ns = micro()
     iter_s = args.batch_size / statistics.median(rates["plain"])
     expected = 1 - iter_ns * 1e-9 / iter_s
-    per_sample_s = step_timing.sum_s_per_sample(table)
+    per_sample_s = step_tables.sum_s_per_sample(table)
     worker_share = len(table) * call_ns * 1e-9 / per_sample_s if per_sample_s else 0.0
     print(f"instrumentation cost: {iter_ns / 1e3:.2f} us per iteration -> expected "
           f"instrumented/plain {expected:.5f} at {iter_s * 1e3:.1f} ms per iteration; "

@@ -479,6 +479,11 @@ def main_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["profile"]:
+        # argparse cannot hand a sub-command options it does not know: pass them through whole
+        return harness_main(argv[1:])
+
     def run() -> int:
         ns = main_parser().parse_args(argv)
         return SUBCOMMANDS[ns.command](ns)

@@ -76,3 +76,9 @@ def test_crashing_rank_fails_the_run(small_dataset, tmp_path, capsys):
 def test_dsanalyze_unknown_subcommand(capsys):
     assert cli.main(["frobnicate"]) == 2
     assert "invalid choice" in one_line_error(capsys)
+
+
+def test_profile_subcommand_takes_harness_options(tmp_path, capsys):
+    assert cli.main(["profile", "--data", str(tmp_path / "missing"), "--prefix",
+                     str(tmp_path / "r")]) == 2
+    assert "does not exist" in one_line_error(capsys)

@@ -16,6 +16,7 @@ from torchvision.transforms import v2
 
 from dsanalyze import store
 from dsanalyze.analysis import stalls
+from dsanalyze.analysis import transforms as step_tables
 from dsanalyze.instrument import transforms as steps
 
 
@@ -126,9 +127,9 @@ def test_repeated_classes_get_numbered_names():
 ])
 def test_merge_tables_sums_ranks(tables, expected):
     got = [(r["name"], r["calls"], r["total_s"], r["mean_s_per_sample"])
-           for r in steps.merge_tables(tables)]
+           for r in step_tables.merge_tables(tables)]
     assert got == [(n, c, pytest.approx(t), pytest.approx(m)) for n, c, t, m in expected]
-    assert steps.sum_s_per_sample(steps.merge_tables(tables)) == pytest.approx(
+    assert step_tables.sum_s_per_sample(step_tables.merge_tables(tables)) == pytest.approx(
         sum(m for *_, m in expected))
 
 
@@ -144,14 +145,14 @@ def test_builtin_job_transform_times_account_for_the_prep_rate(small_dataset, tm
     assert rc == 0
     runs = {r.mode.value: r for r in store.load_runs(prefix)}
     loader_run = runs["loader"]
-    table = steps.run_table(loader_run)
+    table = step_tables.run_table(loader_run)
     assert [r["name"] for r in table] == ["read+decode", "RandomResizedCrop",
                                           "RandomHorizontalFlip", "ToTensor", "Normalize"]
     rate = stalls.run_rate(loader_run).rate_sps
-    share = steps.sum_s_per_sample(table) * rate
+    share = step_tables.sum_s_per_sample(table) * rate
     assert 0.6 <= share <= 1.02, (share, table, rate)
     assert loader_run.environment["rank_extra"]["transforms"] == table
-    assert steps.run_table(runs["cached"])[0]["calls"] >= (24 + 3) * 8
+    assert step_tables.run_table(runs["cached"])[0]["calls"] >= (24 + 3) * 8
 
 
 ROWS = [

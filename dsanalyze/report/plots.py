@@ -25,9 +25,9 @@ from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from dsanalyze import store  # noqa: E402
 from dsanalyze.analysis import stalls  # noqa: E402
+from dsanalyze.analysis import transforms as step_timing  # noqa: E402
 from dsanalyze.config import format_bytes  # noqa: E402
 from dsanalyze.errors import DsAnalyzeError, StoreError  # noqa: E402
-from dsanalyze.instrument import transforms as step_timing  # noqa: E402  (imports no torch)
 from dsanalyze.report import trace  # noqa: E402
 from dsanalyze.report.summary import config_label, knob_text  # noqa: E402
 from dsanalyze.store import RunResult  # noqa: E402
@@ -376,7 +376,7 @@ def timeline(run: RunResult) -> Figure:
 def transform_times(rows: list[dict[str, Any]], run_id: str = "") -> Figure:
     """Worker time per sample of each preprocessing step (ms), in pipeline order.
 
-    `rows`: a run's step table (`instrument.transforms.run_table`): read+decode,
+    `rows`: a run's step table (`analysis.transforms.run_table`): read+decode,
     then each step of the training pipeline. The bars add up to the worker
     time one sample costs in these steps; the title gives that sum.
     """

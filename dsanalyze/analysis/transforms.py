@@ -1,0 +1,47 @@
+"""Per-transform step tables: merge the ranks' tables, sum a sample's cost.
+
+A step table is a list of rows `{stage, index, name, calls, total_s,
+mean_s_per_sample}` in pipeline order (the image loader first), written by
+`instrument/transforms.py` in each rank from its DataLoader workers' totals.
+Pure functions over stored values: no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+LOADER_STAGE = "loader"
+
+
+def step_table(totals: dict[str, list[int]]) -> list[dict[str, Any]]:
+    """Rows in pipeline order (the loader first) from key -> [calls, nanoseconds]."""
+    rows = []
+    for key, (calls, ns) in totals.items():
+        stage, index, name = key.split("\t", 2)
+        rows.append({"stage": stage, "index": int(index), "name": name, "calls": calls,
+                     "total_s": ns / 1e9, "mean_s_per_sample": ns / 1e9 / calls if calls else 0.0})
+    rows.sort(key=lambda r: (r["stage"] != LOADER_STAGE, r["stage"], r["index"]))
+    return rows
+
+
+def merge_tables(tables: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One table from several ranks' tables: calls and seconds summed per step."""
+    totals: dict[str, list[int]] = {}
+    for table in tables:
+        for row in table or ():
+            key = f"{row['stage']}\t{row['index']}\t{row['name']}"
+            t = totals.setdefault(key, [0, 0])
+            t[0] += int(row["calls"])
+            t[1] += round(float(row["total_s"]) * 1e9)
+    return step_table(totals)
+
+
+def run_table(result: Any) -> list[dict[str, Any]]:
+    """The step table of a stored run (a `RunResult`): its ranks' tables merged."""
+    return merge_tables(r.extra.get("transforms") or [] for r in result.ranks)
+
+
+def sum_s_per_sample(table: list[dict[str, Any]]) -> float:
+    """Worker seconds one sample costs in the timed steps: the sum of the means."""
+    return sum(r["mean_s_per_sample"] for r in table)
