@@ -315,17 +315,20 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _collect_ranks(run_dir: Path, world: int) -> tuple[list[RankRecord], dict[int, str]]:
+    """Rank records, and tracebacks of crashed ranks, the first to crash first."""
     import json
 
-    ranks, errors = [], {}
+    ranks, errors, when = [], {}, {}
     for r in range(world):
         rec = run_dir / f"rank{r}.json"
         if rec.is_file():
             ranks.append(RankRecord.from_dict(json.loads(rec.read_text())))
         err = run_dir / f"rank{r}.error"
         if err.is_file():
-            errors[r] = err.read_text()
-    return ranks, errors
+            errors[r], when[r] = err.read_text(), err.stat().st_mtime_ns
+    # The root cause is the earliest crash: the others often fail after it
+    # (a collective whose peer is gone), with a less useful message.
+    return ranks, {r: errors[r] for r in sorted(errors, key=lambda r: (when[r], r))}
 
 
 def _last_line(text: str) -> str:
@@ -335,7 +338,7 @@ def _last_line(text: str) -> str:
 
 def _failure_message(rc: int | None, rank_errors: dict[int, str], log_path: Path) -> str:
     if rank_errors:
-        r = min(rank_errors)
+        r = next(iter(rank_errors))  # the first to crash
         return f"rank {r} crashed: {_last_line(rank_errors[r])} (log: {log_path})"
     tail = ""
     try:
