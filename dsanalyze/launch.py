@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dsanalyze.config import Job, Mode, RunSpec, format_bytes
-from dsanalyze.errors import ConfigError, RunFailed
+from dsanalyze.errors import ConfigError, ResourceError, RunFailed
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.monitor import Monitor, diskstats_read_bytes
@@ -40,6 +40,8 @@ from dsanalyze.store import RankRecord, RunResult, Status
 
 MEMORY_MARGIN_BYTES = 32 << 20  # covers anon peaks between 0.2 s monitor samples
 DEFAULT_JOB_MEMORY_BYTES = 2 << 30  # when no cached run measured it
+EVICT_ATTEMPTS = 3
+EVICT_TOLERANCE = 0.01  # fraction of the dataset allowed to stay resident before a disk run
 BUILTIN_JOB = "dsanalyze.jobs.image_classification"
 BOOTSTRAP = "dsanalyze.instrument.bootstrap"
 
@@ -158,14 +160,29 @@ def versions() -> dict[str, str]:
 
 
 def prepare_cache(spec: RunSpec, dataset: DatasetInfo) -> dict[str, Any]:
+    """Warm (cached modes) or evict (disk) the dataset; record what stayed resident."""
     t0 = time.perf_counter()
-    if spec.mode is Mode.DISK:
-        pagecache.evict(dataset.files)
-        action = "evicted"
-    else:
+    if spec.mode is not Mode.DISK:
         pagecache.warm(dataset.files)
-        action = "warmed"
-    resident = pagecache.resident_bytes(dataset.files)
+        return {"action": "warmed", "prepare_s": time.perf_counter() - t0,
+                "resident_before_bytes": pagecache.resident_bytes(dataset.files)}
+    action = "evicted"
+    resident = dataset.total_bytes
+    for attempt in range(EVICT_ATTEMPTS):
+        pagecache.evict(dataset.files)
+        resident = pagecache.resident_bytes(dataset.files)
+        if resident <= EVICT_TOLERANCE * dataset.total_bytes:
+            break
+        time.sleep(0.2 * (attempt + 1))  # pages still held by exiting processes, writeback
+    else:
+        # Per-file eviction left pages behind (mapped or busy elsewhere): as
+        # root, drop the whole page cache rather than measure a warm "disk" run.
+        try:
+            pagecache.drop_all()
+            action = "evicted, then dropped the whole page cache"
+        except ResourceError:
+            action = "evicted (incompletely: not root, cannot drop the page cache)"
+        resident = pagecache.resident_bytes(dataset.files)
     return {"action": action, "prepare_s": time.perf_counter() - t0,
             "resident_before_bytes": resident}
 
