@@ -36,6 +36,7 @@ from dsanalyze.instrument import rank as rankenv
 from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.monitor import Monitor, diskstats_read_bytes
 from dsanalyze.resources import cgroups, pagecache
+from dsanalyze.resources.cachelimit import CacheLimiter
 from dsanalyze.store import RankRecord, RunResult, Status
 
 MEMORY_MARGIN_BYTES = 32 << 20  # covers anon peaks between 0.2 s monitor samples
@@ -60,6 +61,7 @@ class LaunchContext:
     no_cgroup_reason: str = ""
     job_memory_bytes: dict[int | None, int] = field(default_factory=dict)  # cpus -> measured
     monitor_interval_s: float = 0.2
+    track_job_memory: bool = True  # move the memory limit with the job's own memory (CacheLimiter)
 
 
 def cpu_ids(cpus: int | None) -> tuple[int, ...] | None:
@@ -217,7 +219,8 @@ def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, dict
         return cgroups.Limits(cpus=ids, device=device), enforced
     enforced["cpus"] = f"cgroup v{ctx.hierarchy.version} cpuset" if ids else "none"
     if memory is not None:
-        enforced["cache"] = f"cgroup v{ctx.hierarchy.version} memory limit"
+        enforced["cache"] = (f"cgroup v{ctx.hierarchy.version} memory limit, moved with the job's "
+                             "own memory (budget + recent anon/shmem peak + margin)")
     if read_bps is not None:
         if device is None:
             enforced["storage_bw"] = ("not enforced: the dataset is on a filesystem with no block "
@@ -255,6 +258,11 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
         proc = subprocess.Popen(wrapper + job_argv(spec), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s)
+        limiter = None
+        if cg is not None and limits.memory_bytes is not None and ctx.track_job_memory:
+            limiter = CacheLimiter(cg, spec.resources.cache.cache_bytes or 0,
+                                   enforced["memory_margin_bytes"],
+                                   enforced["job_memory_bytes"]).__enter__()
         try:
             with monitor:
                 try:
@@ -267,6 +275,9 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
             raise
         finally:
             _kill_group(proc)
+            if limiter is not None:
+                limiter.__exit__(None, None, None)
+                enforced.update(limiter.report())
             counters = cg.counters() if cg else {}
             if cg:
                 cg.kill()

@@ -88,3 +88,13 @@ def test_clean_stale_removes_cgroups_of_dead_harnesses():
 def test_create_without_hierarchy_says_what_to_do():
     with pytest.raises(ResourceError, match="--no-cgroups"):
         cgroups.RunCgroup.create("x", cgroups.Limits(), cgroups.Hierarchy(0, {}))
+
+
+def test_cache_limiter_target_follows_the_recent_peak():
+    from dsanalyze.resources.cachelimit import CacheLimiter
+
+    lim = CacheLimiter(cgroup=None, budget_bytes=100, margin_bytes=10, job_bytes=0, window_s=2.0)
+    assert lim.target(0.0, 500) == 610
+    assert lim.target(1.0, 300) == 610  # the peak of the last 2 s still counts
+    assert lim.target(2.5, 300) == 410  # the 500 has left the window
+    assert lim.target(2.6, 900) == 1010

@@ -64,6 +64,7 @@ def test_disk_run_keeps_residency_within_the_cache_budget(big_dataset, tmp_path)
     assert disk.io["read_bytes"] >= 0.9 * dataset_bytes
     assert disk.io["resident_after_bytes"] <= budget + disk.enforced["memory_margin_bytes"]
     assert disk.io["resident_after_bytes"] < 0.6 * dataset_bytes
+    assert disk.enforced["memory_limit_adjustments"] > 0
 
 
 @pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"),
@@ -112,8 +113,9 @@ def test_oom_is_reported_as_such(small_dataset, tmp_path):
     spec = RunSpec(Job(data_dir=str(small_dataset), batch_size=8, workers=1, iters=5,
                        sim_step_ms=10, timeout_s=120), Mode.DISK,
                    Resources(None, CacheBudget.parse("0")))
+    # a static limit far below a torch process (the limiter, which would follow it, is off)
     ctx = launch.LaunchContext(tmp_path, dataset, cgroups.detect(),
-                               job_memory_bytes={None: 16 << 20})  # far below a torch process
+                               job_memory_bytes={None: 16 << 20}, track_job_memory=False)
     result = launch.run_one(spec, ctx)
     assert result.status == "oom", result.error
     assert "cache budget 0B + job memory 16M exceeded: raise --cache or lower -j" in result.error

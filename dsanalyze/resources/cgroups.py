@@ -231,6 +231,22 @@ class RunCgroup:
                 except OSError:
                     time.sleep(0.05)
 
+    def own_memory_bytes(self) -> int:
+        """The job's own memory now: anonymous + shared memory (not reclaimable page cache)."""
+        stat = _kv(_read(self.dirs["memory"] / "memory.stat"))
+        if self.hierarchy.version == 1:
+            return stat.get("rss", 0) + stat.get("shmem", 0)
+        return stat.get("anon", 0) + stat.get("shmem", 0)
+
+    def set_memory_limit(self, limit_bytes: int) -> bool:
+        """Move the memory limit; False if the kernel could not reclaim down to it."""
+        name = "memory.limit_in_bytes" if self.hierarchy.version == 1 else "memory.max"
+        try:
+            (self.dirs["memory"] / name).write_text(str(limit_bytes))
+            return True
+        except OSError:
+            return False  # EBUSY: usage cannot shrink to it yet; keep the old limit
+
     def counters(self) -> dict[str, int | float]:
         """Cumulative CPU seconds, bytes read from storage, memory now and at peak, OOM kills."""
         if self.hierarchy.version == 1:

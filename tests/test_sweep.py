@@ -1,0 +1,43 @@
+"""Sweep bookkeeping that needs no run: progress lines, prefix checks, job memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsanalyze import store, sweep
+from dsanalyze.config import Job, Mode, Resources, RunSpec, Sweep
+from dsanalyze.errors import ConfigError
+from dsanalyze.store import RankRecord, RunResult
+
+JOB = Job(data_dir="/d", batch_size=4)
+
+
+def result(mode: Mode, cpus: int = 1, job: Job = JOB, **io) -> RunResult:
+    rank = RankRecord(0, (0.0,) * 4, (0.1,) * 4, (0,) * 4, (4,) * 4, 0,
+                      extra={"batches_per_epoch": 4})
+    return RunResult(RunSpec(job, mode, Resources(cpus)), "ok", ranks=(rank,), io=io,
+                     duration_s=12.0)
+
+
+@pytest.mark.parametrize("i,n,measured,elapsed,remaining,eta", [
+    (1, 4, 1, 10.0, 3, "ETA 0m30s"),
+    (3, 9, 2, 100.0, 6, "ETA 5m00s"),
+])
+def test_progress_line_has_position_rate_and_eta(i, n, measured, elapsed, remaining, eta):
+    r = result(Mode.CACHED)
+    line = sweep._progress_line(i, n, r.spec, r, measured, elapsed, remaining)
+    assert line.startswith(f"[{i}/{n}] cached-cpus1: 40.0 samples/s (12 s)") and line.endswith(eta)
+
+
+def test_prefix_of_another_job_is_refused_with_the_difference(tmp_path):
+    store.write_run(tmp_path, result(Mode.CACHED, job=Job(data_dir="/d", batch_size=8)))
+    with pytest.raises(ConfigError, match="batch_size 8 now 4"):
+        sweep.check_prefix(tmp_path, Sweep(JOB, prefix=str(tmp_path)))
+    sweep.check_prefix(tmp_path, Sweep(Job(data_dir="/d", batch_size=8), prefix=str(tmp_path)))
+
+
+def test_cached_run_sets_the_job_memory_of_disk_runs(tmp_path):
+    ctx = sweep.launch.LaunchContext(tmp_path, None, None)
+    sweep._remember_memory(ctx, result(Mode.CACHED, cpus=2, job_memory_peak_bytes=700 << 20))
+    sweep._remember_memory(ctx, result(Mode.SYNTHETIC, cpus=1, job_memory_peak_bytes=1 << 30))
+    assert ctx.job_memory_bytes == {2: 700 << 20}
