@@ -246,21 +246,12 @@ def _cmd_trace(ns: argparse.Namespace) -> int:
 def _runs_and_sizes(prefix: str) -> tuple[list[Any], list[int] | None]:
     """The runs of a prefix, and the file sizes of their dataset if it is still there."""
     from dsanalyze import store
-    from dsanalyze.jobs.datasets import scan_dataset
+    from dsanalyze.report.whatif_docs import dataset_sizes
 
     runs = store.load_runs(prefix)
-    ok = [r for r in runs if r.ok]
-    if not ok:
+    if not any(r.ok for r in runs):
         raise ConfigError(f"no completed runs under {prefix}: run harness.py --prefix {prefix}")
-    root = ok[0].dataset.get("root")
-    if root and Path(root).is_dir():
-        try:
-            sizes = list(scan_dataset(root).file_bytes)
-        except DsAnalyzeError:
-            return runs, None
-        if len(sizes) == ok[0].dataset.get("files"):
-            return runs, sizes
-    return runs, None
+    return runs, dataset_sizes(runs)
 
 
 def _pct(text: str) -> float:
