@@ -156,7 +156,7 @@ def _harness(argv: list[str] | None) -> int:
     print(render_table(outcome.summary))
     print(f"results: {sweep.prefix}/summary.json")
     if sweep.plots:
-        _plots_if_available(Path(sweep.prefix))
+        _draw_plots(Path(sweep.prefix))
     if outcome.failed:
         first = outcome.failed[0]
         raise RunFailed(f"{len(outcome.failed)} run(s) failed; first: {first.run_id} "
@@ -164,11 +164,9 @@ def _harness(argv: list[str] | None) -> int:
     return 0
 
 
-def _plots_if_available(prefix: Path) -> None:
-    try:
-        from dsanalyze.report import plots
-    except ImportError:
-        return
+def _draw_plots(prefix: Path) -> None:
+    from dsanalyze.report import plots
+
     for path in plots.draw_all(prefix):
         print(f"figure: {path}")
 

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -144,7 +145,9 @@ def job_env(spec: RunSpec, run_dir: Path) -> tuple[dict[str, str], dict[str, Any
                  "thread_budget_per_rank": threads}
 
 
+@functools.cache
 def versions() -> dict[str, str]:
+    """Package versions and dsanalyze's git SHA: the same for every run of a harness."""
     out = {"python": sys.version.split()[0]}
     for pkg in ("torch", "torchvision", "nvidia-dali-cuda120", "nvidia-ml-py", "dsanalyze"):
         try:
@@ -300,7 +303,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
           and disk_after is not None else None,
           "memory_peak_bytes": counters.get("memory_peak_bytes") or monitor.peak("tree_rss_bytes"),
           "job_memory_peak_bytes": _job_memory_peak(monitor.samples)}
-    environment = {"versions": versions(), "threads": threads, "host": socket.gethostname(),
+    environment = {"versions": dict(versions()), "threads": threads, "host": socket.gethostname(),
                    "cpus_available": len(os.sched_getaffinity(0)), "gpu": monitor.gpu_status,
                    "cgroup_version": ctx.hierarchy.version if ctx.hierarchy else None,
                    "argv": job_argv(spec)}

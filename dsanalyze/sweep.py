@@ -103,8 +103,8 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
                 raise DatasetError(result.error.split("CorruptSampleError: ", 1)[-1])
     finally:
         signal.signal(signal.SIGTERM, old)
-        write_summary(prefix)
-    outcome.summary = stalls.summary(store.load_runs(prefix))
+        doc = write_summary(prefix)
+    outcome.summary = doc if doc is not None else stalls.summary([])
     return outcome
 
 

@@ -173,7 +173,6 @@ def main(argv: list[str] | None = None) -> bool:
 
 
 if __name__ == "__main__":
-    rankenv.raise_oom_score()
     rankenv.run_reporting_errors(main)
     # A thread the script left running must not keep the rank (and torchrun) alive.
     timer = threading.Timer(EXIT_GRACE_S, _exit_anyway)

@@ -42,19 +42,6 @@ def run_dir() -> Path | None:
     return Path(d) if d else None
 
 
-def raise_oom_score() -> None:
-    """Make this rank (and its forked workers) the OOM killer's first choice.
-
-    Under a memory limit the kernel would otherwise pick the largest process,
-    which can be the torchrun agent; the surviving rank then hangs in a
-    collective. Raising one's own score needs no privilege.
-    """
-    try:
-        Path("/proc/self/oom_score_adj").write_text("1000")
-    except OSError:
-        pass
-
-
 def write_record(record: dict[str, Any], extra: dict[str, Any] | None = None) -> None:
     d = run_dir()
     if d is None:

@@ -192,7 +192,6 @@ def to_device_fn(device: torch.device) -> Callable[[Any], Any]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    rankenv.raise_oom_score()
     world, rank = rankenv.world_size(), rankenv.rank()
     threads = os.environ.get(rankenv.ENV_THREADS)
     if threads:
