@@ -223,7 +223,8 @@ def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, dict
     enforced["cpus"] = f"cgroup v{ctx.hierarchy.version} cpuset" if ids else "none"
     if memory is not None:
         enforced["cache"] = (f"cgroup v{ctx.hierarchy.version} memory limit, moved with the job's "
-                             "own memory (budget + recent anon/shmem peak + margin)")
+                             "own memory (budget + recent anon/shmem peak + margin), page cache "
+                             "trimmed to budget + margin/2")
     if read_bps is not None:
         if device is None:
             enforced["storage_bw"] = ("not enforced: the dataset is on a filesystem with no block "

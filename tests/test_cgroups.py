@@ -98,3 +98,33 @@ def test_cache_limiter_target_follows_the_recent_peak():
     assert lim.target(1.0, 300) == 610  # the peak of the last 2 s still counts
     assert lim.target(2.5, 300) == 410  # the 500 has left the window
     assert lim.target(2.6, 900) == 1010
+
+
+@needs_cgroups
+def test_cache_limiter_trims_page_cache_the_job_leaves_room_for(tmp_path):
+    """A static limit with 128 MiB of room for the job's memory would let a reader
+    that uses none of it keep 128 MiB cached; the limiter trims to the budget."""
+    from dsanalyze.resources import pagecache
+    from dsanalyze.resources.cachelimit import CacheLimiter
+
+    files = []
+    for i in range(6):
+        path = tmp_path / f"f{i}"
+        path.write_bytes(os.urandom(16 << 20))
+        files.append(str(path))
+    pagecache.evict(files)
+    budget, margin, job = 16 << 20, 16 << 20, 128 << 20
+    limits = cgroups.Limits(memory_bytes=budget + job + margin)
+    with cgroups.RunCgroup.create("trim", limits, cgroups.detect()) as cg:
+        with CacheLimiter(cg, budget, margin, job_bytes=job) as limiter:
+            reader = ("import sys, time\n"
+                      "for p in sys.argv[1:]:\n"
+                      "    with open(p, 'rb') as f:\n"
+                      "        while f.read(1 << 20):\n"
+                      "            time.sleep(0.005)\n")
+            subprocess.run(cg.join_argv() + [sys.executable, "-c", reader, *files], check=True)
+            time.sleep(0.2)
+        report = limiter.report()
+    assert report["page_cache_trims"] > 0
+    assert report["page_cache_trim_at_bytes"] == budget + margin // 2
+    assert pagecache.resident_bytes(files) <= budget + margin

@@ -13,6 +13,13 @@ is always allowed. The running maximum and the margin leave room for the job's
 own memory to grow between two adjustments; growth beyond them is an OOM,
 reported as such by the launcher. The limit stays static until the job has
 started (its own memory at 80% of the cached run's peak).
+
+The room kept for growth is also room for page cache whenever the job uses
+less than its recent peak. So at every check the page cache charged to the
+run is also compared with `budget + margin / 2`; above it, the limit is
+pulsed down to `own memory now + budget + margin / 2` (the kernel reclaims the
+oldest pages, as it would at a static limit) and put straight back. The
+other half of the margin covers what the job reads between two checks.
 """
 
 from __future__ import annotations
@@ -38,6 +45,10 @@ class CacheLimiter:
         # start-up (imports, worker start) allocates too fast to be followed.
         self.started_at_bytes = int(0.8 * job_bytes)
         self.started = job_bytes == 0
+        self.static_bytes = budget_bytes + job_bytes + margin_bytes
+        self.trim_at_bytes = budget_bytes + margin_bytes // 2
+        self.trims = 0
+        self.cache_max_bytes = 0
         self.interval_s = interval_s
         self.recent: collections.deque[tuple[float, int]] = collections.deque()
         self.window_s = window_s
@@ -64,18 +75,24 @@ class CacheLimiter:
         return self.budget_bytes + max(b for _, b in self.recent) + self.margin_bytes
 
     def step(self) -> None:
-        own = self.cgroup.own_memory_bytes()
-        limit = self.target(time.monotonic(), own)
+        own, cache = self.cgroup.memory_split()
+        self.cache_max_bytes = max(self.cache_max_bytes, cache)
+        target = self.target(time.monotonic(), own)
         self.started = self.started or own >= self.started_at_bytes
-        if not self.started:
+        limit = target if self.started else self.static_bytes
+        current = self.limits[-1] if self.limits else self.static_bytes
+        if cache > self.trim_at_bytes:
+            # The pulse: the write reclaims the oldest pages down to the new limit
+            # (or gives up with EBUSY); the limit is put back at once below.
+            self.trims += 1
+            self.cgroup.set_memory_limit(own + self.trim_at_bytes)
+        elif limit == current:
             return
-        if self.limits and limit == self.limits[-1]:
-            return
-        if self.cgroup.set_memory_limit(limit):
+        if not self.cgroup.set_memory_limit(limit):
+            self.refused += 1
+        elif limit != current:
             self.adjustments += 1
             self.limits.append(limit)
-        else:
-            self.refused += 1
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -87,4 +104,7 @@ class CacheLimiter:
                 "memory_limit_min_bytes": min(self.limits, default=None),
                 "memory_limit_max_bytes": max(self.limits, default=None),
                 "memory_limit_interval_s": self.interval_s,
-                "memory_limit_window_s": self.window_s}
+                "memory_limit_window_s": self.window_s,
+                "page_cache_trims": self.trims,
+                "page_cache_trim_at_bytes": self.trim_at_bytes,
+                "page_cache_max_bytes": self.cache_max_bytes}

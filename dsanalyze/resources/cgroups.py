@@ -233,10 +233,19 @@ class RunCgroup:
 
     def own_memory_bytes(self) -> int:
         """The job's own memory now: anonymous + shared memory (not reclaimable page cache)."""
+        return self.memory_split()[0]
+
+    def memory_split(self) -> tuple[int, int]:
+        """(own memory, page cache of files) charged to the cgroup now.
+
+        Own memory is anonymous + shared memory. Both hierarchies count shared
+        memory in their page-cache figure (v1 `cache`, v2 `file`); it is taken out.
+        """
         stat = _kv(_read(self.dirs["memory"] / "memory.stat"))
+        shmem = stat.get("shmem", 0)
         if self.hierarchy.version == 1:
-            return stat.get("rss", 0) + stat.get("shmem", 0)
-        return stat.get("anon", 0) + stat.get("shmem", 0)
+            return stat.get("rss", 0) + shmem, max(0, stat.get("cache", 0) - shmem)
+        return stat.get("anon", 0) + shmem, max(0, stat.get("file", 0) - shmem)
 
     def set_memory_limit(self, limit_bytes: int) -> bool:
         """Move the memory limit; False if the kernel could not reclaim down to it."""
