@@ -62,7 +62,7 @@ class LaunchContext:
     no_cgroup_reason: str = ""
     job_memory_bytes: dict[int | None, int] = field(default_factory=dict)  # cpus -> measured
     monitor_interval_s: float = 0.2
-    track_job_memory: bool = True  # move the memory limit with the job's own memory (CacheLimiter)
+    trim_page_cache: bool = True  # trim the page cache to the budget while a disk run goes (CacheLimiter)
 
 
 def cpu_ids(cpus: int | None) -> tuple[int, ...] | None:
@@ -222,9 +222,8 @@ def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, dict
         return cgroups.Limits(cpus=ids, device=device), enforced
     enforced["cpus"] = f"cgroup v{ctx.hierarchy.version} cpuset" if ids else "none"
     if memory is not None:
-        enforced["cache"] = (f"cgroup v{ctx.hierarchy.version} memory limit, moved with the job's "
-                             "own memory (budget + recent anon/shmem peak + margin), page cache "
-                             "trimmed to budget + margin/2")
+        enforced["cache"] = (f"cgroup v{ctx.hierarchy.version} memory limit (budget + job memory + "
+                             "margin), page cache trimmed to budget + margin/2 every 50 ms")
     if read_bps is not None:
         if device is None:
             enforced["storage_bw"] = ("not enforced: the dataset is on a filesystem with no block "
@@ -263,10 +262,9 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s)
         limiter = None
-        if cg is not None and limits.memory_bytes is not None and ctx.track_job_memory:
+        if cg is not None and limits.memory_bytes is not None and ctx.trim_page_cache:
             limiter = CacheLimiter(cg, spec.resources.cache.cache_bytes or 0,
-                                   enforced["memory_margin_bytes"],
-                                   enforced["job_memory_bytes"]).__enter__()
+                                   enforced["memory_margin_bytes"]).__enter__()
         try:
             with monitor:
                 try:

@@ -90,41 +90,60 @@ def test_create_without_hierarchy_says_what_to_do():
         cgroups.RunCgroup.create("x", cgroups.Limits(), cgroups.Hierarchy(0, {}))
 
 
-def test_cache_limiter_target_follows_the_recent_peak():
-    from dsanalyze.resources.cachelimit import CacheLimiter
+def _files(tmp_path: Path, n: int, size_bytes: int) -> list[str]:
+    from dsanalyze.resources import pagecache
 
-    lim = CacheLimiter(cgroup=None, budget_bytes=100, margin_bytes=10, job_bytes=0, window_s=2.0)
-    assert lim.target(0.0, 500) == 610
-    assert lim.target(1.0, 300) == 610  # the peak of the last 2 s still counts
-    assert lim.target(2.5, 300) == 410  # the 500 has left the window
-    assert lim.target(2.6, 900) == 1010
+    files = []
+    for i in range(n):
+        path = tmp_path / f"f{i}"
+        path.write_bytes(os.urandom(size_bytes))
+        files.append(str(path))
+    pagecache.evict(files)
+    return files
+
+
+# Reads the files given, 1 MiB every 5 ms; with --grow, also allocates and frees
+# up to 96 MiB of its own memory, 8 MiB at a time, over and over.
+READER = """\
+import sys, time
+grow = sys.argv[1] == "--grow"
+held = []
+for p in sys.argv[2:]:
+    with open(p, "rb") as f:
+        while f.read(1 << 20):
+            if grow:
+                held = [] if len(held) == 12 else held + [bytearray(b"x" * (8 << 20))]
+            time.sleep(0.005)
+"""
 
 
 @needs_cgroups
-def test_cache_limiter_trims_page_cache_the_job_leaves_room_for(tmp_path):
-    """A static limit with 128 MiB of room for the job's memory would let a reader
-    that uses none of it keep 128 MiB cached; the limiter trims to the budget."""
+@pytest.mark.parametrize("grow", [False, True])
+def test_cache_limiter_trims_page_cache_to_the_budget(tmp_path, grow):
+    """A limit with 128 MiB of room for the job's own memory lets a job that uses
+    little of it keep up to 128 MiB cached; the limiter trims the cache to the
+    budget, leaves the limit where it was, and a job whose own memory jumps by
+    8 MiB at a time to 96 MiB is not OOM-killed by the trims."""
     from dsanalyze.resources import pagecache
     from dsanalyze.resources.cachelimit import CacheLimiter
 
-    files = []
-    for i in range(6):
-        path = tmp_path / f"f{i}"
-        path.write_bytes(os.urandom(16 << 20))
-        files.append(str(path))
-    pagecache.evict(files)
-    budget, margin, job = 16 << 20, 16 << 20, 128 << 20
+    files = _files(tmp_path, 6, 16 << 20)
+    budget, margin, job = 0, 16 << 20, 128 << 20
     limits = cgroups.Limits(memory_bytes=budget + job + margin)
     with cgroups.RunCgroup.create("trim", limits, cgroups.detect()) as cg:
-        with CacheLimiter(cg, budget, margin, job_bytes=job) as limiter:
-            reader = ("import sys, time\n"
-                      "for p in sys.argv[1:]:\n"
-                      "    with open(p, 'rb') as f:\n"
-                      "        while f.read(1 << 20):\n"
-                      "            time.sleep(0.005)\n")
-            subprocess.run(cg.join_argv() + [sys.executable, "-c", reader, *files], check=True)
+        limit_file = cg.dirs["memory"] / ("memory.limit_in_bytes"
+                                          if cg.hierarchy.version == 1 else "memory.max")
+        with CacheLimiter(cg, budget, margin) as limiter:
+            subprocess.run(cg.join_argv() + [sys.executable, "-c", READER,
+                                             "--grow" if grow else "--no", *files], check=True)
             time.sleep(0.2)
         report = limiter.report()
-    assert report["page_cache_trims"] > 0
+        assert cg.counters()["oom_kills"] == 0
+        assert int(limit_file.read_text()) == budget + job + margin  # put back after each trim
+    # a trim the job's growth outpaces is refused (EBUSY) and left to the next check
+    assert report["page_cache_trims"] > 2 * report["page_cache_trims_refused"]
     assert report["page_cache_trim_at_bytes"] == budget + margin // 2
+    assert report["page_cache_trimmed_bytes"] >= 48 << 20  # most of the 96 MiB read
     assert pagecache.resident_bytes(files) <= budget + margin
+
+

@@ -64,7 +64,8 @@ def test_disk_run_keeps_residency_within_the_cache_budget(big_dataset, tmp_path)
     assert disk.io["read_bytes"] >= 0.9 * dataset_bytes
     assert disk.io["resident_after_bytes"] <= budget + disk.enforced["memory_margin_bytes"]
     assert disk.io["resident_after_bytes"] < 0.6 * dataset_bytes
-    assert disk.enforced["memory_limit_adjustments"] > 0
+    assert disk.enforced["page_cache_trims"] > 0
+    assert disk.enforced["page_cache_max_bytes"] > budget + disk.enforced["memory_margin_bytes"] // 2
 
 
 @pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"),
@@ -115,7 +116,7 @@ def test_oom_is_reported_as_such(small_dataset, tmp_path):
                    Resources(None, CacheBudget.parse("0")))
     # a static limit far below a torch process (the limiter, which would follow it, is off)
     ctx = launch.LaunchContext(tmp_path, dataset, cgroups.detect(),
-                               job_memory_bytes={None: 16 << 20}, track_job_memory=False)
+                               job_memory_bytes={None: 16 << 20}, trim_page_cache=False)
     result = launch.run_one(spec, ctx)
     assert result.status == "oom", result.error
     assert "cache budget 0B + job memory 16M exceeded: raise --cache or lower -j" in result.error

@@ -231,30 +231,41 @@ class RunCgroup:
                 except OSError:
                     time.sleep(0.05)
 
-    def own_memory_bytes(self) -> int:
-        """The job's own memory now: anonymous + shared memory (not reclaimable page cache)."""
-        return self.memory_split()[0]
-
-    def memory_split(self) -> tuple[int, int]:
-        """(own memory, page cache of files) charged to the cgroup now.
-
-        Own memory is anonymous + shared memory. Both hierarchies count shared
-        memory in their page-cache figure (v1 `cache`, v2 `file`); it is taken out.
-        """
+    def page_cache_bytes(self) -> int:
+        """Page cache of files charged to the cgroup now (shared memory taken out:
+        v1 `cache` and v2 `file` both count it, and it is the job's own memory)."""
         stat = _kv(_read(self.dirs["memory"] / "memory.stat"))
-        shmem = stat.get("shmem", 0)
-        if self.hierarchy.version == 1:
-            return stat.get("rss", 0) + shmem, max(0, stat.get("cache", 0) - shmem)
-        return stat.get("anon", 0) + shmem, max(0, stat.get("file", 0) - shmem)
+        files = stat.get("cache", 0) if self.hierarchy.version == 1 else stat.get("file", 0)
+        return max(0, files - stat.get("shmem", 0))
 
-    def set_memory_limit(self, limit_bytes: int) -> bool:
-        """Move the memory limit; False if the kernel could not reclaim down to it."""
-        name = "memory.limit_in_bytes" if self.hierarchy.version == 1 else "memory.max"
+    def reclaim(self, nbytes: int) -> bool:
+        """Make the kernel reclaim `nbytes` of the cgroup's memory (the oldest page
+        cache first) without changing its limit for longer than the reclaim.
+
+        v2 writes `memory.reclaim`. v1 has none: the limit is pulsed to the usage
+        now minus `nbytes` (the write returns once the kernel has reclaimed down
+        to it) and put back at once. False if the kernel could not reclaim it all.
+        """
+        mem = self.dirs["memory"]
+        if (mem / "memory.reclaim").exists():
+            try:
+                _write(mem / "memory.reclaim", str(nbytes))
+                return True
+            except ResourceError:
+                return False  # EAGAIN: less than nbytes was reclaimable
+        v1 = self.hierarchy.version == 1
+        limit_file = mem / ("memory.limit_in_bytes" if v1 else "memory.max")
+        usage = _read(mem / ("memory.usage_in_bytes" if v1 else "memory.current")).strip()
+        old = _read(limit_file).strip()
+        if not usage.isdigit() or not old:
+            return False
         try:
-            (self.dirs["memory"] / name).write_text(str(limit_bytes))
+            limit_file.write_text(str(max(0, int(usage) - nbytes)))
             return True
         except OSError:
-            return False  # EBUSY: usage cannot shrink to it yet; keep the old limit
+            return False  # EBUSY: usage cannot shrink that far now
+        finally:
+            limit_file.write_text(old)
 
     def counters(self) -> dict[str, int | float]:
         """Cumulative CPU seconds, bytes read from storage, memory now and at peak, OOM kills."""
