@@ -239,7 +239,7 @@ def _cmd_trace(ns: argparse.Namespace) -> int:
     return 0
 
 
-# ---- what-if and validate (computation in analysis/whatif.py; printing here) ----------------
+# ---- what-if and validate (computed in analysis/whatif.py, worded in report/whatif_text.py) --
 
 def _runs_and_sizes(prefix: str) -> tuple[list[Any], list[int] | None]:
     """The runs of a prefix, and the file sizes of their dataset if it is still there."""
@@ -259,62 +259,12 @@ def _pct(text: str) -> float:
         raise ConfigError(f"cannot read {text!r}: write a percentage such as 5%") from None
 
 
-def _print_params(model: Any) -> None:
-    print("Model parameters (value, runs it came from, how)")
-    for p in model.params:
-        if p.value is None:
-            value = "-"
-        elif p.unit in ("B", "B/s"):
-            value = config.format_bytes(p.value) + ("/s" if p.unit == "B/s" else "")
-        else:
-            value = f"{p.value:.4g} {p.unit}"
-        runs = ", ".join(p.runs[:3]) + (f" +{len(p.runs) - 3}" if len(p.runs) > 3 else "")
-        print(f"  {p.name:34s} {value:>14s}  {p.how}" + (f" [{runs}]" if runs else ""))
-
-
-def _table(header: tuple[str, ...], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
-    return "\n".join(lines)
-
-
-def _bw_label(bps: int | None) -> str:
-    return "as measured" if bps is None else f"{config.format_bytes(bps)}/s"
-
-
-def _cache_label(spec: str, cache_bytes: int | None) -> str:
-    if cache_bytes is None:
-        return "none"
-    return f"{spec} ({config.format_bytes(cache_bytes)})" if spec.endswith("%") else \
-        config.format_bytes(cache_bytes)
-
-
-def _recommendation_text(rec: Any) -> str:
-    pick = rec.chosen or rec.closest
-    c = pick.config
-    what = (f"{c.cpus} CPU{'s' if c.cpus > 1 else ''}, page cache "
-            f"{_cache_label(c.cache_spec, c.cache_bytes)}, storage {_bw_label(c.storage_read_bps)}")
-    numbers = (f"{pick.rate_sps:.1f} samples/s, an epoch in {pick.epoch_s:.1f} s (prep stall "
-               f"{pick.prep_stall_s:.1f} s, fetch stall {pick.fetch_stall_s:.1f} s)")
-    if rec.chosen is not None:
-        text = (f"recommendation: {what} is the cheapest combination that keeps stalls at "
-                f"{pick.stall_pct:.1f}% of the epoch (limit {rec.max_stall_pct:g}%): {numbers}")
-    else:
-        text = (f"recommendation: no combination brings stalls under {rec.max_stall_pct:g}%; "
-                f"the least stalled is {what}, at {pick.stall_pct:.1f}%: {numbers}; {rec.hint}")
-    if rec.speedup is not None:
-        text += (f"; predicted {rec.speedup:.2f}x the measured configuration {rec.baseline_run} "
-                 f"({rec.baseline_sps:.1f} samples/s)")
-    return text
-
-
 def _cmd_whatif(ns: argparse.Namespace) -> int:
     import json
 
     from dsanalyze import store
     from dsanalyze.analysis import whatif
+    from dsanalyze.report import whatif_text
 
     runs, sizes = _runs_and_sizes(ns.prefix)
     model = whatif.fit(runs, sizes, ns.cache_policy)
@@ -334,27 +284,8 @@ def _cmd_whatif(ns: argparse.Namespace) -> int:
     if ns.json:
         print(json.dumps(doc, indent=1))
         return 0
-    _print_params(model)
-    if model.cache_slack_bytes:
-        print(f"note: cache budgets are predicted with the "
-              f"{config.format_bytes(model.cache_slack_bytes)} of page cache the measured runs "
-              "had beyond their budget (see cache_slack_bytes)")
-    rows = [[str(p.config.cpus), _cache_label(p.config.cache_spec, p.config.cache_bytes),
-             _bw_label(p.config.storage_read_bps), f"{p.config.gpu_speedup:g}x", str(p.nproc),
-             f"{p.rate_sps:.1f}", f"{p.epoch_s:.2f}", f"{p.compute_s:.2f}",
-             f"{p.prep_stall_s:.2f}", f"{p.fetch_stall_s:.2f}", f"{p.stall_pct:.0f}%",
-             "-" if p.hit_rate is None else f"{p.hit_rate:.2f}",
-             "-" if p.measured_sps is None else f"{p.measured_sps:.1f}",
-             "-" if p.epoch1_s is None else f"{p.epoch1_s:.2f}",
-             "-" if p.measured_epoch1_sps is None else f"{p.measured_epoch1_sps:.1f}",
-             "<-" if rec and p is rec.chosen else ""] for p in preds]
-    print()
-    print(_table(("cpus", "cache", "storage", "gpu", "ranks", "rate/s", "epoch s", "compute s",
-                  "prep stall", "fetch stall", "stall", "hit", "measured/s", "epoch1 s",
-                  "epoch1 meas/s", ""), rows))
-    if rec is not None:
-        print()
-        print(_recommendation_text(rec))
+    print("\n".join([*whatif_text.params_lines(model), *whatif_text.slack_lines(model), "",
+                     *whatif_text.whatif_lines(preds, rec)]))
     print(f"results: {Path(ns.prefix) / 'whatif.json'}")
     return 0
 
@@ -364,6 +295,7 @@ def _cmd_validate(ns: argparse.Namespace) -> int:
 
     from dsanalyze import store
     from dsanalyze.analysis import whatif
+    from dsanalyze.report import whatif_text
 
     runs, sizes = _runs_and_sizes(ns.prefix)
     val = whatif.validate(runs, sizes, ns.cache_policy, nominal_cache=ns.nominal_cache)
@@ -372,27 +304,8 @@ def _cmd_validate(ns: argparse.Namespace) -> int:
     if ns.json:
         print(json.dumps(doc, indent=1))
         return 0
-    _print_params(val.model)
-    print(f"\nrule: {val.rule}\nfitted on: {', '.join(val.fit_runs)}\n")
-    rows = [[c.run_id, f"{c.measured_sps:.1f}", f"{c.predicted_sps:.1f}", f"{c.error_pct:+.1f}%",
-             "-" if c.measured_epoch1_sps is None else f"{c.measured_epoch1_sps:.1f}",
-             "-" if c.predicted_epoch1_sps is None else f"{c.predicted_epoch1_sps:.1f}",
-             "none" if c.cache_bytes is None else
-             f"{config.format_bytes(c.cache_bytes)} ({c.cache_source})"] for c in val.checks]
-    print(_table(("run", "measured/s", "predicted/s", "error", "epoch1 meas/s",
-                  "epoch1 pred/s", "page cache"), rows))
-    checks = whatif.cache_check(val.model, runs)
-    if checks:
-        print("\ncache simulator against the disk runs (bytes read from storage; dataset "
-              "resident at the end)")
-        fmt = config.format_bytes
-        print(_table(("run", "cache", "read sim", "read measured", "resident sim",
-                      "resident measured"),
-                     [[c.run_id, fmt(c.cache_bytes), fmt(c.predicted_read_bytes),
-                       fmt(c.measured_read_bytes), fmt(c.predicted_resident_bytes),
-                       fmt(c.measured_resident_bytes)] for c in checks]))
-    print(f"\nmedian absolute error {val.median_abs_error_pct:.1f}%, maximum "
-          f"{val.max_abs_error_pct:.1f}% over {len(val.checks)} held-out run(s)")
+    print("\n".join([*whatif_text.params_lines(val.model),
+                     *whatif_text.validation_lines(val, whatif.cache_check(val.model, runs))]))
     print(f"results: {Path(ns.prefix) / 'validation.json'}")
     return 0
 

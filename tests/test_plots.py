@@ -23,7 +23,7 @@ from matplotlib.patches import Rectangle
 
 from dsanalyze import cli, store
 from dsanalyze.analysis import stalls
-from dsanalyze.report import plots
+from dsanalyze.report import plots, whatif_docs, whatif_plots
 
 DATA = Path(__file__).parent / "data"
 SWEEP, TWO_RANKS = DATA / "report_sweep", DATA / "report_2ranks"
@@ -123,7 +123,7 @@ def whatif_rows(bps_list=(None,), recommended=(2, 50), measured=((1, None), (2, 
 
 def test_heatmap_cells_equal_whatif_json():
     rows = whatif_rows()
-    (ax,) = panels(plots.whatif_heatmap(rows))
+    (ax,) = panels(whatif_plots.whatif_heatmap(rows))
     (im,) = ax.images
     grid = im.get_array()
     cpus, caches = [1, 2, 4], [0, 50, None]
@@ -147,7 +147,7 @@ def panels(fig) -> list:
 
 def test_heatmap_has_a_panel_per_bandwidth_on_one_scale():
     rows = whatif_rows(bps_list=(None, 10 * MIB))
-    fig = plots.whatif_heatmap(rows)
+    fig = whatif_plots.whatif_heatmap(rows)
     slow, fast = panels(fig)
     assert slow.get_title() == "disk 10M/s, 1 rank" and fast.get_title() == "disk unthrottled, 1 rank"
     assert slow.images[0].get_array()[0, 0] == 100.0 + 0 + 10 * MIB / 10
@@ -162,21 +162,21 @@ def test_heatmap_has_a_panel_per_bandwidth_on_one_scale():
 
 def test_heatmap_panels_are_capped_and_keep_the_recommendation():
     rows = whatif_rows(bps_list=(1, 2, 3, 4, 5, None))  # the recommendation is at None
-    titles = [ax.get_title() for ax in panels(plots.whatif_heatmap(rows))]
+    titles = [ax.get_title() for ax in panels(whatif_plots.whatif_heatmap(rows))]
     assert titles == ["disk 1B/s, 1 rank", "disk 2B/s, 1 rank", "disk 3B/s, 1 rank",
                       "disk unthrottled, 1 rank"]
 
 
 def test_heatmap_leaves_missing_cells_empty():
     rows = [r for r in whatif_rows() if (r["cpus"], r["cache_bytes"]) != (4, 0)]
-    grid = np.ma.filled(plots.whatif_heatmap(rows).axes[0].images[0].get_array(), np.nan)
+    grid = np.ma.filled(whatif_plots.whatif_heatmap(rows).axes[0].images[0].get_array(), np.nan)
     assert math.isnan(grid[2, 0]) and grid[2, 1] == 450.0
 
 
 def test_curves_draw_predictions_and_measured_points():
     rows = whatif_rows(bps_list=(None,), recommended=(2, 50), measured=((1, None), (2, None)))
     summary = summary_of(SWEEP)
-    fig = plots.whatif_curves(rows, summary)
+    fig = whatif_plots.whatif_curves(rows, summary)
     ax_cpu, ax_cache = fig.axes
     assert ax_cpu.get_title() == "disk unthrottled, 1 rank: vs CPUs (a line per cache)"
     lines = {ln.get_label(): list(ln.get_ydata()) for ln in ax_cpu.lines}
@@ -199,7 +199,7 @@ def test_validation_points_identity_and_errors():
                     {"run_id": "disk-b", "measured_sps": 240.0, "predicted_sps": 230.0,
                      "error_pct": -4.2}],
            "median_abs_error_pct": 3.35, "max_abs_error_pct": 4.2}
-    ax = plots.validation(doc).axes[0]
+    ax = whatif_plots.validation(doc).axes[0]
     (pts,) = [c for c in ax.collections if isinstance(c, PathCollection)]
     assert pts.get_offsets().tolist() == [[80.0, 82.0], [240.0, 230.0]]
     identity = ax.lines[0]
@@ -261,7 +261,7 @@ def test_draw_all_writes_png_and_svg(prefix):
     img = imread(prefix / "stall_breakdown.png")
     assert img.shape[1] >= 900 and img.shape[0] >= 600  # 150 dpi: readable in a paper
     assert (prefix / "stall_breakdown.svg").read_text().lstrip().startswith("<?xml")
-    docs = plots.whatif_documents(prefix, store.load_runs(prefix))
+    docs = whatif_docs.whatif_documents(prefix, store.load_runs(prefix))
     assert ("whatif_heatmap.png" in names) == bool(docs.rows)
     assert ("validation.png" in names) == bool(docs.validation and docs.validation["runs"])
 
@@ -279,7 +279,7 @@ def test_heatmap_cells_equal_the_whatif_json_of_the_real_model(prefix, capsys):
                      "--storage-bw", "none,8M", "--recommend", "--max-stall", "100%"]) == 0
     capsys.readouterr()
     doc = json.loads((prefix / "whatif.json").read_text())
-    docs = plots.whatif_documents(prefix, store.load_runs(prefix))
+    docs = whatif_docs.whatif_documents(prefix, store.load_runs(prefix))
     assert docs.rows == doc  # newer than every run: read, not refitted
     # any stall allowed: the cheapest of all, whatever the model predicts
     (chosen,) = [r for r in doc if r["recommended"]]
@@ -289,7 +289,7 @@ def test_heatmap_cells_equal_the_whatif_json_of_the_real_model(prefix, capsys):
         f"stalls {chosen['stall_pct']:.1f}% of the epoch, {chosen['rate_sps']:.1f} samples/s, "
         f"an epoch in {chosen['epoch_s']:.2f} s (compute {chosen['compute_s']:.2f} s, prep stall "
         f"{chosen['prep_stall_s']:.2f} s, fetch stall {chosen['fetch_stall_s']:.2f} s)"]
-    fig = plots.whatif_heatmap(doc)
+    fig = whatif_plots.whatif_heatmap(doc)
     for ax, bps in zip(panels(fig), (8 * MIB, None)):
         grid = ax.images[0].get_array()
         plane = [r for r in doc if r["storage_read_bps"] == bps]

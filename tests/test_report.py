@@ -12,6 +12,7 @@ import pytest
 from dsanalyze import cli, store
 from dsanalyze.analysis import stalls
 from dsanalyze.report import summary as report
+from dsanalyze.report.text import bandwidth_text, cache_text, fixed_width
 
 DATA = Path(__file__).parent / "data"
 SWEEP, TWO_RANKS = DATA / "report_sweep", DATA / "report_2ranks"
@@ -35,6 +36,31 @@ def summary_of(prefix: Path) -> dict:
 ])
 def test_knob_text(knob, cfg, text):
     assert report.knob_text(knob, cfg) == text
+
+
+@pytest.mark.parametrize("spec,cache_bytes,text", [
+    ("none", None, "none"), ("25%", 44 * MIB, "25% (44M)"), ("2G", 2 << 30, "2G"), ("0", 0, "0"),
+    ("1000M", 1000 * MIB, "1000M"),  # as the user wrote it, not re-rounded to 0.977G
+])
+def test_cache_text_is_the_budget_as_asked(spec, cache_bytes, text):
+    assert cache_text(spec, cache_bytes) == text
+
+
+def test_one_label_for_a_configuration_in_every_view():
+    cfg = {"cpus": 2, "cache_spec": "25%", "cache_bytes": 44 * MIB, "storage_read_bps": 8 * MIB,
+           "modes": {"disk": {}}}
+    assert report.config_label(cfg) == "cpus=2 cache=25% (44M) bw=8M/s"
+    assert report.knob_text("cache", cfg) == "cache 25% (44M)"
+    assert bandwidth_text(None, "as measured") == "as measured"
+    assert report.config_label({**cfg, "modes": {"cached": {}}}) == "cpus=2"
+
+
+def test_fixed_width_aligns_numbers_right_and_chosen_columns_left():
+    lines = fixed_width(("name", "rate/s"), [["a", "1.5"], ["long name", "120.0"]],
+                        left=frozenset({0}))
+    assert lines == ["name       rate/s", "---------  ------", "a             1.5",
+                     "long name   120.0"]
+    assert fixed_width(("x", "y"), []) == ["x  y", "-  -"]
 
 
 def test_markdown_report_reads_every_number_from_the_summary():

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dsanalyze.config import format_bytes
+from dsanalyze.report.text import config_label, fixed_width, knob_text
 
 COLUMNS = ("config", "synthetic/s", "cached/s", "disk/s", "epoch s", "compute s",
            "prep stall", "fetch stall", "verdict")
@@ -26,18 +27,6 @@ def _num(x: float | None, fmt: str = "{:.1f}") -> str:
 
 def _stall(s: float | None, pct: float | None) -> str:
     return "-" if s is None else f"{s:.1f}s {pct:.0f}%"
-
-
-def config_label(cfg: dict[str, Any]) -> str:
-    cpus = "all" if cfg["cpus"] is None else cfg["cpus"]
-    parts = [f"cpus={cpus}"]
-    if "disk" in cfg["modes"]:
-        cache = "none" if cfg["cache_bytes"] is None else cfg["cache_spec"]
-        if cfg["cache_bytes"] is not None and cfg["cache_spec"].endswith("%"):
-            cache += f" ({format_bytes(cfg['cache_bytes'])})"
-        bw = "none" if cfg["storage_read_bps"] is None else f"{format_bytes(cfg['storage_read_bps'])}/s"
-        parts += [f"cache={cache}", f"bw={bw}"]
-    return " ".join(parts)
 
 
 def table_rows(summary: dict[str, Any]) -> list[list[str]]:
@@ -74,17 +63,9 @@ def notes(summary: dict[str, Any]) -> list[str]:
 
 def render_table(summary: dict[str, Any]) -> str:
     """Fixed-width text table with a header, then notes."""
-    rows = table_rows(summary)
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(COLUMNS)]
-
-    def fmt(cells: list[str] | tuple[str, ...]) -> str:
-        return "  ".join(c.ljust(w) if i in (0, 8) else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
     n = summary["configs"][0]["samples_per_epoch"] if summary["configs"] else None
     lines = [f"Stall breakdown per epoch ({n} samples); rates in samples/s" if n else
-             "Stall breakdown", fmt(COLUMNS), fmt(["-" * w for w in widths])]
-    lines += [fmt(r) for r in rows]
+             "Stall breakdown", *fixed_width(COLUMNS, table_rows(summary), left=frozenset({0, 8}))]
     lines += [f"note: {n_}" for n_ in notes(summary)]
     return "\n".join(lines)
 
@@ -112,21 +93,6 @@ FIGURE_CAPTIONS = {
     "timeline": "Per rank, every iteration's wait for data and compute, in wall time.",
     "transform_times": "Worker time per sample of each preprocessing step, in pipeline order.",
 }
-
-
-def knob_text(knob: str, cfg: dict[str, Any]) -> str:
-    """One resource knob of a configuration in words: `2 CPUs`, `cache 50% (6.3M)`, `disk 8M/s`."""
-    if knob == "cpus":
-        n = cfg["cpus"]
-        return "all CPUs" if n is None else f"{n} CPU" + "s" * (n > 1)
-    if knob == "cache":
-        if cfg["cache_bytes"] is None:
-            return "cache unlimited"
-        size = format_bytes(cfg["cache_bytes"]) if cfg["cache_bytes"] else "0"
-        return f"cache {cfg['cache_spec']} ({size})" if cfg["cache_spec"].endswith("%") \
-            else f"cache {size}"
-    bps = cfg["storage_read_bps"]
-    return "disk unthrottled" if bps is None else f"disk {format_bytes(bps)}/s"
 
 
 def _job_lines(summary: dict[str, Any]) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from dsanalyze import store
 from dsanalyze.errors import DsAnalyzeError
-from dsanalyze.report.summary import knob_text
+from dsanalyze.report.text import knob_text
 from dsanalyze.store import RunResult
 
 INF = float("inf")

@@ -1,0 +1,61 @@
+"""Words and tables shared by every view: the stall table, the report, the
+figures and the what-if output name a resource configuration the same way.
+
+    cache_text("25%", 44 << 20)  -> "25% (44M)"   the budget as asked, and its bytes
+    cache_text("2G", 2 << 30)    -> "2G"          as asked
+    cache_text("none", None)     -> "none"        no memory limit
+    bandwidth_text(8 << 20)      -> "8M/s"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dsanalyze.config import format_bytes
+
+
+def cache_text(spec: str, cache_bytes: int | None) -> str:
+    """A page-cache budget as the user wrote it; a percentage also in bytes."""
+    if cache_bytes is None:
+        return "none"
+    return f"{spec} ({format_bytes(cache_bytes)})" if spec.endswith("%") else spec
+
+
+def bandwidth_text(bps: float | None, unthrottled: str = "none") -> str:
+    """A storage read bandwidth; `unthrottled` names the absence of a throttle."""
+    return unthrottled if bps is None else f"{format_bytes(bps)}/s"
+
+
+def config_label(cfg: dict[str, Any]) -> str:
+    """A configuration of the summary in one token per knob: `cpus=1 cache=25% (44M) bw=8M/s`."""
+    cpus = "all" if cfg["cpus"] is None else cfg["cpus"]
+    parts = [f"cpus={cpus}"]
+    if "disk" in cfg["modes"]:
+        parts += [f"cache={cache_text(cfg['cache_spec'], cfg['cache_bytes'])}",
+                  f"bw={bandwidth_text(cfg['storage_read_bps'])}"]
+    return " ".join(parts)
+
+
+def knob_text(knob: str, cfg: dict[str, Any]) -> str:
+    """One resource knob of a configuration in words: `2 CPUs`, `cache 50% (6.3M)`, `disk 8M/s`."""
+    if knob == "cpus":
+        n = cfg["cpus"]
+        return "all CPUs" if n is None else f"{n} CPU" + "s" * (n > 1)
+    if knob == "cache":
+        if cfg["cache_bytes"] is None:
+            return "cache unlimited"
+        return f"cache {cache_text(cfg['cache_spec'], cfg['cache_bytes'])}"
+    return f"disk {bandwidth_text(cfg['storage_read_bps'], 'unthrottled')}"
+
+
+def fixed_width(header: Sequence[str], rows: Sequence[Sequence[str]],
+                left: frozenset[int] = frozenset()) -> list[str]:
+    """Header, rule and rows in aligned columns: numbers to the right, `left` columns to the left."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i in left else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
