@@ -223,7 +223,8 @@ def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, dict
     enforced["cpus"] = f"cgroup v{ctx.hierarchy.version} cpuset" if ids else "none"
     if memory is not None:
         enforced["cache"] = (f"cgroup v{ctx.hierarchy.version} memory limit (budget + job memory + "
-                             "margin), page cache trimmed to budget + margin/2 every 50 ms")
+                             "margin, raised as the job's own memory grows), page cache trimmed "
+                             "to budget + margin/2 every 50 ms")
     if read_bps is not None:
         if device is None:
             enforced["storage_bw"] = ("not enforced: the dataset is on a filesystem with no block "
@@ -264,7 +265,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
         limiter = None
         if cg is not None and limits.memory_bytes is not None and ctx.trim_page_cache:
             limiter = CacheLimiter(cg, spec.resources.cache.cache_bytes or 0,
-                                   enforced["memory_margin_bytes"]).__enter__()
+                                   enforced["memory_margin_bytes"], limits.memory_bytes).__enter__()
         try:
             with monitor:
                 try:

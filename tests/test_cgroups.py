@@ -61,6 +61,8 @@ def test_real_cgroup_limits_counters_and_removal(tmp_path):
         memory_dir = cg.dirs["memory"]
         limit_file = "memory.limit_in_bytes" if h.version == 1 else "memory.max"
         assert int((memory_dir / limit_file).read_text()) == 256 << 20
+        if h.version == 1:  # reclaim takes page cache, never swaps the job out
+            assert (memory_dir / "memory.swappiness").read_text().strip() == "0"
         assert cg.counters()["cpu_usage_s"] > 0
         sleeper = subprocess.Popen(cg.join_argv() + ["sleep", "60"])
         for _ in range(200):
@@ -102,8 +104,8 @@ def _files(tmp_path: Path, n: int, size_bytes: int) -> list[str]:
     return files
 
 
-# Reads the files given, 1 MiB every 5 ms; with --grow, also allocates and frees
-# up to 96 MiB of its own memory, 8 MiB at a time, over and over.
+# Reads the files given, 1 MiB every 20 ms; with --grow, its own memory also
+# grows by 4 MiB per read (touched, so charged) up to 96 MiB.
 READER = """\
 import sys, time
 grow = sys.argv[1] == "--grow"
@@ -111,35 +113,42 @@ held = []
 for p in sys.argv[2:]:
     with open(p, "rb") as f:
         while f.read(1 << 20):
-            if grow:
-                held = [] if len(held) == 12 else held + [bytearray(b"x" * (8 << 20))]
-            time.sleep(0.005)
+            if grow and len(held) < 24:
+                b = bytearray(4 << 20)
+                b[::4096] = b"x" * len(b[::4096])
+                held.append(b)
+            time.sleep(0.02)
 """
 
 
 @needs_cgroups
 @pytest.mark.parametrize("grow", [False, True])
-def test_cache_limiter_trims_page_cache_to_the_budget(tmp_path, grow):
-    """A limit with 128 MiB of room for the job's own memory lets a job that uses
-    little of it keep up to 128 MiB cached; the limiter trims the cache to the
-    budget, leaves the limit where it was, and a job whose own memory jumps by
-    8 MiB at a time to 96 MiB is not OOM-killed by the trims."""
+def test_cache_limiter_trims_page_cache_and_follows_job_memory(tmp_path, grow):
+    """Without the limiter, a limit with room for the job's memory lets a job that
+    uses little of it keep that room as page cache, and kills one whose memory
+    outgrows it. The limiter trims the cache to the budget and raises the limit."""
     from dsanalyze.resources import pagecache
     from dsanalyze.resources.cachelimit import CacheLimiter
 
     files = _files(tmp_path, 6, 16 << 20)
-    budget, margin, job = 0, 16 << 20, 128 << 20
+    budget, margin, job = 0, 16 << 20, (32 << 20) if grow else (128 << 20)
     limits = cgroups.Limits(memory_bytes=budget + job + margin)
     with cgroups.RunCgroup.create("trim", limits, cgroups.detect()) as cg:
         limit_file = cg.dirs["memory"] / ("memory.limit_in_bytes"
                                           if cg.hierarchy.version == 1 else "memory.max")
-        with CacheLimiter(cg, budget, margin) as limiter:
+        with CacheLimiter(cg, budget, margin, budget + job + margin) as limiter:
             subprocess.run(cg.join_argv() + [sys.executable, "-c", READER,
                                              "--grow" if grow else "--no", *files], check=True)
             time.sleep(0.2)
         report = limiter.report()
         assert cg.counters()["oom_kills"] == 0
-        assert int(limit_file.read_text()) == budget + job + margin  # put back after each trim
+        limit_now = int(limit_file.read_text())
+    assert limit_now == report["memory_limit_final_bytes"]  # put back after each trim
+    if grow:  # 96 MiB of own memory: far past the 32 MiB the limit started with
+        assert report["memory_limit_raises"] > 0 and limit_now >= budget + (96 << 20) + margin
+    else:
+        assert report["memory_limit_raises"] == 0 and limit_now == budget + job + margin
+    assert report["page_cache_trims"] > 0
     # a trim the job's growth outpaces is refused (EBUSY) and left to the next check
     assert report["page_cache_trims"] > 2 * report["page_cache_trims_refused"]
     assert report["page_cache_trim_at_bytes"] == budget + margin // 2

@@ -1,6 +1,6 @@
 """What-if: predict, recommend and validate, as pure functions over stored runs.
 
-    model = fit(results, sizes)                      # analysis/model.py: parameters, calibration
+    model = fit(results, sizes)                      # analysis/calibrate.py over analysis/model.py
     preds = grid(model, configs(...), results)       # one Prediction per combination
     rec = recommend(preds, results, max_stall_pct=5)  # fewest CPUs, least cache, least bandwidth
     val = validate(results, sizes)                   # fit on part of the runs, predict the rest
@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 
 from dsanalyze.analysis import cachesim, pipeline, stalls
+from dsanalyze.analysis.calibrate import fit
 from dsanalyze.analysis.model import (
     Config,
     Model,
     effective_cache,
-    fit,
     mean_rates,
     predict_run,
     run_cache,

@@ -27,7 +27,7 @@ from dsanalyze.report import trace, whatif_plots  # noqa: E402
 from dsanalyze.report.text import config_label, knob_text  # noqa: E402
 from dsanalyze.report.whatif_docs import (  # noqa: E402
     WhatIfDocs,
-    _unlimited_last,
+    unlimited_last,
     whatif_documents,
 )
 from dsanalyze.store import RunResult  # noqa: E402
@@ -57,7 +57,7 @@ def ordered_configs(configs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]]
     """
     distinct = {k: len({f(c) for c in configs}) for k, f in _KNOBS.items()}
     varying = sorted((k for k, n in distinct.items() if n > 1), key=lambda k: distinct[k])
-    ordered = sorted(configs, key=lambda c: tuple(_unlimited_last(_KNOBS[k](c)) for k in varying))
+    ordered = sorted(configs, key=lambda c: tuple(unlimited_last(_KNOBS[k](c)) for k in varying))
     return ordered, varying
 
 

@@ -21,7 +21,8 @@ from dsanalyze.store import RunResult
 INF = float("inf")
 
 
-def _unlimited_last(x: float | None) -> float:
+def unlimited_last(x: float | None) -> float:
+    """Sort key: None (no cache limit, no throttle) after every number."""
     return INF if x is None else x
 
 
@@ -106,7 +107,7 @@ def _fit_grid(whatif: Any, runs: list[RunResult], sizes: list[int] | None
     measured = sorted({whatif.run_cpus(r) for r in runs if r.ok and r.ranks})
     cpus = sorted(set(measured) | {2 * measured[-1], 4 * measured[-1]})
     bws = sorted({r.spec.resources.storage_read_bps for r in runs if r.ok and r.mode.value
-                  == "disk"}, key=_unlimited_last) or [None]
+                  == "disk"}, key=unlimited_last) or [None]
     ok = [r for r in runs if r.ok]
     caches = [*DEFAULT_CACHES, *sorted({r.spec.resources.cache.spec for r in ok
                                         if r.mode.value == "disk"} - set(DEFAULT_CACHES))]

@@ -21,7 +21,7 @@ from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from dsanalyze.config import format_bytes  # noqa: E402
 from dsanalyze.report.text import knob_text  # noqa: E402
-from dsanalyze.report.whatif_docs import _unlimited_last, is_recommended  # noqa: E402
+from dsanalyze.report.whatif_docs import is_recommended, unlimited_last  # noqa: E402
 
 RECOMMEND_COLOR = "#D55E00"
 
@@ -42,15 +42,15 @@ def whatif_planes(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list
     planes: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         planes.setdefault(tuple(r.get(k) for k in SLICE_KNOBS), []).append(r)
-    keys = sorted(planes, key=lambda k: tuple(_unlimited_last(x) for x in k))
+    keys = sorted(planes, key=lambda k: tuple(unlimited_last(x) for x in k))
     rec = [k for k in keys if any(is_recommended(r) for r in planes[k])]
     keys = (rec + [k for k in keys if k not in rec])[:MAX_PANELS] if rec else keys[:MAX_PANELS]
-    keys.sort(key=lambda k: tuple(_unlimited_last(x) for x in k))
+    keys.sort(key=lambda k: tuple(unlimited_last(x) for x in k))
     return [(dict(zip(SLICE_KNOBS, k)), planes[k]) for k in keys]
 
 
 def _cache_axis(rows: list[dict[str, Any]]) -> tuple[list[Any], list[str]]:
-    keys = sorted({r["cache_bytes"] for r in rows}, key=_unlimited_last)
+    keys = sorted({r["cache_bytes"] for r in rows}, key=unlimited_last)
     spec = {r["cache_bytes"]: r.get("cache_spec") for r in rows}
     labels = []
     for k in keys:
@@ -73,7 +73,7 @@ def _slice_title(fixed: dict[str, Any]) -> str:
 def heatmap_grid(rows: list[dict[str, Any]], metric: str = "rate_sps"
                  ) -> tuple[list[int], list[Any], list[list[float]]]:
     """(cpus, cache_bytes, values[cpu][cache]) of a slice; NaN where not predicted."""
-    cpus = sorted({r["cpus"] for r in rows}, key=_unlimited_last)
+    cpus = sorted({r["cpus"] for r in rows}, key=unlimited_last)
     caches, _ = _cache_axis(rows)
     cell = {(r["cpus"], r["cache_bytes"]): r.get(metric) for r in rows}
     grid = [[float("nan") if cell.get((c, k)) is None else float(cell[(c, k)]) for k in caches]

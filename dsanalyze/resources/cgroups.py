@@ -15,6 +15,7 @@ harness left behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -177,6 +178,11 @@ class RunCgroup:
             _write(mem / ("memory.limit_in_bytes" if v1 else "memory.max"), str(limits.memory_bytes))
             if not v1 and (mem / "memory.swap.max").exists():
                 _write(mem / "memory.swap.max", "0")  # the budget is RAM, not RAM + swap
+            if v1:
+                # reclaim at the limit (and the trims) takes page cache, not the job's
+                # memory; best effort: without it a machine with swap may swap instead
+                with contextlib.suppress(OSError):
+                    (mem / "memory.swappiness").write_text("0")
         if limits.read_bps is None and limits.device and v1:
             # v1 blk-throttle counts bytes only for devices that have a rule: a
             # rule no job can reach turns the read counter on without limiting.
@@ -231,12 +237,26 @@ class RunCgroup:
                 except OSError:
                     time.sleep(0.05)
 
-    def page_cache_bytes(self) -> int:
-        """Page cache of files charged to the cgroup now (shared memory taken out:
-        v1 `cache` and v2 `file` both count it, and it is the job's own memory)."""
+    def memory_split(self) -> tuple[int, int]:
+        """(the job's own memory, page cache of files) charged to the cgroup now.
+
+        Own memory is anonymous + shared memory. v1 `cache` and v2 `file` both
+        count shared memory too; it is taken out of the page cache.
+        """
         stat = _kv(_read(self.dirs["memory"] / "memory.stat"))
-        files = stat.get("cache", 0) if self.hierarchy.version == 1 else stat.get("file", 0)
-        return max(0, files - stat.get("shmem", 0))
+        shmem = stat.get("shmem", 0)
+        if self.hierarchy.version == 1:
+            return stat.get("rss", 0) + shmem, max(0, stat.get("cache", 0) - shmem)
+        return stat.get("anon", 0) + shmem, max(0, stat.get("file", 0) - shmem)
+
+    def raise_memory_limit(self, limit_bytes: int) -> bool:
+        """Move the memory limit up to `limit_bytes`; False if the kernel refused."""
+        name = "memory.limit_in_bytes" if self.hierarchy.version == 1 else "memory.max"
+        try:
+            (self.dirs["memory"] / name).write_text(str(limit_bytes))
+            return True
+        except OSError:
+            return False
 
     def reclaim(self, nbytes: int) -> bool:
         """Make the kernel reclaim `nbytes` of the cgroup's memory (the oldest page
