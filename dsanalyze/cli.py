@@ -252,6 +252,15 @@ def _runs_and_sizes(prefix: str) -> tuple[list[Any], list[int] | None]:
     return runs, dataset_sizes(runs)
 
 
+def _workers(text: str | None) -> list[int | None]:
+    if not text:
+        return [None]
+    try:
+        return [int(w) for w in config.split_list(text)]
+    except ValueError:
+        raise ConfigError(f"cannot read --workers {text!r}: write counts such as 1,2,4") from None
+
+
 def _pct(text: str) -> float:
     try:
         return float(str(text).strip().rstrip("%"))
@@ -276,7 +285,7 @@ def _cmd_whatif(ns: argparse.Namespace) -> int:
     bws = [config.parse_bandwidth(b) for b in config.split_list(ns.storage_bw or "none")]
     dataset_bytes = next(r.dataset.get("bytes") for r in runs if r.ok)
     cfgs = whatif.configs(cpus, config.split_list(ns.cache), bws, int(dataset_bytes),
-                          ns.gpu_speedup, ns.nproc)
+                          ns.gpu_speedup, ns.nproc, _workers(ns.workers))
     preds = whatif.grid(model, cfgs, runs)
     rec = whatif.recommend(preds, runs, _pct(ns.max_stall)) if ns.recommend else None
     doc = whatif.whatif_document(preds, rec)
@@ -323,6 +332,8 @@ def _whatif_parsers(sub: Any) -> None:
     w.add_argument("--gpu-speedup", dest="gpu_speedup", type=float, default=1.0,
                    help="the accelerator k times faster (compute step / k)")
     w.add_argument("--nproc", type=int, help="ranks (default: as measured)")
+    w.add_argument("--workers", help="DataLoader workers per rank (-j), e.g. 1,2,4,8 "
+                   "(default: as measured)")
     w.add_argument("--cache-policy", dest="cache_policy", choices=policies, default="pagecache",
                    help="pagecache: Linux's two-list LRU (default); lru: textbook LRU; "
                    "noevict: MinIO-style, admit until full")

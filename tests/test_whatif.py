@@ -158,6 +158,36 @@ def test_more_cpus_remove_the_prep_stall_up_to_the_workers() -> None:
     assert p1.measured_run == "disk-cpus1-cachenone-bwnone" and p2.measured_run is None
 
 
+def test_more_workers_use_the_cpus_the_measured_workers_could_not() -> None:
+    """The prep-bound job was measured with 2 workers: at 8 CPUs, 4 workers use
+    the cores 2 could not; at 1 CPU more workers share one core and gain nothing
+    (each epoch starts with every worker's first batch in progress at once)."""
+    runs = runs_of("prep")
+    model = whatif.fit(runs)
+    preds = whatif.grid(model, whatif.configs([1, 8], ["none"], [None], 1 << 30,
+                                              workers=[None, 1, 4, 8]), runs)
+    rate = {(p.config.cpus, p.config.workers): p.rate_sps for p in preds}
+    assert [p.config.workers for p in preds[:4]] == [2, 1, 4, 8]  # None: as measured
+    assert rate[8, 4] > 1.4 * rate[8, 2]
+    assert rate[8, 1] == pytest.approx(rate[8, 2] / 2, rel=0.1)
+    assert rate[1, 8] <= rate[1, 2] <= 1.02 * rate[1, 1]
+    # the measured run is matched to its own worker count only
+    assert [p.measured_run for p in preds[:2]] == ["disk-cpus1-cachenone-bwnone", None]
+    with pytest.raises(ConfigError, match="--workers"):
+        whatif.configs([1], ["none"], [None], 1 << 30, workers=[-1])
+
+
+def test_recommendation_names_the_workers_it_needs() -> None:
+    runs = runs_of("prep")
+    preds = whatif.grid(whatif.fit(runs), whatif.configs([1, 8], ["none"], [None], 1 << 30,
+                                                         workers=[2, 8]), runs)
+    stalls_2 = min(p.stall_pct for p in preds if p.config.workers == 2)
+    rec = whatif.recommend(preds, runs, max_stall_pct=stalls_2 - 1)  # 2 workers cannot
+    assert rec.chosen is not None and rec.chosen.config.workers == 8
+    assert (rec.chosen.config.cpus, rec.chosen.config.workers) == \
+        min((p.config.cpus, p.config.workers) for p in preds if p.stall_pct <= stalls_2 - 1)
+
+
 def test_faster_gpu_and_more_ranks() -> None:
     model = whatif.fit(runs_of("compute"))
     base, fast = (whatif.predict(model, whatif.Config(1, gpu_speedup=k)) for k in (1.0, 2.0))
@@ -190,7 +220,7 @@ def test_whatif_document() -> None:
     assert len(doc) == 4 and sum(d["recommended"] for d in doc) == 1
     for d in doc:
         assert {"cpus", "cache_spec", "cache_bytes", "storage_read_bps", "gpu_speedup", "nproc",
-                "rate_sps", "epoch_s", "compute_s", "prep_stall_s", "fetch_stall_s",
+                "workers", "rate_sps", "epoch_s", "compute_s", "prep_stall_s", "fetch_stall_s",
                 "measured"} <= d.keys()
         assert d["epoch_s"] == pytest.approx(d["compute_s"] + d["prep_stall_s"] +
                                              d["fetch_stall_s"])
@@ -253,6 +283,7 @@ def test_cli_whatif_recommend_in_words(tmp_path: Path, capsys: pytest.CaptureFix
                    "--storage-bw", "1M,64M", "--recommend", "--max-stall", "60%"])
     out = capsys.readouterr().out
     assert rc == 0 and "recommendation: " in out and "storage 64M/s" in out
+    assert "2 DataLoader worker(s) per rank" in out
     assert "measured configuration disk-cpus2-cachenone-bwnone" in out
     doc = json.loads((prefix / "whatif.json").read_text())
     assert sum(d["recommended"] for d in doc) == 1

@@ -72,6 +72,7 @@ class Config:
     storage_read_bps: int | None = None
     gpu_speedup: float = 1.0
     nproc: int | None = None  # ranks; None: as measured
+    workers: int | None = None  # DataLoader workers per rank (-j); None: as measured
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -183,24 +184,34 @@ def _read_bps(model: Model, bps: int | None) -> float | None:
     return bps * eff
 
 
+def workers_for(model: Model, cfg: Config) -> int:
+    """DataLoader workers per rank in `cfg`: as measured unless it says otherwise.
+
+    A worker's CPU per sample is taken as independent of the worker count; more
+    workers than cores share them (the pipeline simulation's CPU budget).
+    """
+    return model.workers if cfg.workers is None else cfg.workers
+
+
 def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None) -> pipeline.Pipeline:
     if model.step_s is None and mode is not Mode.LOADER:
         raise ConfigError("the compute rate G was not measured: run harness.py with --modes "
                           "synthetic,cached,disk")
     step = 0.0 if mode is Mode.LOADER else model.step_s / cfg.gpu_speedup
     return pipeline.Pipeline(
-        ranks=cfg.nproc or model.ranks, workers=model.workers, batch_size=model.batch_size,
+        ranks=cfg.nproc or model.ranks, workers=workers_for(model, cfg),
+        batch_size=model.batch_size,
         cpus=cfg.cpus, step_s=step, main_cpu_s=model.main_cpu_s,
         prep_cpu_s=_prep_for(model, cfg.cpus) if prep is None else prep,
         read_bps=_read_bps(model, cfg.storage_read_bps) if mode is Mode.DISK else None,
         miss_cpu_s_per_byte=model.miss_cpu_s_per_byte)
 
 
-def _misses(model: Model, ranks: int, layout: pipeline.Layout, cache_bytes: float | None,
-            mode: Mode, seed: int) -> tuple[list[np.ndarray], int]:
+def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,
+            cache_bytes: float | None, mode: Mode, seed: int) -> tuple[list[np.ndarray], int]:
     """Bytes each simulated read misses, per epoch; and the simulated batches per epoch."""
     per_batch = model.batch_size * ranks
-    depth = pipeline.PREFETCH_FACTOR * max(1, model.workers)
+    depth = pipeline.PREFETCH_FACTOR * max(1, workers)
     batches = min(layout.batches, max(4 * depth, SIM_SAMPLES // per_batch))
     sizes = np.asarray(model.file_bytes)
     rng = np.random.default_rng(seed)
@@ -226,7 +237,8 @@ def simulate_run(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     """Rank 0's iterations for `cfg` over `layout`; `override` replaces pipeline fields."""
     ranks = cfg.nproc or model.ranks
     if misses is None:
-        misses, sim_batches = _misses(model, ranks, layout, cache_bytes, mode, seed)
+        misses, sim_batches = _misses(model, ranks, workers_for(model, cfg), layout,
+                                      cache_bytes, mode, seed)
     p = replace(_pipe(model, cfg, mode, override.pop("prep_cpu_s", None)), **override)
     sim_batches = sim_batches or layout.batches
     tl = pipeline.expand(pipeline.simulate(p, misses, sim_batches), sim_batches, layout)
@@ -256,7 +268,8 @@ def mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     varied = mode is Mode.DISK and cache_bytes is not None and layout.batches * ranks * \
         model.batch_size < SIM_SAMPLES
     for seed in range(SEEDS if varied else 1):
-        misses, batches = _misses(model, ranks, layout, cache_bytes, mode, seed)
+        misses, batches = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes,
+                                  mode, seed)
         tl = simulate_run(model, cfg, layout, mode, misses=misses, sim_batches=batches,
                           **override)
         out.append(pipeline.window_rates(tl, layout, cold_first))
@@ -291,6 +304,7 @@ def run_cache(model: Model, run: RunResult, nominal: bool = False) -> tuple[floa
 def predict_run(model: Model, run: RunResult, nominal_cache: bool = False) -> Rates:
     """The model's rates for a stored run's configuration, over the run's own windows."""
     res = run.spec.resources
-    cfg = Config(run_cpus(run), res.cache.spec, res.cache.cache_bytes, res.storage_read_bps)
+    cfg = Config(run_cpus(run), res.cache.spec, res.cache.cache_bytes, res.storage_read_bps,
+                 workers=run.spec.job.workers)
     cache = run_cache(model, run, nominal_cache)[0] if run.mode is Mode.DISK else None
     return mean_rates(model, cfg, run_layout(run), run.mode, cache)

@@ -35,6 +35,7 @@ from dsanalyze.analysis.model import (
     run_cache,
     run_cpus,
     run_layout,
+    workers_for,
 )
 from dsanalyze.config import CacheBudget, Mode
 from dsanalyze.errors import ConfigError
@@ -72,7 +73,7 @@ class Prediction:
         c = self.config
         return {"cpus": c.cpus, "cache_spec": c.cache_spec, "cache_bytes": c.cache_bytes,
                 "storage_read_bps": c.storage_read_bps, "gpu_speedup": c.gpu_speedup,
-                "nproc": self.nproc, "rate_sps": self.rate_sps, "epoch_s": self.epoch_s,
+                "nproc": self.nproc, "workers": c.workers, "rate_sps": self.rate_sps, "epoch_s": self.epoch_s,
                 "compute_s": self.compute_s, "prep_stall_s": self.prep_stall_s,
                 "fetch_stall_s": self.fetch_stall_s, "stall_pct": self.stall_pct,
                 "epoch1_s": self.epoch1_s, "hit_rate": self.hit_rate,
@@ -83,16 +84,21 @@ class Prediction:
 
 
 def configs(cpus: Sequence[int], caches: Sequence[str], bandwidths: Sequence[int | None],
-            dataset_bytes: int, gpu_speedup: float = 1.0, nproc: int | None = None) -> list[Config]:
-    """Every combination; cache percentages are of the dataset's bytes, as in harness.py."""
+            dataset_bytes: int, gpu_speedup: float = 1.0, nproc: int | None = None,
+            workers: Sequence[int | None] = (None,)) -> list[Config]:
+    """Every combination; cache percentages are of the dataset's bytes, as in harness.py;
+    `workers` None: the DataLoader workers per rank the runs had."""
     if gpu_speedup <= 0 or (nproc is not None and nproc < 1) or any(c < 1 for c in cpus):
         raise ConfigError("--cpus, --nproc and --gpu-speedup must be positive")
+    if any(w is not None and w < 0 for w in workers):
+        raise ConfigError("--workers must be 0 or more")
     out = []
     for c in cpus:
         for spec in caches:
             budget = CacheBudget.parse(spec, dataset_bytes)
             for bw in bandwidths:
-                out.append(Config(int(c), budget.spec, budget.cache_bytes, bw, gpu_speedup, nproc))
+                out += [Config(int(c), budget.spec, budget.cache_bytes, bw, gpu_speedup, nproc, w)
+                        for w in workers]
     return out
 
 
@@ -114,7 +120,7 @@ def bound_sps(model: Model, cfg: Config, hit_rate: float | None) -> float:
     ranks = cfg.nproc or model.ranks
     g = ranks * model.batch_size * cfg.gpu_speedup / model.step_s
     tp = model.prep_cpu_s[min(model.prep_cpu_s, key=lambda c: (abs(c - cfg.cpus), -c))]
-    p = min(cfg.cpus, ranks * max(1, model.workers)) / tp
+    p = min(cfg.cpus, ranks * max(1, workers_for(model, cfg))) / tp
     f = math.inf
     if cfg.storage_read_bps is not None and hit_rate is not None and hit_rate < 1:
         eff = model.throttle_efficiency.get(cfg.storage_read_bps) or statistics.median(
@@ -126,6 +132,7 @@ def bound_sps(model: Model, cfg: Config, hit_rate: float | None) -> float:
 
 def predict(model: Model, cfg: Config) -> Prediction:
     """The steady-state rate of `cfg` and its split into compute, prep stall and fetch stall."""
+    cfg = replace(cfg, workers=workers_for(model, cfg))
     ranks = cfg.nproc or model.ranks
     layout, n = _layout_for(model, ranks)
     cache = None
@@ -144,7 +151,8 @@ def predict(model: Model, cfg: Config) -> Prediction:
 
 def _measured_key(run: RunResult) -> tuple:
     res = run.spec.resources
-    return (run_cpus(run), res.cache.cache_bytes, res.storage_read_bps, 1.0, None)
+    return (run_cpus(run), res.cache.cache_bytes, res.storage_read_bps, 1.0, None,
+            run.spec.job.workers)
 
 
 def grid(model: Model, cfgs: Sequence[Config], results: Sequence[RunResult]) -> list[Prediction]:
@@ -155,7 +163,7 @@ def grid(model: Model, cfgs: Sequence[Config], results: Sequence[RunResult]) -> 
         p = predict(model, cfg)
         nproc = None if cfg.nproc == model.ranks else cfg.nproc
         run = measured.get((cfg.cpus, cfg.cache_bytes, cfg.storage_read_bps, cfg.gpu_speedup,
-                            nproc))
+                            nproc, p.config.workers))
         if run is not None:
             rate = stalls.run_rate(run)
             steady = run_layout(run).epochs >= 2
@@ -182,7 +190,7 @@ def _cost(p: Prediction) -> tuple:
     c = p.config
     big = float("inf")
     return (c.cpus, big if c.cache_bytes is None else c.cache_bytes,
-            big if c.storage_read_bps is None else c.storage_read_bps)
+            big if c.storage_read_bps is None else c.storage_read_bps, c.workers)
 
 
 def baseline_run(results: Sequence[RunResult]) -> RunResult | None:
@@ -211,18 +219,19 @@ def recommend(preds: Sequence[Prediction], results: Sequence[RunResult],
     pick = chosen or closest
     return Recommendation(max_stall_pct, chosen, closest, base.run_id if base else None, base_sps,
                           pick.rate_sps / base_sps if base_sps else None,
-                          "" if chosen else _hint(closest, results))
+                          "" if chosen else _hint(closest, preds, results))
 
 
-def _hint(p: Prediction, results: Sequence[RunResult]) -> str:
-    job = next((r.spec.job for r in results if r.ok), None)
-    if job is None:
+def _hint(p: Prediction, preds: Sequence[Prediction], results: Sequence[RunResult]) -> str:
+    if not any(r.ok for r in results):
         return ""
-    workers = p.nproc * max(1, job.workers)
+    workers = p.nproc * max(1, p.config.workers)
     if p.prep_stall_s >= p.fetch_stall_s and p.config.cpus >= workers:
+        tried_more = any(q.config.workers > p.config.workers for q in preds)
         return (f"the prep stall left does not shrink with more CPUs: {workers} DataLoader "
                 f"worker(s) use at most {workers} core(s), and each epoch starts with an empty "
-                "prefetch queue; more workers (-j) would")
+                "prefetch queue" + ("" if tried_more else
+                                    "; more workers might help: give --workers values"))
     if p.fetch_stall_s > p.prep_stall_s:
         return "fetch stall dominates: give more --cache or --storage-bw values"
     return "prep stall dominates: give more --cpus values"

@@ -26,7 +26,7 @@ from dsanalyze.report.whatif_docs import is_recommended, unlimited_last  # noqa:
 RECOMMEND_COLOR = "#D55E00"
 
 
-SLICE_KNOBS = ("storage_read_bps", "gpu_speedup", "nproc")
+SLICE_KNOBS = ("storage_read_bps", "gpu_speedup", "nproc", "workers")
 METRIC_LABELS = {"rate_sps": "predicted throughput (samples/s)", "epoch_s": "epoch time (s)"}
 
 
@@ -34,7 +34,8 @@ MAX_PANELS = 4
 
 
 def whatif_planes(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """The CPUs x cache planes of the grid: one per storage bandwidth, GPU speed-up, ranks.
+    """The CPUs x cache planes of the grid: one per storage bandwidth, GPU speed-up, ranks,
+    DataLoader workers.
 
     Ordered by bandwidth (the slowest first, unthrottled last); at most
     MAX_PANELS, the recommended one always among them.
@@ -67,6 +68,8 @@ def _slice_title(fixed: dict[str, Any]) -> str:
         parts.append(f"GPU x{fixed['gpu_speedup']:g}")
     if fixed.get("nproc") is not None:
         parts.append(f"{fixed['nproc']} rank" + "s" * (fixed["nproc"] > 1))
+    if fixed.get("workers") is not None:
+        parts.append(f"{fixed['workers']} worker" + "s" * (fixed["workers"] != 1) + " per rank")
     return ", ".join(parts)
 
 

@@ -44,13 +44,13 @@ def whatif_lines(preds: list[Any], rec: Any | None) -> list[str]:
     """The prediction grid, the recommended row marked `<-`, then the recommendation."""
     rows = [[str(p.config.cpus), cache_text(p.config.cache_spec, p.config.cache_bytes),
              bandwidth_text(p.config.storage_read_bps, "as measured"),
-             f"{p.config.gpu_speedup:g}x", str(p.nproc),
+             f"{p.config.gpu_speedup:g}x", str(p.nproc), str(p.config.workers),
              f"{p.rate_sps:.1f}", f"{p.epoch_s:.2f}", f"{p.compute_s:.2f}",
              f"{p.prep_stall_s:.2f}", f"{p.fetch_stall_s:.2f}", f"{p.stall_pct:.0f}%",
              _dash(p.hit_rate, "{:.2f}"), _dash(p.measured_sps, "{:.1f}"),
              _dash(p.epoch1_s, "{:.2f}"), _dash(p.measured_epoch1_sps, "{:.1f}"),
              "<-" if rec and p is rec.chosen else ""] for p in preds]
-    lines = fixed_width(("cpus", "cache", "storage", "gpu", "ranks", "rate/s", "epoch s",
+    lines = fixed_width(("cpus", "cache", "storage", "gpu", "ranks", "-j", "rate/s", "epoch s",
                          "compute s", "prep stall", "fetch stall", "stall", "hit", "measured/s",
                          "epoch1 s", "epoch1 meas/s", ""), rows)
     return lines + (["", recommendation_text(rec)] if rec is not None else [])
@@ -62,7 +62,8 @@ def recommendation_text(rec: Any) -> str:
     c = pick.config
     what = (f"{c.cpus} CPU{'s' if c.cpus > 1 else ''}, page cache "
             f"{cache_text(c.cache_spec, c.cache_bytes)}, storage "
-            f"{bandwidth_text(c.storage_read_bps, 'as measured')}")
+            f"{bandwidth_text(c.storage_read_bps, 'as measured')}, {c.workers} DataLoader "
+            "worker(s) per rank")
     numbers = (f"{pick.rate_sps:.1f} samples/s, an epoch in {pick.epoch_s:.1f} s (prep stall "
                f"{pick.prep_stall_s:.1f} s, fetch stall {pick.fetch_stall_s:.1f} s)")
     if rec.chosen is not None:
