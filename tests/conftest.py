@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,11 @@ def small_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("dataset") / "data"
     make_dataset(root, images=96, classes=4, size=(500, 375), size_jitter=0.2, seed=1)
     return root
+
+
+def copy_of(name: str, tmp_path: Path) -> Path:
+    """A writable copy of the committed results under tests/data/<name>."""
+    return Path(shutil.copytree(DATA_DIR / name, tmp_path / name))
 
 
 def harness(*argv: str) -> int:

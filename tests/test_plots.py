@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import harness
+from conftest import copy_of, harness
 from matplotlib.collections import PathCollection, PolyCollection
 from matplotlib.container import BarContainer
 from matplotlib.image import imread
@@ -250,8 +249,7 @@ def test_timeline_run_is_the_one_that_waited_most():
 
 @pytest.fixture()
 def prefix(tmp_path: Path) -> Path:
-    shutil.copytree(SWEEP, tmp_path / "p")
-    return tmp_path / "p"
+    return copy_of("report_sweep", tmp_path)
 
 
 def test_draw_all_writes_png_and_svg(prefix):

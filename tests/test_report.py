@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import base64
 import re
-import shutil
 from pathlib import Path
 
 import pytest
+from conftest import copy_of
 
 from dsanalyze import cli, store
 from dsanalyze.analysis import stalls
@@ -132,8 +132,7 @@ def test_terminal_table_is_unchanged():
 
 @pytest.fixture()
 def prefix(tmp_path: Path) -> Path:
-    shutil.copytree(SWEEP, tmp_path / "p")
-    return tmp_path / "p"
+    return copy_of("report_sweep", tmp_path)
 
 
 def test_write_report(prefix, capsys):

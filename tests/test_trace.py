@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from conftest import copy_of
 
 from dsanalyze import cli, store
 from dsanalyze.analysis import stalls
@@ -141,8 +141,7 @@ def test_iteration_spans_of_a_rank():
 
 @pytest.fixture()
 def prefix(tmp_path: Path) -> Path:
-    shutil.copytree(TWO_RANKS, tmp_path / "p")
-    return tmp_path / "p"
+    return copy_of("report_2ranks", tmp_path)
 
 
 def test_cli_trace(prefix, capsys):
