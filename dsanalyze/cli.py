@@ -164,10 +164,10 @@ def _harness(argv: list[str] | None) -> int:
     return 0
 
 
-def _draw_plots(prefix: Path) -> None:
+def _draw_plots(prefix: Path, run_id: str | None = None) -> None:
     from dsanalyze.report import plots
 
-    for path in plots.draw_all(prefix):
+    for path in plots.draw_all(prefix, run_id):
         print(f"figure: {path}")
 
 
@@ -211,15 +211,8 @@ def _cmd_summary(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_profile(ns: argparse.Namespace) -> int:
-    return _harness(ns.rest)
-
-
 def _cmd_plot(ns: argparse.Namespace) -> int:
-    from dsanalyze.report import plots
-
-    for path in plots.draw_all(Path(ns.prefix), ns.run):
-        print(f"figure: {path}")
+    _draw_plots(Path(ns.prefix), ns.run)
     return 0
 
 
@@ -354,7 +347,6 @@ def _whatif_parsers(sub: Any) -> None:
 SUBCOMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "make-dataset": _cmd_make_dataset,
     "summary": _cmd_summary,
-    "profile": _cmd_profile,
     "plot": _cmd_plot,
     "report": _cmd_report,
     "trace": _cmd_trace,

@@ -172,13 +172,13 @@ def prepare_cache(spec: RunSpec, dataset: DatasetInfo) -> dict[str, Any]:
         return {"action": "warmed", "prepare_s": time.perf_counter() - t0,
                 "resident_before_bytes": pagecache.resident_bytes(dataset.files)}
     action = "evicted"
-    resident = dataset.total_bytes
     for attempt in range(EVICT_ATTEMPTS):
         pagecache.evict(dataset.files)
         resident = pagecache.resident_bytes(dataset.files)
         if resident <= EVICT_TOLERANCE * dataset.total_bytes:
             break
-        time.sleep(0.2 * (attempt + 1))  # pages still held by exiting processes, writeback
+        if attempt < EVICT_ATTEMPTS - 1:
+            time.sleep(0.2 * (attempt + 1))  # pages still held by exiting processes, writeback
     else:
         # Per-file eviction left pages behind (mapped or busy elsewhere): as
         # root, drop the whole page cache rather than measure a warm "disk" run.
@@ -223,8 +223,9 @@ def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, dict
     enforced["cpus"] = f"cgroup v{ctx.hierarchy.version} cpuset" if ids else "none"
     if memory is not None:
         enforced["cache"] = (f"cgroup v{ctx.hierarchy.version} memory limit (budget + job memory + "
-                             "margin, raised as the job's own memory grows), page cache trimmed "
-                             "to budget + margin/2 every 50 ms")
+                             "margin" + (", raised as the job's own memory grows), page cache "
+                                         "trimmed to budget + margin/2 every 50 ms"
+                                         if ctx.trim_page_cache else ")"))
     if read_bps is not None:
         if device is None:
             enforced["storage_bw"] = ("not enforced: the dataset is on a filesystem with no block "

@@ -59,8 +59,7 @@ def test_real_cgroup_limits_counters_and_removal(tmp_path):
                              capture_output=True, text=True, check=True)
         assert out.stdout.strip() == f"[{cpu}]"
         memory_dir = cg.dirs["memory"]
-        limit_file = "memory.limit_in_bytes" if h.version == 1 else "memory.max"
-        assert int((memory_dir / limit_file).read_text()) == 256 << 20
+        assert int(cg.memory_limit_file.read_text()) == 256 << 20
         if h.version == 1:  # reclaim takes page cache, never swaps the job out
             assert (memory_dir / "memory.swappiness").read_text().strip() == "0"
         assert cg.counters()["cpu_usage_s"] > 0
@@ -134,15 +133,13 @@ def test_cache_limiter_trims_page_cache_and_follows_job_memory(tmp_path, grow):
     budget, margin, job = 0, 16 << 20, (32 << 20) if grow else (128 << 20)
     limits = cgroups.Limits(memory_bytes=budget + job + margin)
     with cgroups.RunCgroup.create("trim", limits, cgroups.detect()) as cg:
-        limit_file = cg.dirs["memory"] / ("memory.limit_in_bytes"
-                                          if cg.hierarchy.version == 1 else "memory.max")
         with CacheLimiter(cg, budget, margin, budget + job + margin) as limiter:
             subprocess.run(cg.join_argv() + [sys.executable, "-c", READER,
                                              "--grow" if grow else "--no", *files], check=True)
             time.sleep(0.2)
         report = limiter.report()
         assert cg.counters()["oom_kills"] == 0
-        limit_now = int(limit_file.read_text())
+        limit_now = int(cg.memory_limit_file.read_text())
     assert limit_now == report["memory_limit_final_bytes"]  # put back after each trim
     if grow:  # 96 MiB of own memory: far past the 32 MiB the limit started with
         assert report["memory_limit_raises"] > 0 and limit_now >= budget + (96 << 20) + margin

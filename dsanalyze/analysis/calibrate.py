@@ -160,15 +160,14 @@ def _cold_window(run: RunResult) -> tuple[pipeline.Layout, float, bool] | None:
 
 
 def _fit_throttles(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
-    by_bw: dict[int, list[RunResult]] = {}
+    by_bw: dict[int, list[tuple[RunResult, tuple[pipeline.Layout, float, bool]]]] = {}
     for r in disk:
-        if r.spec.resources.storage_read_bps is not None and _cold_window(r):
-            by_bw.setdefault(r.spec.resources.storage_read_bps, []).append(r)
+        if r.spec.resources.storage_read_bps is not None and (window := _cold_window(r)):
+            by_bw.setdefault(r.spec.resources.storage_read_bps, []).append((r, window))
     eff, params = {}, []
-    for bps, runs in sorted(by_bw.items()):
+    for bps, windows in sorted(by_bw.items()):
         fits = []
-        for r in runs:
-            layout, target, first = _cold_window(r)
+        for r, (layout, target, first) in windows:
             cfg = Config(run_cpus(r), storage_read_bps=bps)
 
             def rate(x: float, bps: int = bps, cfg: Config = cfg, layout: pipeline.Layout = layout,
@@ -179,7 +178,7 @@ def _fit_throttles(model: Model, disk: list[RunResult]) -> tuple[Model, list[Par
             fits.append(1 / bps / pipeline.solve(rate, target, 1e-12, 1e-3))
         eff[bps] = statistics.median(fits)
         params.append(Param(f"storage_bps[throttle={format_bytes(bps)}/s]", bps * eff[bps], "B/s",
-                            tuple(r.run_id for r in runs),
+                            tuple(r.run_id for r, _ in windows),
                             f"cold epochs (every read misses): {eff[bps]:.1%} of the throttle"))
     if not params:
         params.append(Param("storage_bps", None, "B/s", (), "not measured: no throttled disk "

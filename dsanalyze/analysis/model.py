@@ -166,7 +166,8 @@ def file_sizes(result: RunResult, sizes: Sequence[int] | None) -> tuple[tuple[in
 
 # ---- simulation -----------------------------------------------------------------------------
 
-def _prep_for(model: Model, cpus: int) -> float:
+def prep_cpu_for(model: Model, cpus: int) -> float:
+    """Worker CPU seconds per sample at `cpus`: the nearest measured CPU count's."""
     if not model.prep_cpu_s:
         raise ConfigError("the prep rate was not measured: run harness.py with --modes loader "
                           "(or a prep-bound cached run)")
@@ -174,7 +175,8 @@ def _prep_for(model: Model, cpus: int) -> float:
     return model.prep_cpu_s[nearest]
 
 
-def _read_bps(model: Model, bps: int | None) -> float | None:
+def read_bps_for(model: Model, bps: int | None) -> float | None:
+    """The bandwidth a throttle of `bps` gives, as calibrated (None: unthrottled)."""
     if bps is None:
         return None
     eff = model.throttle_efficiency.get(bps)
@@ -202,8 +204,8 @@ def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None) -> p
         ranks=cfg.nproc or model.ranks, workers=workers_for(model, cfg),
         batch_size=model.batch_size,
         cpus=cfg.cpus, step_s=step, main_cpu_s=model.main_cpu_s,
-        prep_cpu_s=_prep_for(model, cfg.cpus) if prep is None else prep,
-        read_bps=_read_bps(model, cfg.storage_read_bps) if mode is Mode.DISK else None,
+        prep_cpu_s=prep_cpu_for(model, cfg.cpus) if prep is None else prep,
+        read_bps=read_bps_for(model, cfg.storage_read_bps) if mode is Mode.DISK else None,
         miss_cpu_s_per_byte=model.miss_cpu_s_per_byte)
 
 

@@ -29,9 +29,10 @@ from dsanalyze.analysis.calibrate import fit
 from dsanalyze.analysis.model import (
     Config,
     Model,
-    effective_cache,
     mean_rates,
     predict_run,
+    prep_cpu_for,
+    read_bps_for,
     run_cache,
     run_cpus,
     run_layout,
@@ -119,14 +120,11 @@ def bound_sps(model: Model, cfg: Config, hit_rate: float | None) -> float:
     """DESIGN.md's min(G, P, B / ((1 - h) s)) with the fitted rates."""
     ranks = cfg.nproc or model.ranks
     g = ranks * model.batch_size * cfg.gpu_speedup / model.step_s
-    tp = model.prep_cpu_s[min(model.prep_cpu_s, key=lambda c: (abs(c - cfg.cpus), -c))]
-    p = min(cfg.cpus, ranks * max(1, workers_for(model, cfg))) / tp
+    p = min(cfg.cpus, ranks * max(1, workers_for(model, cfg))) / prep_cpu_for(model, cfg.cpus)
     f = math.inf
     if cfg.storage_read_bps is not None and hit_rate is not None and hit_rate < 1:
-        eff = model.throttle_efficiency.get(cfg.storage_read_bps) or statistics.median(
-            model.throttle_efficiency.values() or [1.0])
         s = model.dataset_bytes / len(model.file_bytes)
-        f = cfg.storage_read_bps * eff / ((1 - hit_rate) * s)
+        f = read_bps_for(model, cfg.storage_read_bps) / ((1 - hit_rate) * s)
     return min(g, p, f)
 
 
@@ -390,7 +388,3 @@ def cache_check(model: Model, results: Sequence[RunResult], seeds: int = 3) -> l
     return out
 
 
-def effective_caches(model: Model, results: Sequence[RunResult]) -> dict[str, float | None]:
-    """Run id -> the page cache each disk run had (cgroup counters), for reports."""
-    return {r.run_id: effective_cache(r, model.dataset_bytes) for r in results
-            if r.ok and r.mode is Mode.DISK and r.ranks}

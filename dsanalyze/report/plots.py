@@ -206,15 +206,15 @@ def timeline_run(summary: dict[str, Any], runs: list[RunResult]) -> RunResult | 
     return next(r for r in runs if r.run_id == worst)
 
 
-def draw_all(prefix: str | Path, run_id: str | None = None,
-             docs: WhatIfDocs | None = None) -> list[Path]:
+def draw_all(prefix: str | Path, run_id: str | None = None, docs: WhatIfDocs | None = None,
+             runs: list[RunResult] | None = None) -> list[Path]:
     """Redraw every figure of a prefix from its stored runs; returns the files written.
 
     The stall breakdown; the timeline of `run_id`, or of the run that waited
     most for data; and, when the what-if model has been fitted on these runs,
-    its heatmap, curves and validation (`docs`: already read, else read here).
+    its heatmap, curves and validation (`docs` and `runs`: already read, else read here).
     """
-    runs = store.load_runs(prefix)
+    runs = store.load_runs(prefix) if runs is None else runs
     summary = stalls.summary(runs)
     figures: dict[str, Figure] = {}
     if summary["configs"]:

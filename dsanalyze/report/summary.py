@@ -263,7 +263,7 @@ def write_report(prefix: str | Path) -> list[Path]:
     prefix = Path(prefix)
     runs = store.load_runs(prefix)
     docs = plots.whatif_documents(prefix, runs)
-    pngs = [p for p in plots.draw_all(prefix, docs=docs) if p.suffix == ".png"]
+    pngs = [p for p in plots.draw_all(prefix, docs=docs, runs=runs) if p.suffix == ".png"]
     blocks = report_blocks(stalls.summary(runs), [p.name for p in pngs], docs.recommendation,
                            docs.validation, docs.note, title=f"Data-stall report: {prefix.name}")
     md, page = prefix / "report.md", prefix / "report.html"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dsanalyze import store
+from dsanalyze.analysis import stalls
 from dsanalyze.errors import DsAnalyzeError
 from dsanalyze.report.text import knob_text
 from dsanalyze.store import RunResult
@@ -41,7 +42,7 @@ class WhatIfDocs:
 
 
 DEFAULT_CACHES = ("0", "25%", "50%", "75%", "100%")  # as `dsanalyze whatif`
-MAX_STALL_PCT = 5.0  # the recommendation's stall budget: input-bound above it
+MAX_STALL_PCT = stalls.INPUT_BOUND_PCT  # the recommendation's stall budget
 
 
 def whatif_documents(prefix: str | Path, runs: list[RunResult]) -> WhatIfDocs:
@@ -52,26 +53,23 @@ def whatif_documents(prefix: str | Path, runs: list[RunResult]) -> WhatIfDocs:
     fitted here on the runs, over the measured CPU counts and 2x and 4x the
     largest, the caches of `dsanalyze whatif`, and the measured bandwidths.
     """
-    try:
-        from dsanalyze.analysis import whatif
-    except ImportError:
-        return WhatIfDocs(note="What-if: not available, the what-if model "
-                               "(dsanalyze/analysis/whatif.py) is not installed.")
+    from dsanalyze.analysis import whatif
     prefix = Path(prefix)
     notes = []
     rows, recommendation = _stored(prefix, "whatif.json"), []
+    val = _stored(prefix, "validation.json")
+    sizes = dataset_sizes(runs) if rows is None or val is None else None
     if rows is None:
         try:
-            rows, recommendation = _fit_grid(whatif, runs, dataset_sizes(runs))
+            rows, recommendation = _fit_grid(whatif, runs, sizes)
         except DsAnalyzeError as e:
             rows, notes = [], [f"What-if: no model fitted on these runs: {e}"]
     else:
         recommendation = [f"Recommended by `dsanalyze whatif` (whatif.json): "
                           f"{_recommended_text(r)}" for r in rows if is_recommended(r)]
-    val = _stored(prefix, "validation.json")
     if val is None:
         try:
-            val = whatif.validation_document(whatif.validate(runs, dataset_sizes(runs)))
+            val = whatif.validation_document(whatif.validate(runs, sizes))
         except DsAnalyzeError as e:
             notes.append(f"Validation: {e}")
     return WhatIfDocs(rows, val, recommendation, " ".join(notes) or None)

@@ -62,8 +62,7 @@ def _cache_axis(rows: list[dict[str, Any]]) -> tuple[list[Any], list[str]]:
 
 
 def _slice_title(fixed: dict[str, Any]) -> str:
-    bw = fixed.get("storage_read_bps")
-    parts = ["disk unthrottled" if bw is None else f"disk {format_bytes(bw)}/s"]
+    parts = [knob_text("bw", {"storage_read_bps": fixed.get("storage_read_bps")})]
     if fixed.get("gpu_speedup") not in (None, 1, 1.0):
         parts.append(f"GPU x{fixed['gpu_speedup']:g}")
     if fixed.get("nproc") is not None:

@@ -175,7 +175,7 @@ class RunCgroup:
             _write(cpuset / "cpuset.cpus", cpus)
         if limits.memory_bytes is not None:
             mem = self.dirs["memory"]
-            _write(mem / ("memory.limit_in_bytes" if v1 else "memory.max"), str(limits.memory_bytes))
+            _write(self.memory_limit_file, str(limits.memory_bytes))
             if not v1 and (mem / "memory.swap.max").exists():
                 _write(mem / "memory.swap.max", "0")  # the budget is RAM, not RAM + swap
             if v1:
@@ -249,11 +249,15 @@ class RunCgroup:
             return stat.get("rss", 0) + shmem, max(0, stat.get("cache", 0) - shmem)
         return stat.get("anon", 0) + shmem, max(0, stat.get("file", 0) - shmem)
 
+    @property
+    def memory_limit_file(self) -> Path:
+        v1 = self.hierarchy.version == 1
+        return self.dirs["memory"] / ("memory.limit_in_bytes" if v1 else "memory.max")
+
     def raise_memory_limit(self, limit_bytes: int) -> bool:
         """Move the memory limit up to `limit_bytes`; False if the kernel refused."""
-        name = "memory.limit_in_bytes" if self.hierarchy.version == 1 else "memory.max"
         try:
-            (self.dirs["memory"] / name).write_text(str(limit_bytes))
+            self.memory_limit_file.write_text(str(limit_bytes))
             return True
         except OSError:
             return False
@@ -269,12 +273,12 @@ class RunCgroup:
         mem = self.dirs["memory"]
         if (mem / "memory.reclaim").exists():
             try:
-                _write(mem / "memory.reclaim", str(nbytes))
+                (mem / "memory.reclaim").write_text(str(nbytes))
                 return True
-            except ResourceError:
+            except OSError:
                 return False  # EAGAIN: less than nbytes was reclaimable
+        limit_file = self.memory_limit_file
         v1 = self.hierarchy.version == 1
-        limit_file = mem / ("memory.limit_in_bytes" if v1 else "memory.max")
         usage = _read(mem / ("memory.usage_in_bytes" if v1 else "memory.current")).strip()
         old = _read(limit_file).strip()
         if not usage.isdigit() or not old:
