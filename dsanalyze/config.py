@@ -12,11 +12,10 @@ import dataclasses
 import enum
 import itertools
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from dsanalyze.errors import ConfigError
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dsanalyze.config import Job, Mode, RunSpec, format_bytes
-from dsanalyze.errors import ConfigError, ResourceError, RunFailed
+from dsanalyze.errors import ConfigError, ResourceError
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.monitor import Monitor, diskstats_read_bytes
@@ -378,8 +378,3 @@ def _failure_message(rc: int | None, rank_errors: dict[int, str], log_path: Path
     except OSError:
         pass
     return f"the job exited with status {rc}: {tail} (log: {log_path})"
-
-
-def raise_if_failed(result: RunResult) -> None:
-    if not result.ok:
-        raise RunFailed(f"run {result.run_id} {result.status}: {result.error}")
