@@ -44,6 +44,30 @@ def test_detect(text, own, version, memory_root):
         assert h.roots["memory"] == Path(memory_root)
 
 
+@pytest.mark.parametrize("controllers,own,v1_too,version", [
+    ("cpuset cpu io memory pids", "/", False, 2),
+    ("cpuset cpu io memory pids", "/jobs/a", False, 2),  # under this process's own cgroup
+    ("cpuset cpu io memory pids", "/", True, 2),  # v2 preferred when it has every controller
+    ("hugetlb", "/", True, 1),  # this machine: a v2 mount with only hugetlb
+    ("cpuset memory pids", "/", False, 0),  # no io controller, no v1: nothing usable
+])
+def test_detect_v2_from_a_real_hierarchy(tmp_path, controllers, own, v1_too, version):
+    """A v2 mount is used when the `cgroup.controllers` of this process's cgroup
+    lists cpuset, memory and io; then every controller's root is that cgroup."""
+    base = tmp_path / own.lstrip("/")
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "cgroup.controllers").write_text(controllers + "\n")
+    text = f"29 23 0:26 / {tmp_path} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+    if v1_too:  # the v1 controllers of HYBRID, without its own v2 mount
+        text += "".join(ln for ln in HYBRID.splitlines(True) if "cgroup2" not in ln)
+    h = cgroups.detect(text, {"": own, "memory": "/"})
+    assert h.version == version
+    if version == 2:
+        assert h.roots == {c: base for c in ("cpuset", "memory", "io", "cpu")}
+    elif version == 1:
+        assert h.roots["memory"] == Path("/sys/fs/cgroup/memory")
+
+
 def test_whole_disk_of_a_partitionless_root_and_of_proc():
     assert cgroups.whole_disk("/proc") is None  # major 0: no block device
 

@@ -56,13 +56,47 @@ def test_stops_after_warmup_plus_iters_across_epochs():
     assert rec.to_dict()["warmup"] == 2
 
 
+class AsyncDevice:
+    """A device like CUDA: a training step returns at once and its work is
+    paid only when the host synchronises (the clock then jumps by it)."""
+
+    def __init__(self, clock: FakeClock, events: list[str]) -> None:
+        self.clock, self.events, self.pending_s = clock, events, 0.0
+
+    def step(self, compute_s: float) -> None:
+        self.pending_s += compute_s
+
+    def sync(self) -> None:
+        self.events.append("sync")
+        self.clock.now += self.pending_s
+        self.pending_s = 0.0
+
+
+class LoggingClock(FakeClock):
+    def __init__(self, events: list[str]) -> None:
+        super().__init__()
+        self.events = events
+
+    def __call__(self) -> float:
+        self.events.append("clock")
+        return self.now
+
+
 def test_sync_called_before_clock_at_each_boundary():
-    calls = []
-    clock = FakeClock()
-    rec = IterationRecorder(sync=lambda: calls.append(clock.now), clock=clock)
-    for _ in TimedLoader(SlowLoader(clock, 3, 0.0), rec):
-        clock.now += 1.0
-    assert len(calls) == 4  # one per next(), including the final StopIteration
+    """Unfinished device work of step i must be charged to iteration i, never to
+    the wait of step i+1: each boundary synchronises, then reads the clock."""
+    events: list[str] = []
+    clock = LoggingClock(events)
+    device = AsyncDevice(clock, events)
+    rec = IterationRecorder(sync=device.sync, clock=clock)
+    for _ in TimedLoader(SlowLoader(clock, 3, 0.25), rec):
+        device.step(1.0)
+    assert rec.wait_s == pytest.approx([0.25] * 3)  # the fetch only, not the step before
+    assert rec.iter_s == pytest.approx([1.25] * 3)
+    # one sync per next() (the last one ends the epoch), each followed by the clock read
+    assert events.count("sync") == 4
+    assert all(events[i + 1] == "clock" for i, e in enumerate(events) if e == "sync")
+    assert events[0] == "sync"
 
 
 def test_finish_closes_a_loop_left_with_break():
