@@ -21,7 +21,7 @@ from dsanalyze.errors import ConfigError
 
 
 class Mode(str, enum.Enum):
-    """The differential modes (DESIGN.md)."""
+    """The differential modes (docs/design.md)."""
 
     SYNTHETIC = "synthetic"  # one device-resident batch replayed: compute bound
     CACHED = "cached"  # real loader, every file in the page cache

@@ -4,6 +4,10 @@ The CLI turns every `DsAnalyzeError` into a one-line message and exit code 2
 (`RunFailed`: 1). Messages say what went wrong and what to do about it.
 """
 
+from __future__ import annotations
+
+import enum
+
 
 class DsAnalyzeError(Exception):
     """Base class: bad input or an environment the tool cannot work in."""
@@ -17,6 +21,24 @@ class ConfigError(DsAnalyzeError):
 
 class DatasetError(DsAnalyzeError):
     """A dataset directory that is missing, empty or holds a corrupt file."""
+
+
+class CorruptSampleError(DatasetError):
+    """A dataset file that cannot be decoded; the message names the file, or says
+    how to find it. Raised inside a rank (the built-in job's PyTorch and DALI
+    loaders): the rank records it as `FailureKind.CORRUPT_SAMPLE`, and the sweep
+    stops, since every other run would read the same file."""
+
+
+class FailureKind(enum.Enum):
+    """Why a rank failed, as the rank itself classified the exception."""
+
+    CRASH = "crash"  # any other exception or exit status
+    CORRUPT_SAMPLE = "corrupt_sample"  # a CorruptSampleError
+
+    @classmethod
+    def of(cls, e: BaseException) -> FailureKind:
+        return cls.CORRUPT_SAMPLE if isinstance(e, CorruptSampleError) else cls.CRASH
 
 
 class ResourceError(DsAnalyzeError):

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dsanalyze.config import Job, Mode, RunSpec, format_bytes
-from dsanalyze.errors import ConfigError, ResourceError
+from dsanalyze.errors import ConfigError, FailureKind, ResourceError
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.monitor import Monitor, diskstats_read_bytes
@@ -249,7 +249,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     disk_before = diskstats_read_bytes(limits.device)
     started = time.time()
     t0 = time.perf_counter()
-    status, error = Status.OK, None
+    status, error, failure = Status.OK, None, None
     with ExitStack() as stack:
         cg = None
         if ctx.hierarchy is not None:
@@ -296,6 +296,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     elif status == Status.OK and (rc != 0 or len(ranks) < spec.job.world_size):
         status = Status.FAILED
         error = _failure_message(rc, rank_errors, log_path)
+        failure = next(iter(rank_errors.values())).kind if rank_errors else FailureKind.CRASH
     io = {"cache_state": cache_state, "resident_after_bytes": resident_after,
           "dataset_bytes": ctx.dataset.total_bytes, "counters": counters,
           "read_bytes": counters.get("read_bytes"),
@@ -310,7 +311,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
                    "argv": job_argv(spec)}
     if ranks:
         environment["rank_extra"] = ranks[0].extra
-    result = RunResult(spec=spec, status=status, error=error, ranks=tuple(ranks),
+    result = RunResult(spec=spec, status=status, error=error, failure=failure, ranks=tuple(ranks),
                        dataset=ctx.dataset.to_dict(), enforced=enforced, environment=environment,
                        io=io, monitor=tuple(monitor.samples), started_unix_s=started,
                        duration_s=time.perf_counter() - t0, log_path=str(log_path))
@@ -346,8 +347,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _collect_ranks(run_dir: Path, world: int) -> tuple[list[RankRecord], dict[int, str]]:
-    """Rank records, and tracebacks of crashed ranks, the first to crash first."""
+def _collect_ranks(run_dir: Path,
+                   world: int) -> tuple[list[RankRecord], dict[int, rankenv.RankFailure]]:
+    """Rank records, and the failures of crashed ranks, the first to crash first."""
     import json
 
     ranks, errors, when = [], {}, {}
@@ -357,7 +359,8 @@ def _collect_ranks(run_dir: Path, world: int) -> tuple[list[RankRecord], dict[in
             ranks.append(RankRecord.from_dict(json.loads(rec.read_text())))
         err = run_dir / f"rank{r}.error"
         if err.is_file():
-            errors[r], when[r] = err.read_text(), err.stat().st_mtime_ns
+            errors[r] = rankenv.RankFailure.from_dict(json.loads(err.read_text()))
+            when[r] = err.stat().st_mtime_ns
     # The root cause is the earliest crash: the others often fail after it
     # (a collective whose peer is gone), with a less useful message.
     return ranks, {r: errors[r] for r in sorted(errors, key=lambda r: (when[r], r))}
@@ -368,10 +371,13 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _failure_message(rc: int | None, rank_errors: dict[int, str], log_path: Path) -> str:
+def _failure_message(rc: int | None, rank_errors: dict[int, rankenv.RankFailure],
+                     log_path: Path) -> str:
     if rank_errors:
-        r = next(iter(rank_errors))  # the first to crash
-        return f"rank {r} crashed: {_last_line(rank_errors[r])} (log: {log_path})"
+        first = next(iter(rank_errors.values()))  # the first to crash
+        if first.kind is FailureKind.CORRUPT_SAMPLE:  # names the file and what to do
+            return f"{first.message} (log: {log_path})"
+        return f"rank {first.rank} crashed: {first.line} (log: {log_path})"
     tail = ""
     try:
         tail = _last_line(log_path.read_text()[-4000:])

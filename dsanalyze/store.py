@@ -8,6 +8,7 @@ same spec.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import tempfile
@@ -16,17 +17,22 @@ from pathlib import Path
 from typing import Any
 
 from dsanalyze.config import Mode, RunSpec
-from dsanalyze.errors import StoreError
+from dsanalyze.errors import FailureKind, StoreError
 
 SCHEMA_VERSION = 1
 
 
-class Status:
+class Status(str, enum.Enum):
+    """How a run ended. A str, so that run JSONs keep the plain words."""
+
     OK = "ok"
     FAILED = "failed"
     OOM = "oom"
     TIMEOUT = "timeout"
     INTERRUPTED = "interrupted"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -66,8 +72,9 @@ class RunResult:
     """Everything one run measured, plus what is needed to re-analyse it."""
 
     spec: RunSpec
-    status: str
+    status: Status  # a plain string ("ok") is converted
     error: str | None = None
+    failure: FailureKind | None = None  # why a failed run's first rank failed
     ranks: tuple[RankRecord, ...] = ()
     dataset: dict[str, Any] = field(default_factory=dict)  # files, bytes, samples_per_epoch
     enforced: dict[str, Any] = field(default_factory=dict)  # knob -> how, or "not enforced: why"
@@ -77,6 +84,9 @@ class RunResult:
     started_unix_s: float = 0.0
     duration_s: float = 0.0
     log_path: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))
 
     @property
     def run_id(self) -> str:
@@ -95,8 +105,9 @@ class RunResult:
             "schema": SCHEMA_VERSION,
             "run_id": self.run_id,
             "spec": self.spec.to_dict(),
-            "status": self.status,
+            "status": self.status.value,
             "error": self.error,
+            "failure": self.failure.value if self.failure else None,
             "started_unix_s": self.started_unix_s,
             "duration_s": self.duration_s,
             "log_path": self.log_path,
@@ -112,8 +123,9 @@ class RunResult:
     def from_dict(cls, d: dict[str, Any]) -> RunResult:
         return cls(
             spec=RunSpec.from_dict(d["spec"]),
-            status=d["status"],
+            status=Status(d["status"]),
             error=d.get("error"),
+            failure=FailureKind(d["failure"]) if d.get("failure") else None,
             ranks=tuple(RankRecord.from_dict(r) for r in d.get("ranks", [])),
             dataset=dict(d.get("dataset", {})),
             enforced=dict(d.get("enforced", {})),

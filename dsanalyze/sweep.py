@@ -17,7 +17,7 @@ from typing import Any
 from dsanalyze import launch, store
 from dsanalyze.analysis import stalls
 from dsanalyze.config import Mode, RunSpec, Sweep
-from dsanalyze.errors import ConfigError, DatasetError, ResourceError
+from dsanalyze.errors import ConfigError, DatasetError, FailureKind, ResourceError
 from dsanalyze.jobs.datasets import DatasetInfo, scan_dataset
 from dsanalyze.resources import cgroups
 from dsanalyze.store import RunResult
@@ -98,9 +98,9 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
             if progress:
                 progress(_progress_line(i, len(specs), spec, result, measured,
                                         time.monotonic() - t_start, len(specs) - i))
-            if not result.ok and "CorruptSampleError" in (result.error or ""):
+            if result.failure is FailureKind.CORRUPT_SAMPLE:
                 # every other run would read the same file: stop here
-                raise DatasetError(result.error.split("CorruptSampleError: ", 1)[-1])
+                raise DatasetError(result.error)
     finally:
         signal.signal(signal.SIGTERM, old)
         doc = write_summary(prefix)

@@ -23,7 +23,7 @@ from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPoli
 
 from dsanalyze import store  # noqa: E402
 from dsanalyze.analysis import stalls  # noqa: E402
-from dsanalyze.errors import DatasetError  # noqa: E402
+from dsanalyze.errors import CorruptSampleError, DatasetError  # noqa: E402
 from dsanalyze.instrument import rank as rankenv  # noqa: E402
 from dsanalyze.instrument.loader import IterationRecorder, TimedLoader  # noqa: E402
 from dsanalyze.jobs.dali_pipeline import DaliSettings  # noqa: E402
@@ -143,7 +143,7 @@ def test_corrupt_file_is_a_dataset_error(small_dataset: Path, tmp_path: Path, ev
     shutil.copytree(small_dataset, root)
     for path in sorted(root.rglob("*.jpg"))[::every]:
         path.write_bytes(b"not a jpeg" * 100)
-    with pytest.raises(dali_pipeline.CorruptSampleError, match="cannot decode an image under"):
+    with pytest.raises(CorruptSampleError, match="cannot decode an image under"):
         for _ in dali_pipeline.build_iterator(str(root), cpu_settings(16)):
             pass
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -10,6 +11,9 @@ import pytest
 from conftest import harness
 
 from dsanalyze import cli
+from dsanalyze.errors import CorruptSampleError, FailureKind
+from dsanalyze.instrument import rank as rankenv
+from dsanalyze.instrument.rank import RankFailure
 from dsanalyze.store import load_runs
 
 
@@ -57,6 +61,8 @@ def test_corrupt_jpeg_is_named_and_earlier_runs_kept(small_dataset, tmp_path, ca
     assert "cannot decode image" in line and str(bad) in line
     runs = load_runs(prefix)
     assert [r.run_id for r in runs] == ["cached-cpusall"] and runs[0].status == "failed"
+    assert runs[0].failure is FailureKind.CORRUPT_SAMPLE
+    assert line == f"error: {runs[0].error}" and "remove or replace it" in line
 
 
 @pytest.mark.slow
@@ -124,3 +130,47 @@ def test_timeout_is_recorded_and_kills_the_job(small_dataset, tmp_path, capsys):
     assert "timed out after 8 s" in one_line_error(capsys)
     (run,) = load_runs(prefix)
     assert run.status == "timeout" and run.duration_s < 20
+
+
+class CorruptAt:
+    """A dataset whose sample 3 is a file that cannot be decoded."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> int:
+        if i == 3:
+            raise CorruptSampleError("cannot decode image /data/x/3.jpg: truncated; remove or "
+                                     "replace it")
+        return i
+
+
+def _fail_in_rank(tmp_path, monkeypatch, main) -> RankFailure:
+    monkeypatch.setenv(rankenv.ENV_RUN_DIR, str(tmp_path))
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(BaseException):  # noqa: B017 (whatever main raises is re-raised)
+        rankenv.run_reporting_errors(main)
+    return RankFailure.from_dict(json.loads((tmp_path / "rank1.error").read_text()))
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_corrupt_sample_is_recorded_as_its_kind(tmp_path, monkeypatch, workers):
+    """Also when a DataLoader worker raised it (torch re-raises it with the
+    worker's traceback as its text): the record keeps the original message."""
+    from torch.utils.data import DataLoader
+
+    def main() -> None:
+        for _ in DataLoader(CorruptAt(), batch_size=2, num_workers=workers):
+            pass
+    failure = _fail_in_rank(tmp_path, monkeypatch, main)
+    assert failure.rank == 1 and failure.kind is FailureKind.CORRUPT_SAMPLE
+    assert failure.exception == "CorruptSampleError"
+    assert failure.message == "cannot decode image /data/x/3.jpg: truncated; remove or replace it"
+    assert "Traceback" in failure.traceback
+
+
+def test_other_exceptions_are_crashes(tmp_path, monkeypatch):
+    def main() -> None:
+        raise RuntimeError("boom\non the last line")
+    failure = _fail_in_rank(tmp_path, monkeypatch, main)
+    assert failure.kind is FailureKind.CRASH and failure.line == "RuntimeError: on the last line"

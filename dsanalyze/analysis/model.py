@@ -15,7 +15,7 @@ with the reason, where the runs cannot give it):
 - s and the size distribution (the dataset's files), N (samples per epoch).
 - h(C): `cachesim` over the real file sizes for the job's access pattern.
 
-`min(G, P, B / ((1 - h) s))` (DESIGN.md) holds only if the stages overlap
+`min(G, P, B / ((1 - h) s))` (docs/design.md) holds only if the stages overlap
 perfectly. The model instead runs `pipeline.simulate`, which has the loop's
 structure (prefetch depth, in-order delivery, the refill at each epoch start,
 a worker's read then decode, the main process needing CPU). Its free

@@ -8,7 +8,7 @@
 A prediction is the steady state of a disk run of whole epochs (the epochs
 after the first, at least two; the cold first epoch is predicted on its own),
 split as in the differential table: compute N / G, prep stall N / X_cached -
-N / G, fetch stall N / X - N / X_cached. `bound_sps` is DESIGN.md's
+N / G, fetch stall N / X - N / X_cached. `bound_sps` is docs/design.md's
 min(G, P, B / ((1 - h) s)), the rate if every stage overlapped perfectly.
 `whatif_document` and `validation_document` are the JSON written to
 `whatif.json` and printed by `validate --json`.
@@ -117,7 +117,7 @@ def _layout_for(model: Model, ranks: int) -> tuple[pipeline.Layout, int]:
 
 
 def bound_sps(model: Model, cfg: Config, hit_rate: float | None) -> float:
-    """DESIGN.md's min(G, P, B / ((1 - h) s)) with the fitted rates."""
+    """docs/design.md's min(G, P, B / ((1 - h) s)) with the fitted rates."""
     ranks = cfg.nproc or model.ranks
     g = ranks * model.batch_size * cfg.gpu_speedup / model.step_s
     p = min(cfg.cpus, ranks * max(1, workers_for(model, cfg))) / prep_cpu_for(model, cfg.cpus)

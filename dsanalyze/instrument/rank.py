@@ -3,18 +3,23 @@
 The harness passes the run through environment variables (set before
 `torch.distributed.run` starts the ranks); each rank writes
 `$DSANALYZE_RUN_DIR/rank<R>.json` (its `RankRecord`) on success and
-`rank<R>.error` (the traceback) on failure.
+`rank<R>.error` on failure: a JSON record of the failure's kind
+(`FailureKind`), its one-line message and its traceback.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from dsanalyze.errors import FailureKind
 
 ENV_RUN_DIR = "DSANALYZE_RUN_DIR"
 ENV_MODE = "DSANALYZE_MODE"
@@ -53,21 +58,60 @@ def write_record(record: dict[str, Any], extra: dict[str, Any] | None = None) ->
     os.replace(tmp, d / f"rank{rank()}.json")
 
 
-def write_error(text: str) -> None:
+@dataclass(frozen=True)
+class RankFailure:
+    """How a rank failed: `rank<R>.error`, read back by the harness."""
+
+    rank: int
+    kind: FailureKind
+    exception: str  # the exception's type name, e.g. "RuntimeError"
+    message: str  # its one-line message
+    traceback: str
+
+    @property
+    def line(self) -> str:
+        return f"{self.exception}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "kind": self.kind.value, "exception": self.exception,
+                "message": self.message, "traceback": self.traceback}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RankFailure:
+        return cls(int(d["rank"]), FailureKind(d["kind"]), d["exception"], d["message"],
+                   d["traceback"])
+
+
+def write_error(failure: RankFailure) -> None:
     d = run_dir()
     if d is not None:
-        (d / f"rank{rank()}.error").write_text(text)
+        tmp = d / f".rank{failure.rank}.error.tmp"
+        tmp.write_text(json.dumps(failure.to_dict()))
+        os.replace(tmp, d / f"rank{failure.rank}.error")
+
+
+def failure_message(e: BaseException) -> str:
+    """The last line of the exception's message (a traceback's last line).
+
+    An exception raised in a DataLoader worker is re-raised in the rank with
+    the worker's whole traceback as its message (torch passes it as text),
+    which ends with the original `module.Type: message`: the prefix goes.
+    """
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return re.sub(rf"^[\w.]*\b{type(e).__name__}: ", "", lines[-1] if lines else "")
 
 
 def run_reporting_errors(main: Callable[[], Any]) -> Any:
-    """Call `main`; on an exception write its traceback for the harness, re-raise."""
+    """Call `main`; on an exception write its failure record for the harness, re-raise."""
     try:
         return main()
     except SystemExit as e:
         if e.code not in (0, None):
-            write_error(f"SystemExit: {e.code}\n")
+            write_error(RankFailure(rank(), FailureKind.CRASH, "SystemExit", str(e.code),
+                                    f"SystemExit: {e.code}\n"))
         raise
-    except BaseException:
-        write_error(traceback.format_exc())
+    except BaseException as e:
+        write_error(RankFailure(rank(), FailureKind.of(e), type(e).__name__, failure_message(e),
+                                traceback.format_exc()))
         sys.stderr.flush()
         raise

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from dsanalyze.errors import ConfigError, DatasetError
+from dsanalyze.errors import ConfigError, CorruptSampleError, DatasetError
 from dsanalyze.instrument import rank as rankenv
 
 try:
@@ -139,10 +139,6 @@ def training_pipeline(root: str, s: DaliSettings) -> tuple[Any, Any]:
     if s.device_id is not None:
         labels = labels.gpu()  # the whole batch on the device, as the synthetic replay wants it
     return images, labels
-
-
-class CorruptSampleError(DatasetError):
-    """A dataset file that DALI cannot decode (DALI does not say which)."""
 
 
 class DaliLoader(DALIGenericIterator):

@@ -30,16 +30,12 @@ from PIL import Image
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 from torchvision import transforms
 
-from dsanalyze.errors import DatasetError
+from dsanalyze.errors import CorruptSampleError, DatasetError
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.instrument import transforms as step_timing
 from dsanalyze.instrument.loader import IterationRecorder, ReplayLoader, TimedLoader
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-
-class CorruptSampleError(DatasetError):
-    """A dataset file that cannot be decoded; the message names the file."""
 
 
 def load_rgb(path: str) -> Image.Image:
@@ -48,7 +44,7 @@ def load_rgb(path: str) -> Image.Image:
         with open(path, "rb") as f:
             return Image.open(f).convert("RGB")
     except (OSError, SyntaxError, ValueError) as e:
-        raise CorruptSampleError(f"cannot decode image {path}: {e}") from None
+        raise CorruptSampleError(f"cannot decode image {path}: {e}; remove or replace it") from None
 
 
 def train_transform() -> transforms.Compose:

@@ -15,7 +15,7 @@ Layout (Trace Event Format, JSON object form):
   when the run had no cgroup), and GPU utilisation where there are GPUs.
 
 Iteration i of a rank starts `sum(iter_s[:i])` after its `start_unix_s` (the
-iterations of a rank are back to back, DESIGN.md), waits `wait_s[i]` for its
+iterations of a rank are back to back, docs/design.md), waits `wait_s[i]` for its
 batch, then computes for `iter_s[i] - wait_s[i]`. Timestamps `ts` and
 durations `dur` are microseconds since the earliest run's start.
 """

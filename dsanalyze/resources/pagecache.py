@@ -5,7 +5,7 @@
   and the job's memory limit does not evict them.
 - `evict`: `posix_fadvise(POSIX_FADV_DONTNEED)` per file (no root needed),
   after `fdatasync` so that dirty pages can actually be dropped. Pages first
-  read by another cgroup stay charged there, which is why DESIGN.md insists
+  read by another cgroup stay charged there, which is why docs/design.md insists
   on evicting before every disk run.
 - `drop_all`: `echo 1 > /proc/sys/vm/drop_caches` (root only).
 - `resident_bytes`: `mincore(2)` over an mmap of each file.

@@ -1,0 +1,33 @@
+"""The import graph: analysis and report are pure, and never pull in the measuring side."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+
+# Import dsanalyze.report, dsanalyze.analysis and every module in them, then
+# list what else got imported.
+PROBE = """
+import importlib, json, pkgutil, sys
+import dsanalyze.analysis, dsanalyze.report
+for pkg in (dsanalyze.analysis, dsanalyze.report):
+    for m in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"{pkg.__name__}.{m.name}")
+print(json.dumps(sorted(sys.modules)))
+"""
+FORBIDDEN = ("torch", "torchvision", "nvidia", "dsanalyze.launch", "dsanalyze.sweep",
+             "dsanalyze.jobs", "dsanalyze.resources", "dsanalyze.monitor", "dsanalyze.cli")
+
+
+def test_analysis_and_report_import_neither_torch_nor_the_measuring_side():
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120, check=True)
+    modules = json.loads(out.stdout)
+    assert "dsanalyze.report.plots" in modules and "dsanalyze.analysis.whatif" in modules
+    leaked = [m for m in modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)]
+    assert leaked == []
