@@ -38,6 +38,7 @@ from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.monitor import Monitor, diskstats_read_bytes
 from dsanalyze.resources import cgroups, pagecache
 from dsanalyze.resources.cachelimit import CacheLimiter
+from dsanalyze.resources.lifeline import Lifeline
 from dsanalyze.store import RankRecord, RunResult, Status
 
 MEMORY_MARGIN_BYTES = 32 << 20  # covers anon peaks between 0.2 s monitor samples
@@ -96,8 +97,10 @@ def job_argv(spec: RunSpec) -> list[str]:
     # kills a rank, never the torchrun agent (whose survivors would hang).
     # "--": torchrun's argparse rejects a script option that abbreviates
     # several of its own (`--log`, `--max`, `--start`) even after the module.
+    # Bound to the agent's life too: a rank runs in a session of its own, where
+    # no signal to the agent's process group reaches it.
     argv += ["--no-python", "--", sys.executable, "-m", "dsanalyze.resources.enter",
-             "--oom-score-adj", "1000", "--", sys.executable]
+             "--oom-score-adj", "1000", "--bind-to-parent", "any", "--", sys.executable]
     if job.script is None:
         argv += ["-m", BUILTIN_JOB, *builtin_args(job, spec.mode)]
     else:
@@ -251,17 +254,22 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     t0 = time.perf_counter()
     status, error = Status.OK, None
     with ExitStack() as stack:
+        # Exits in reverse: the cgroup is removed before the reaper is released.
+        line = stack.enter_context(Lifeline())
         cg = None
         if ctx.hierarchy is not None:
             cg = stack.enter_context(cgroups.RunCgroup.create(spec.run_id, limits, ctx.hierarchy))
+            line.watch_cgroups(sorted(set(cg.dirs.values())))
             wrapper = cg.join_argv()
         else:
             wrapper = [sys.executable, "-m", "dsanalyze.resources.enter"]
             wrapper += ["--cpus", ",".join(map(str, limits.cpus))] if limits.cpus else []
             wrapper += ["--"]
+        wrapper[-1:-1] = line.bind_args()  # before the "--": the job dies with the harness
         log = stack.enter_context(open(log_path, "w"))
         proc = subprocess.Popen(wrapper + job_argv(spec), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        line.watch_group(proc.pid)
         monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s)
         limiter = None
         if cg is not None and limits.memory_bytes is not None and ctx.trim_page_cache:
