@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import psutil
+import pytest
 from conftest import harness
 from test_errors import one_line_error
 from test_lifeline import running, wait_for
