@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -10,13 +11,32 @@ import pytest
 from conftest import harness
 
 from dsanalyze import cli
-from dsanalyze.fingerprint import Fingerprint
+from dsanalyze.errors import DatasetError
+from dsanalyze.fingerprint import Fingerprint, check_unchanged
 from dsanalyze.jobs.datasets import make_dataset
 from dsanalyze.store import load_runs, run_path
 
-pytestmark = pytest.mark.slow
 CACHED, DISK = "cached-cpusall", "disk-cpusall-cachenone-bwnone"
 RUN = ("-b", 4, "-j", 1, "--iters", 4, "--warmup", 1, "--sim-step-ms", 10, "--no-plots")
+
+
+@pytest.mark.parametrize("change", ["add", "remove", "rewrite", "touch"])
+def test_fingerprint_moves_with_any_change_and_the_sweep_stops(tmp_path, change):
+    data = tmp_path / "data"
+    make_dataset(data, images=6, classes=2, size=(64, 48), seed=0, workers=1)
+    start = check_unchanged(str(data), Fingerprint.of_root(str(data)))  # unchanged: passes
+    victim = data / "class_000" / "img_000000.jpg"
+    if change == "add":
+        shutil.copy(victim, data / "class_001" / "new.jpg")
+    elif change == "remove":
+        victim.unlink()
+    elif change == "rewrite":  # same size, new content and time
+        victim.write_bytes(bytes(reversed(victim.read_bytes())))
+    else:
+        os.utime(victim, ns=(0, victim.stat().st_mtime_ns + 1))
+    with pytest.raises(DatasetError, match=rf"the dataset {data} changed during the sweep \(was "
+                       rf"{start.describe()}; now "):
+        check_unchanged(str(data), start)
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +49,7 @@ def measured(tmp_path_factory) -> tuple[Path, Path]:
     return data, root / "r"
 
 
+@pytest.mark.slow
 def test_fresh_dataset_is_evicted_per_file_with_no_global_drop(measured):
     data, prefix = measured
     runs = {r.run_id: r for r in load_runs(prefix)}
@@ -42,6 +63,7 @@ def test_fresh_dataset_is_evicted_per_file_with_no_global_drop(measured):
     assert fp["files"] == 32 and fp["bytes"] == runs[DISK].dataset["bytes"]
 
 
+@pytest.mark.slow
 def test_a_file_added_makes_resume_refuse_naming_the_runs(measured, tmp_path, capsys):
     data, prefix = measured
     prefix = Path(shutil.copytree(prefix, tmp_path / "r"))
@@ -58,6 +80,7 @@ def test_a_file_added_makes_resume_refuse_naming_the_runs(measured, tmp_path, ca
     assert "33 files" in err[0]
 
 
+@pytest.mark.slow
 def test_a_truncated_run_is_reported_and_measured_again_by_resume(measured, tmp_path, capsys):
     data, prefix = measured
     prefix = Path(shutil.copytree(measured[1], tmp_path / "r"))
@@ -76,6 +99,7 @@ def test_a_truncated_run_is_reported_and_measured_again_by_resume(measured, tmp_
     assert json.loads(run_path(prefix, CACHED).read_text()) == cached_before
 
 
+@pytest.mark.slow
 def test_summary_refuses_runs_on_different_data(measured, tmp_path, capsys):
     prefix = Path(shutil.copytree(measured[1], tmp_path / "r"))
     path = run_path(prefix, DISK)
