@@ -24,7 +24,6 @@ This module imports nothing heavy: it runs before every job.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
@@ -35,6 +34,8 @@ ORPHANED_EXIT = 128 + signal.SIGKILL  # what the parent's death would have given
 
 def bind_to_parent(expected: str, parent_at_start: int) -> None:
     """Die with SIGKILL when the parent thread exits; exit now if it already has."""
+    import ctypes  # here, not at the top: the cgroup is joined (--procs) before this import
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
