@@ -94,6 +94,7 @@ def test_a_truncated_run_is_reported_and_measured_again_by_resume(measured, tmp_
                    *RUN) == 0
     out = capsys.readouterr()
     assert "resumed: 1 run(s) already complete" in out.out
+    assert f"warning: unreadable run file {disk} (JSONDecodeError" in out.err
     runs = {r.run_id: r for r in load_runs(prefix)}
     assert runs[DISK].ok and len(runs[DISK].ranks[0].iter_s) == 5
     assert json.loads(run_path(prefix, CACHED).read_text()) == cached_before
