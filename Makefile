@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DATA := results/demo/data
 
-.PHONY: demo test lint install clean
+.PHONY: demo test test-gpu lint install clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ lint: $(STAMP)
 
 test: lint
 	$(PY) -m pytest -q -ra
+
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q -ra -m gpu tests/test_gpu.py
 
 clean:
 	rm -rf $(VENV) results/demo

@@ -70,6 +70,9 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-cgroups", dest="use_cgroups", action="store_false", default=None,
                    help="no cgroups: CPU affinity only; cache and bandwidth not enforced")
     g.add_argument("--no-plots", dest="plots", action="store_false", default=None)
+    g.add_argument("--lock-wait", dest="lock_wait", type=float, default=0.0, metavar="SECONDS",
+                   help="wait this long for another harness measuring the same dataset (0: "
+                        "refuse at once)")
 
 
 def harness_parser() -> argparse.ArgumentParser:
@@ -147,7 +150,9 @@ def _harness(argv: list[str] | None) -> int:
 
     ns = harness_parser().parse_args(argv)
     sweep = build_sweep(ns)
-    outcome = run_sweep(sweep, progress=_progress_printer())
+    outcome = run_sweep(sweep, progress=_progress_printer(), lock_wait_s=ns.lock_wait)
+    for line in outcome.unreadable:
+        print(f"warning: unreadable run file {line}: measured again", file=sys.stderr)
     if outcome.cgroup_note and outcome.cgroup_note != "--no-cgroups":
         print(f"warning: {outcome.cgroup_note}: CPU affinity only; cache and storage "
               "bandwidth are not enforced", file=sys.stderr)
@@ -207,6 +212,9 @@ def _cmd_summary(ns: argparse.Namespace) -> int:
     doc = write_summary(Path(ns.prefix))
     if doc is None:
         raise ConfigError(f"no runs under {ns.prefix}: run harness.py --prefix {ns.prefix} first")
+    for line in doc.get("unreadable_runs", []):
+        print(f"warning: unreadable run file {line} left out: harness.py --resume "
+              "measures it again", file=sys.stderr)
     print(render_table(doc))
     return 0
 

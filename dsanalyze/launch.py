@@ -32,17 +32,18 @@ from pathlib import Path
 from typing import Any
 
 from dsanalyze.config import Job, Mode, RunSpec, format_bytes
-from dsanalyze.errors import ConfigError, FailureKind, ResourceError
+from dsanalyze.errors import ConfigError, FailureKind
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.monitor import Monitor, diskstats_read_bytes
 from dsanalyze.resources import cgroups, pagecache
 from dsanalyze.resources.cachelimit import CacheLimiter
+from dsanalyze.resources.libmaps import MapsRecorder, tree_pids
+from dsanalyze.resources.lifeline import Lifeline
 from dsanalyze.store import RankRecord, RunResult, Status
 
 MEMORY_MARGIN_BYTES = 32 << 20  # covers anon peaks between 0.2 s monitor samples
 DEFAULT_JOB_MEMORY_BYTES = 2 << 30  # when no cached run measured it
-EVICT_ATTEMPTS = 3
 EVICT_TOLERANCE = 0.01  # fraction of the dataset allowed to stay resident before a disk run
 BUILTIN_JOB = "dsanalyze.jobs.image_classification"
 BOOTSTRAP = "dsanalyze.instrument.bootstrap"
@@ -63,6 +64,7 @@ class LaunchContext:
     job_memory_bytes: dict[int | None, int] = field(default_factory=dict)  # cpus -> measured
     monitor_interval_s: float = 0.2
     trim_page_cache: bool = True  # trim the page cache to the budget while a disk run goes (CacheLimiter)
+    library_files: tuple[str, ...] = ()  # what the cached run mapped: re-read after a global drop
 
 
 def cpu_ids(cpus: int | None) -> tuple[int, ...] | None:
@@ -96,8 +98,10 @@ def job_argv(spec: RunSpec) -> list[str]:
     # kills a rank, never the torchrun agent (whose survivors would hang).
     # "--": torchrun's argparse rejects a script option that abbreviates
     # several of its own (`--log`, `--max`, `--start`) even after the module.
+    # Bound to the agent's life too: a rank runs in a session of its own, where
+    # no signal to the agent's process group reaches it.
     argv += ["--no-python", "--", sys.executable, "-m", "dsanalyze.resources.enter",
-             "--oom-score-adj", "1000", "--", sys.executable]
+             "--oom-score-adj", "1000", "--bind-to-parent", "any", "--", sys.executable]
     if job.script is None:
         argv += ["-m", BUILTIN_JOB, *builtin_args(job, spec.mode)]
     else:
@@ -164,32 +168,17 @@ def versions() -> dict[str, str]:
     return out
 
 
-def prepare_cache(spec: RunSpec, dataset: DatasetInfo) -> dict[str, Any]:
+def prepare_cache(spec: RunSpec, dataset: DatasetInfo,
+                  library_files: tuple[str, ...] = ()) -> dict[str, Any]:
     """Warm (cached modes) or evict (disk) the dataset; record what stayed resident."""
     t0 = time.perf_counter()
     if spec.mode is not Mode.DISK:
         pagecache.warm(dataset.files)
-        return {"action": "warmed", "prepare_s": time.perf_counter() - t0,
+        return {"action": pagecache.CacheAction.WARMED.value, "prepare_s": time.perf_counter() - t0,
                 "resident_before_bytes": pagecache.resident_bytes(dataset.files)}
-    action = "evicted"
-    for attempt in range(EVICT_ATTEMPTS):
-        pagecache.evict(dataset.files)
-        resident = pagecache.resident_bytes(dataset.files)
-        if resident <= EVICT_TOLERANCE * dataset.total_bytes:
-            break
-        if attempt < EVICT_ATTEMPTS - 1:
-            time.sleep(0.2 * (attempt + 1))  # pages still held by exiting processes, writeback
-    else:
-        # Per-file eviction left pages behind (mapped or busy elsewhere): as
-        # root, drop the whole page cache rather than measure a warm "disk" run.
-        try:
-            pagecache.drop_all()
-            action = "evicted, then dropped the whole page cache"
-        except ResourceError:
-            action = "evicted (incompletely: not root, cannot drop the page cache)"
-        resident = pagecache.resident_bytes(dataset.files)
-    return {"action": action, "prepare_s": time.perf_counter() - t0,
-            "resident_before_bytes": resident}
+    state = pagecache.evict_dataset(dataset.files, int(EVICT_TOLERANCE * dataset.total_bytes),
+                                    library_files)
+    return {**state, "prepare_s": time.perf_counter() - t0}
 
 
 def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, dict[str, Any]]:
@@ -244,24 +233,32 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     log_path = ctx.prefix / "logs" / f"{spec.run_id}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     limits, enforced = plan_limits(spec, ctx)
-    cache_state = prepare_cache(spec, ctx.dataset)
+    cache_state = prepare_cache(spec, ctx.dataset, ctx.library_files)
     env, threads = job_env(spec, run_dir)
     disk_before = diskstats_read_bytes(limits.device)
     started = time.time()
     t0 = time.perf_counter()
     status, error, failure = Status.OK, None, None
     with ExitStack() as stack:
+        # Exits in reverse: the cgroup is removed before the reaper is released.
+        line = stack.enter_context(Lifeline())
         cg = None
         if ctx.hierarchy is not None:
             cg = stack.enter_context(cgroups.RunCgroup.create(spec.run_id, limits, ctx.hierarchy))
+            line.watch_cgroups(sorted(set(cg.dirs.values())))
             wrapper = cg.join_argv()
         else:
             wrapper = [sys.executable, "-m", "dsanalyze.resources.enter"]
             wrapper += ["--cpus", ",".join(map(str, limits.cpus))] if limits.cpus else []
             wrapper += ["--"]
+        wrapper[-1:-1] = line.bind_args()  # before the "--": the job dies with the harness
         log = stack.enter_context(open(log_path, "w"))
         proc = subprocess.Popen(wrapper + job_argv(spec), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        line.watch_group(proc.pid)
+        maps = None
+        if spec.mode is Mode.CACHED:
+            maps = stack.enter_context(MapsRecorder(cg.pids if cg else lambda: tree_pids(proc.pid)))
         monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s)
         limiter = None
         if cg is not None and limits.memory_bytes is not None and ctx.trim_page_cache:
@@ -305,6 +302,8 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
           and disk_after is not None else None,
           "memory_peak_bytes": counters.get("memory_peak_bytes") or monitor.peak("tree_rss_bytes"),
           "job_memory_peak_bytes": _job_memory_peak(monitor.samples)}
+    if maps is not None:
+        io["mapped_files"] = maps.files
     environment = {"versions": dict(versions()), "threads": threads, "host": socket.gethostname(),
                    "cpus_available": len(os.sched_getaffinity(0)), "gpu": monitor.gpu_status,
                    "cgroup_version": ctx.hierarchy.version if ctx.hierarchy else None,

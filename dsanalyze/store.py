@@ -141,17 +141,38 @@ class RunResult:
 def write_json_atomic(path: str | Path, data: Any) -> None:
     """Write JSON so that readers see the old file or the complete new one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as e:
+        raise _unwritable(path, e) from None
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):  # a full disk: the files already written stay as they were
+            raise _unwritable(path, e) from None
         raise
+
+
+def _unwritable(path: Path, e: OSError) -> StoreError:
+    return StoreError(f"cannot write {path} ({e.strerror}): free some space or pass a writable "
+                      "--prefix; runs already written are kept")
+
+
+def check_writable(prefix: str | Path) -> None:
+    """StoreError now, before any run, if results cannot be written under `prefix`."""
+    prefix = Path(prefix)
+    try:
+        prefix.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=prefix):
+            pass
+    except OSError as e:
+        raise _unwritable(prefix, e) from None
 
 
 def runs_dir(prefix: str | Path) -> Path:
@@ -168,12 +189,31 @@ def write_run(prefix: str | Path, result: RunResult) -> Path:
     return path
 
 
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError)
+
+
+def _read_run(path: str | Path) -> RunResult:
+    with open(path) as f:
+        return RunResult.from_dict(json.load(f))
+
+
 def read_run(path: str | Path) -> RunResult:
     try:
-        with open(path) as f:
-            return RunResult.from_dict(json.load(f))
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        return _read_run(path)
+    except _UNREADABLE as e:
         raise StoreError(f"cannot read run file {path}: {e}; delete it to re-run") from None
+
+
+def load_readable_runs(prefix: str | Path) -> tuple[list[RunResult], list[str]]:
+    """Every readable run under the prefix, and "PATH (why)" for each run file that
+    is not (truncated by a crash or a full disk); `--resume` measures those again."""
+    runs, unreadable = [], []
+    for p in sorted(runs_dir(prefix).glob("*.json")):
+        try:
+            runs.append(_read_run(p))
+        except _UNREADABLE as e:
+            unreadable.append(f"{p} ({type(e).__name__}: {e})")
+    return runs, unreadable
 
 
 def load_runs(prefix: str | Path) -> list[RunResult]:

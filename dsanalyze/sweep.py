@@ -7,6 +7,7 @@ plus the job memory the cached run measured.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 from collections.abc import Callable
@@ -18,8 +19,10 @@ from dsanalyze import launch, store
 from dsanalyze.analysis import stalls
 from dsanalyze.config import Mode, RunSpec, Sweep
 from dsanalyze.errors import ConfigError, DatasetError, FailureKind, ResourceError
+from dsanalyze.fingerprint import Fingerprint, check_consistent, check_resumable, check_unchanged
 from dsanalyze.jobs.datasets import DatasetInfo, scan_dataset
 from dsanalyze.resources import cgroups
+from dsanalyze.resources.datalock import DataLock
 from dsanalyze.store import RunResult
 
 
@@ -29,6 +32,7 @@ class SweepOutcome:
     skipped: list[str] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     cgroup_note: str = ""
+    unreadable: list[str] = field(default_factory=list)  # run files found truncated: measured again
 
     @property
     def failed(self) -> list[RunResult]:
@@ -53,7 +57,7 @@ def check_prefix(prefix: Path, sweep: Sweep) -> None:
     if not store.runs_dir(prefix).is_dir():
         return
     new = sweep.job.to_dict()
-    for r in store.load_runs(prefix):
+    for r in store.load_readable_runs(prefix)[0]:
         if r.spec.job != sweep.job:
             old = r.spec.job.to_dict()
             diff = ", ".join(f"{k} {old.get(k)!r} now {v!r}" for k, v in new.items()
@@ -66,9 +70,20 @@ def _sigterm(signum: int, frame: Any) -> None:
     raise launch.Interrupted()
 
 
+def check_data(prefix: Path, sweep: Sweep, specs: list[RunSpec], fp: Fingerprint) -> list[str]:
+    """Refuse to mix runs over other data; return the unreadable run files, to measure again."""
+    if not store.runs_dir(prefix).is_dir():
+        return []
+    runs, unreadable = store.load_readable_runs(prefix)
+    check_resumable(runs, fp, {s.run_id for s in specs}, sweep.resume)
+    return unreadable
+
+
 def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
-              dataset: DatasetInfo | None = None) -> SweepOutcome:
-    """Measure every run of the sweep that is not already complete; write summary.json."""
+              dataset: DatasetInfo | None = None, lock_wait_s: float = 0.0) -> SweepOutcome:
+    """Measure every run of the sweep that is not already complete; write summary.json.
+
+    The dataset stays locked against other harnesses for the whole sweep."""
     prefix = Path(sweep.prefix)
     if sweep.job.data_dir is None:
         raise ConfigError("no dataset: pass --data DIR (the files the job reads)")
@@ -77,9 +92,13 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
     for spec in specs:
         launch.cpu_ids(spec.resources.cpus)  # fail early on --cpus beyond the machine
     check_prefix(prefix, sweep)
+    fp = Fingerprint.of(dataset)
+    unreadable = check_data(prefix, sweep, specs, fp)
+    store.check_writable(prefix)
     hierarchy, why = resolve_cgroups(sweep.use_cgroups)
     ctx = launch.LaunchContext(prefix, dataset, hierarchy, why)
-    outcome = SweepOutcome(cgroup_note=why)
+    outcome = SweepOutcome(cgroup_note=why, unreadable=unreadable)
+    lock = DataLock.acquire(dataset.root, lock_wait_s)
     old = signal.signal(signal.SIGTERM, _sigterm)
     t_start = time.monotonic()
     measured = 0
@@ -90,7 +109,10 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
                 outcome.skipped.append(spec.run_id)
                 _remember_memory(ctx, done)
                 continue
+            check_unchanged(dataset.root, fp)
             result = launch.run_one(spec, ctx)
+            result = dataclasses.replace(result, dataset={**result.dataset,
+                                                          "fingerprint": fp.to_dict()})
             store.write_run(prefix, result)
             outcome.results.append(result)
             _remember_memory(ctx, result)
@@ -103,6 +125,7 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
                 raise DatasetError(result.error)
     finally:
         signal.signal(signal.SIGTERM, old)
+        lock.release()
         doc = write_summary(prefix)
     outcome.summary = doc if doc is not None else stalls.summary([])
     return outcome
@@ -111,10 +134,13 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
 def write_summary(prefix: Path) -> dict[str, Any] | None:
     if not store.runs_dir(prefix).is_dir():
         return None
-    runs = store.load_runs(prefix)
+    runs, unreadable = store.load_readable_runs(prefix)
     if not runs:
         return None
+    check_consistent(runs)
     doc = stalls.summary(runs)
+    if unreadable:
+        doc["unreadable_runs"] = unreadable
     store.write_json_atomic(prefix / "summary.json", doc)
     return doc
 
@@ -124,6 +150,7 @@ def _remember_memory(ctx: launch.LaunchContext, result: RunResult) -> None:
         peak = result.io.get("job_memory_peak_bytes")
         if peak:
             ctx.job_memory_bytes[result.spec.resources.cpus] = int(peak)
+        ctx.library_files = tuple(result.io.get("mapped_files") or ctx.library_files)
 
 
 def _progress_line(i: int, n: int, spec: RunSpec, result: RunResult, measured: int,

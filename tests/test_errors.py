@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,43 @@ def test_other_exceptions_are_crashes(tmp_path, monkeypatch):
         raise RuntimeError("boom\non the last line")
     failure = _fail_in_rank(tmp_path, monkeypatch, main)
     assert failure.kind is FailureKind.CRASH and failure.line == "RuntimeError: on the last line"
+
+
+def test_read_only_prefix_is_one_line_and_keeps_the_runs(small_dataset, tmp_path, capsys):
+    prefix = tmp_path / "r"
+    (prefix / "runs").mkdir(parents=True)
+    kept = prefix / "runs" / "note.txt"
+    kept.write_text("measured before")
+    # root ignores mode bits: a read-only bind mount denies root too
+    mounted = subprocess.run(["mount", "-o", "bind,ro", str(prefix), str(prefix)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot bind-mount read-only here: {mounted.stderr.strip()}")
+    try:
+        assert harness("--data", small_dataset, "--prefix", prefix, "--modes", "synthetic",
+                       "--no-plots") == 2
+        line = one_line_error(capsys)
+        assert f"cannot write {prefix} (Read-only file system)" in line and "--prefix" in line
+    finally:
+        subprocess.run(["umount", str(prefix)], check=True)
+    assert kept.read_text() == "measured before" and sorted(prefix.iterdir()) == [prefix / "runs"]
+
+
+def test_full_disk_while_writing_a_run_keeps_the_runs_written(tmp_path):
+    from dsanalyze.errors import StoreError
+    from dsanalyze.store import write_json_atomic
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(runs)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        write_json_atomic(runs / "a.json", {"x": 1})
+        with pytest.raises(StoreError, match=r"cannot write .*b.json \(No space left on device\)"):
+            write_json_atomic(runs / "b.json", {"x": "y" * (256 << 10)})
+        assert [p.name for p in runs.iterdir()] == ["a.json"]  # no half-written file left
+        assert (runs / "a.json").read_text() == '{\n "x": 1\n}'
+    finally:
+        subprocess.run(["umount", str(runs)], check=True)

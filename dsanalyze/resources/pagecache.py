@@ -7,6 +7,13 @@
   after `fdatasync` so that dirty pages can actually be dropped. Pages first
   read by another cgroup stay charged there, which is why docs/design.md insists
   on evicting before every disk run.
+- `evict_verified`: `evict`, then `mincore` per file, and again for the files
+  that kept pages (pages still under writeback, or in another CPU's LRU batch,
+  go on a later try), a bounded number of times.
+- `evict_dataset`: what a disk run does: `evict_verified`, and only if pages
+  stay, the global `drop_all` (recorded), after which the libraries the cached
+  run mapped are read back, so that the disk run starts with the same library
+  state as the cached run and its first iterations do not re-read torch.
 - `drop_all`: `echo 1 > /proc/sys/vm/drop_caches` (root only).
 - `resident_bytes`: `mincore(2)` over an mmap of each file.
 """
@@ -17,7 +24,11 @@ import ctypes
 import ctypes.util
 import mmap
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
 
 from dsanalyze.errors import ResourceError
 
@@ -31,6 +42,26 @@ _libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_
 _libc.mmap.restype = ctypes.c_void_p
 _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 _MAP_FAILED = ctypes.c_void_p(-1).value
+EVICT_ATTEMPTS = 4
+EVICT_BACKOFF_S = 0.1  # then 0.2, 0.3 s: writeback ends, exiting processes unmap
+
+
+class CacheAction(str, Enum):
+    """What was done to the page cache before a run (`io.cache_state.action`)."""
+
+    WARMED = "warmed"  # every dataset file read (cached, synthetic, loader runs)
+    EVICTED_PER_FILE = "evicted_per_file"  # the dataset's pages alone, nothing else touched
+    DROPPED_ALL = "dropped_all"  # per-file eviction left pages: whole cache dropped, libs re-read
+    EVICTED_INCOMPLETE = "evicted_incomplete"  # pages left and no permission to drop the cache
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """Outcome of `evict_verified`: tries made, and what stayed resident after the last."""
+
+    attempts: int
+    resident_bytes: int
+    files_resident: tuple[str, ...]
 
 
 def warm(paths: Iterable[str]) -> int:
@@ -56,6 +87,50 @@ def evict(paths: Iterable[str]) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+
+
+def evict_verified(paths: Sequence[str], tolerance_bytes: int = 0,
+                   attempts: int = EVICT_ATTEMPTS) -> Eviction:
+    """Evict each file, check it with `mincore`, and retry the files that kept pages.
+
+    Stops when at most `tolerance_bytes` stay resident, or after `attempts` tries.
+    """
+    pending, resident = list(paths), 0
+    for attempt in range(1, attempts + 1):
+        evict(pending)
+        left = {p: n for p in pending if (n := file_resident_bytes(p)) > 0}
+        pending, resident = list(left), sum(left.values())
+        if resident <= tolerance_bytes:
+            break
+        if attempt < attempts:
+            time.sleep(EVICT_BACKOFF_S * attempt)
+    return Eviction(attempt, resident, tuple(pending))
+
+
+def evict_dataset(files: Sequence[str], tolerance_bytes: int, library_files: Sequence[str] = (),
+                  drop: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Evict the dataset for a disk run; return the run's `cache_state` record.
+
+    The whole page cache is dropped only when per-file eviction leaves more
+    than `tolerance_bytes`; then `library_files` (what the cached run mapped,
+    dataset files excluded) are read back in.
+    """
+    ev = evict_verified(files, tolerance_bytes)
+    state = {"action": CacheAction.EVICTED_PER_FILE.value, "global_drop": False,
+             "evict_attempts": ev.attempts, "files_left_resident": len(ev.files_resident),
+             "resident_before_bytes": ev.resident_bytes}
+    if ev.resident_bytes <= tolerance_bytes:
+        return state
+    try:
+        (drop or drop_all)()
+    except ResourceError as e:
+        return {**state, "action": CacheAction.EVICTED_INCOMPLETE.value, "drop_error": str(e)}
+    dataset = {os.path.realpath(f) for f in files}
+    libs = [f for f in library_files if os.path.isfile(f) and os.path.realpath(f) not in dataset]
+    rewarmed = warm(libs)
+    return {**state, "action": CacheAction.DROPPED_ALL.value, "global_drop": True,
+            "resident_before_bytes": resident_bytes(files),
+            "rewarmed_library_files": len(libs), "rewarmed_library_bytes": rewarmed}
 
 
 def drop_all() -> None:

@@ -1,0 +1,75 @@
+"""The files a job maps (its Python extension modules, torch's and CUDA's libraries).
+
+`MapsRecorder` reads `/proc/<pid>/maps` of every process of a run once a
+second and keeps the union of the regular files mapped. The cached run's set
+is what a disk run reads back after a global page-cache drop
+(`pagecache.evict_dataset`), so that the libraries start resident in both.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+INTERVAL_S = 1.0
+_SKIP = ("/dev/", "/proc/", "/sys/", "/memfd:")
+
+
+def mapped_files(pids: Iterable[int]) -> set[str]:
+    """Regular files mapped by any of `pids` now (deleted and special files left out)."""
+    out: set[str] = set()
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue  # exited between listing and reading
+        for line in text.splitlines():
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].startswith("/") and not parts[5].endswith("(deleted)") \
+                    and not parts[5].startswith(_SKIP):
+                out.add(parts[5])
+    return out
+
+
+def tree_pids(root_pid: int) -> set[int]:
+    """A process and its live descendants (ranks too: they are children of the agent)."""
+    try:
+        root = psutil.Process(root_pid)
+        return {root_pid, *(p.pid for p in root.children(recursive=True))}
+    except psutil.Error:
+        return set()
+
+
+class MapsRecorder:
+    """Background union of the files mapped by a run's processes."""
+
+    def __init__(self, pids: Callable[[], Iterable[int]], interval_s: float = INTERVAL_S) -> None:
+        self._pids = pids
+        self._interval_s = interval_s
+        self._files: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="dsanalyze-maps", daemon=True)
+
+    def __enter__(self) -> MapsRecorder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def files(self) -> list[str]:
+        return sorted(self._files)
+
+    def sample(self) -> None:
+        self._files |= mapped_files(self._pids())
+
+    def _loop(self) -> None:
+        self.sample()
+        while not self._stop.wait(self._interval_s):
+            self.sample()

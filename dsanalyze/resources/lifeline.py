@@ -1,0 +1,140 @@
+"""The job dies with its harness: a reaper that outlives the harness just long enough.
+
+    with Lifeline() as line:                      # starts the reaper
+        line.watch_cgroups(cg_dirs)               # the run's cgroup directories
+        proc = Popen(line.bind_args() ...)        # the job, bound to the harness (enter.py)
+        line.watch_group(proc.pid)                # the job's process group
+        ...                                       # the harness removes its cgroups itself
+    # the reaper is told "done" and exits
+
+The reaper is a small process in its own session, outside the job's cgroups,
+whose standard input is a pipe only the harness holds. The harness writes what
+to watch as lines; when it ends normally it writes `done`. If instead the pipe
+reaches end-of-file with no `done` (the harness was killed with SIGKILL, by
+the OOM killer, a lost SSH session or a scheduler), the reaper SIGKILLs the
+job's process group and every process in the run's cgroups until none is
+left, removes the cgroups, and exits: the last process standing cleans up.
+`cgroups.clean_stale` at the next start remains the fallback for a reaper
+that was itself killed. The reaper imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO, Any
+
+REAP_TIMEOUT_S = 30.0
+DONE = "done"
+
+
+class Lifeline:
+    """The harness's end of the pipe to a reaper process."""
+
+    def __init__(self) -> None:
+        self._proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      start_new_session=True, text=True)
+        self._pipe: IO[str] | None = self._proc.stdin
+
+    def __enter__(self) -> Lifeline:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    @property
+    def reaper_pid(self) -> int:
+        return self._proc.pid
+
+    @staticmethod
+    def bind_args() -> list[str]:
+        """`enter` options that kill the job when this (main) thread of the harness exits."""
+        return ["--bind-to-parent", str(os.getpid())]
+
+    def watch_cgroups(self, dirs: Iterable[str | Path]) -> None:
+        self._send(*(f"cgroup {d}" for d in dirs))
+
+    def watch_group(self, pgid: int) -> None:
+        self._send(f"pgid {pgid}")
+
+    def release(self) -> None:
+        """The harness cleaned up itself: let the reaper go without touching anything."""
+        if self._pipe is None:
+            return
+        with contextlib.suppress(OSError):
+            self._send(DONE)
+            self._pipe.close()
+        self._pipe = None
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+    def _send(self, *lines: str) -> None:
+        if self._pipe is not None:
+            self._pipe.write("".join(f"{line}\n" for line in lines))
+            self._pipe.flush()
+
+
+def _procs(dirs: list[str]) -> set[int]:
+    pids: set[int] = set()
+    for d in dirs:
+        with contextlib.suppress(OSError, ValueError):
+            pids.update(int(p) for p in Path(d, "cgroup.procs").read_text().split())
+    return pids
+
+
+def reap(pgids: list[int], dirs: list[str], timeout_s: float = REAP_TIMEOUT_S) -> bool:
+    """Kill the job's groups and everything in its cgroups, then remove the cgroups.
+
+    True when every cgroup directory is gone.
+    """
+    for pgid in pgids:
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout_s
+    left = list(dirs)
+    while left and time.monotonic() < deadline:
+        for pid in _procs(left):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for d in list(left):
+            try:
+                os.rmdir(d)
+                left.remove(d)
+            except FileNotFoundError:
+                left.remove(d)
+            except OSError:
+                pass  # EBUSY: processes still exiting
+        if left:
+            time.sleep(0.05)
+    return not left
+
+
+def main() -> int:
+    # Ctrl-C and a hang-up reach the harness, which cleans up and says `done`.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    pgids: list[int] = []
+    dirs: list[str] = []
+    for line in sys.stdin:
+        word, _, value = line.strip().partition(" ")
+        if word == DONE:
+            return 0
+        if word == "pgid":
+            pgids.append(int(value))
+        elif word == "cgroup":
+            dirs.append(value)
+    return 0 if reap(pgids, dirs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""The job dies with its harness: SIGKILL of the harness leaves no process and no cgroup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import needs_cgroups
+
+from dsanalyze.resources import cgroups
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_dirs(hierarchy: cgroups.Hierarchy, harness_pid: int) -> list[Path]:
+    """The cgroup directories of one harness's runs, on every controller."""
+    out = []
+    for root in set(hierarchy.roots.values()):
+        out += [d for d in root.glob(f"{cgroups.PREFIX}{harness_pid}-*") if d.is_dir()]
+    return out
+
+
+def procs_in(dirs: list[Path]) -> set[int]:
+    pids: set[int] = set()
+    for d in dirs:
+        try:
+            pids.update(int(p) for p in (d / "cgroup.procs").read_text().split())
+        except OSError:
+            pass
+    return pids
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (this machine's init reaps no orphans)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_for(condition, timeout_s: float, step_s: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(step_s)
+    return condition()
+
+
+@pytest.mark.slow
+@needs_cgroups
+def test_sigkill_of_the_harness_ends_the_job_and_its_cgroups(small_dataset, tmp_path):
+    hierarchy = cgroups.detect()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    harness = subprocess.Popen(
+        [sys.executable, str(REPO / "harness.py"), "--data", str(small_dataset), "--prefix",
+         str(tmp_path / "r"), "--modes", "disk", "-b", "4", "-j", "1", "--iters", "100000",
+         "--warmup", "1", "--sim-step-ms", "50", "--timeout", "600", "--no-plots"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    pids: set[int] = set()
+    try:
+        # agent, rank and its DataLoader worker, all in the run's cgroup
+        pids = wait_for(lambda: (p := procs_in(run_dirs(hierarchy, harness.pid))) and
+                        len(p) >= 3 and p, timeout_s=120, step_s=0.5) or set()
+        assert len(pids) >= 3, f"the job did not start: {pids}"
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+        gone = wait_for(lambda: not run_dirs(hierarchy, harness.pid)
+                        and not any(running(p) for p in pids), timeout_s=10)
+        assert not [p for p in pids if running(p)], "job processes outlived the harness"
+        assert not run_dirs(hierarchy, harness.pid), "cgroups outlived the harness"
+        assert gone
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait()
+        for d in run_dirs(hierarchy, harness.pid):  # ours only, if the test failed
+            cgroups.RunCgroup(cgroups.Hierarchy(hierarchy.version, {"x": d.parent}), d.name).remove()
