@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dsanalyze import launch, store
+from dsanalyze import launch, nodes, store
 from dsanalyze.analysis import stalls
 from dsanalyze.config import Mode, RunSpec, Sweep
-from dsanalyze.errors import ConfigError, DatasetError, ResourceError
+from dsanalyze.errors import ConfigError, DatasetError, NodeLost, ResourceError
 from dsanalyze.jobs.datasets import DatasetInfo, scan_dataset
 from dsanalyze.resources import cgroups
 from dsanalyze.store import RunResult
@@ -83,14 +83,17 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
     old = signal.signal(signal.SIGTERM, _sigterm)
     t_start = time.monotonic()
     measured = 0
+    group = nodes.NodeGroup.join(sweep.job, specs) if sweep.job.nnodes > 1 else None
     try:
         for i, spec in enumerate(specs, 1):
             done = store.completed(prefix, spec) if sweep.resume else None
+            if group is not None and not group.agree_skip(i, done is not None, spec.job.timeout_s):
+                done = None  # another node lacks it: every node runs it again
             if done is not None:
                 outcome.skipped.append(spec.run_id)
                 _remember_memory(ctx, done)
                 continue
-            result = launch.run_one(spec, ctx)
+            result = _run(spec, ctx, group, i)
             store.write_run(prefix, result)
             outcome.results.append(result)
             _remember_memory(ctx, result)
@@ -101,11 +104,30 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
             if not result.ok and "CorruptSampleError" in (result.error or ""):
                 # every other run would read the same file: stop here
                 raise DatasetError(result.error.split("CorruptSampleError: ", 1)[-1])
+            if group is not None and group.lost_node() is not None:
+                raise NodeLost(f"{spec.run_id}: {result.error}; restart every node's harness "
+                               "with --resume")
     finally:
+        if group is not None:
+            group.close()
         signal.signal(signal.SIGTERM, old)
         doc = write_summary(prefix)
     outcome.summary = doc if doc is not None else stalls.summary([])
     return outcome
+
+
+def _run(spec: RunSpec, ctx: launch.LaunchContext, group: nodes.NodeGroup | None,
+         seq: int) -> RunResult:
+    """One run; on several nodes, started in step with the others and merged on node 0."""
+    if group is None:
+        return launch.run_one(spec, ctx)
+    ctx.start_gate = lambda: group.start_gate(seq, spec.job.timeout_s)
+    ctx.should_abort = group.abort_reason
+    try:
+        result = launch.run_one(spec, ctx)
+    finally:
+        ctx.start_gate = ctx.should_abort = None
+    return group.exchange(seq, result, spec.job.timeout_s)
 
 
 def write_summary(prefix: Path) -> dict[str, Any] | None:
