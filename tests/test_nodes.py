@@ -256,3 +256,18 @@ def test_job_settings_keep_node_rank_out_of_the_plan():
     b = RunSpec(Job(nnodes=2, node_rank=1, data_dir="/b"), Mode.SYNTHETIC, Resources(cpus=1))
     c = RunSpec(Job(nnodes=2, node_rank=1, batch_size=7), Mode.SYNTHETIC, Resources(cpus=1))
     assert nodes.plan_key([a]) == nodes.plan_key([b]) != nodes.plan_key([c])
+
+
+def test_harness_options_come_from_a_pytorchjob_pod(monkeypatch, small_dataset):
+    from dsanalyze import cli
+
+    for k, v in {"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "job-master-0",
+                 "MASTER_PORT": "23456"}.items():
+        monkeypatch.setenv(k, v)
+    sweep = cli.build_sweep(cli.harness_parser().parse_args(["--data", str(small_dataset)]))
+    assert (sweep.job.nnodes, sweep.job.node_rank, sweep.job.master_addr,
+            sweep.job.master_port) == (2, 1, "job-master-0", 23456)
+    # an option given on the command line wins over the environment
+    sweep = cli.build_sweep(cli.harness_parser().parse_args(
+        ["--data", str(small_dataset), "--node_rank", "0"]))
+    assert sweep.job.node_rank == 0
