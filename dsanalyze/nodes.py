@@ -280,8 +280,10 @@ class NodeGroup:
             try:
                 self._wait([key], timeout_s, f"gathering node {n}'s result")
             except NodeLost as e:
-                return dataclasses.replace(result, status=Status.FAILED,
-                                           error=result.error or str(e))
+                # Name the lost node first: this node's own failure (a collective
+                # whose peer vanished) is the consequence, not the cause.
+                here = f"; on node 0: {result.error}" if result.error else ""
+                return dataclasses.replace(result, status=Status.FAILED, error=f"{e}{here}")
             others[n] = RunResult.from_dict(json.loads(self.store.get(key)))
         return merge_results(RunResult.from_dict(doc), others)
 

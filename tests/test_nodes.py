@@ -219,13 +219,13 @@ def test_two_harnesses_profile_one_job(node_data, tmp_path):
 def test_a_killed_node_stops_the_run_and_resume_completes(node_data, tmp_path):
     port = _free_port_pair()
     run_args = ("--modes", "synthetic", "-b", 4, "-j", 1, "--warmup", 3, "--sim-step-ms", 40,
-                "--timeout", 300)
-    procs = _start_nodes(tmp_path, node_data, port, *run_args, "--iters", 2000)
+                "--timeout", 300, "--iters", 400)
+    procs = _start_nodes(tmp_path, node_data, port, *run_args)
     log = tmp_path / "p0" / "logs" / "synthetic-cpus1.log"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not log.is_file():  # the job starts after the gate
         time.sleep(0.5)
-    time.sleep(8)  # inside the run: its 2000 iterations of 40 ms take 80 s
+    time.sleep(6)  # inside the run: its 400 iterations of 40 ms take 16 s, after start-up
     procs[1].send_signal(signal.SIGKILL)
     t0 = time.monotonic()
     rc0 = procs[0].wait(timeout=120)
@@ -241,8 +241,7 @@ def test_a_killed_node_stops_the_run_and_resume_completes(node_data, tmp_path):
     assert not _our_cgroups([p.pid for p in procs]), "a killed node left its cgroups"
     # both nodes resume: the failed run is measured again, in step
     port = _free_port_pair()
-    again = _start_nodes(tmp_path, node_data, port, *run_args, "--iters", 20, "--resume",
-                         tag="-resume")
+    again = _start_nodes(tmp_path, node_data, port, *run_args, "--resume", tag="-resume")
     rcs = [p.wait(timeout=300) for p in again]
     assert rcs == [0, 0], _log(tmp_path, 0, "-resume") + _log(tmp_path, 1, "-resume")
     done = read_run(tmp_path / "p0" / "runs" / "synthetic-cpus1.json")
