@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dsanalyze import config
+from dsanalyze import config, nodes
 from dsanalyze.config import Job, Mode, Sweep
 from dsanalyze.errors import ConfigError, DsAnalyzeError, RunFailed
 
@@ -93,6 +93,8 @@ def build_sweep(ns: argparse.Namespace) -> Sweep:
         value = getattr(ns, f.name, None)
         if value is not None:
             job_kw[f.name] = value
+    for key, value in nodes.environment_defaults().items():
+        job_kw.setdefault(key, value)  # a scheduler's node settings, where no option gave them
     if ns.iters is not None:
         job_kw.pop("epochs", None)
     if ns.epochs is not None:
@@ -159,6 +161,9 @@ def _harness(argv: list[str] | None) -> int:
     if outcome.skipped:
         print(f"resumed: {len(outcome.skipped)} run(s) already complete, skipped")
     print(render_table(outcome.summary))
+    if sweep.job.node_rank > 0:
+        print(f"node {sweep.job.node_rank} of {sweep.job.nnodes}: this table covers this node's "
+              "ranks only; node 0's prefix holds the whole job")
     print(f"results: {sweep.prefix}/summary.json")
     if sweep.plots:
         _draw_plots(Path(sweep.prefix))
@@ -209,6 +214,9 @@ def _cmd_summary(ns: argparse.Namespace) -> int:
     from dsanalyze.report.summary import render_table
     from dsanalyze.sweep import write_summary
 
+    if ns.merge:
+        merged = nodes.merge_into_prefix(Path(ns.prefix), [Path(d) for d in ns.merge])
+        print(f"merged: {len(merged)} run(s) joined with the other nodes' ranks")
     doc = write_summary(Path(ns.prefix))
     if doc is None:
         raise ConfigError(f"no runs under {ns.prefix}: run harness.py --prefix {ns.prefix} first")
@@ -376,6 +384,9 @@ def main_parser() -> argparse.ArgumentParser:
     m.add_argument("--seed", type=int, default=0)
     s = sub.add_parser("summary", help="recompute and print the stall table of a prefix")
     s.add_argument("prefix")
+    s.add_argument("--merge", nargs="+", metavar="DIR",
+                   help="other nodes' prefixes: join their ranks into PREFIX's runs (when the "
+                        "nodes share no filesystem and the store could not gather them)")
     pr = sub.add_parser("profile", help="the same as harness.py", add_help=False)
     pr.add_argument("rest", nargs=argparse.REMAINDER)
     pl = sub.add_parser("plot", help="redraw the figures of a prefix (PNG and SVG)")

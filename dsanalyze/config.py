@@ -164,8 +164,9 @@ class Job:
     nproc_per_node: int = 1
     nnodes: int = 1
     node_rank: int = 0
-    master_addr: str | None = None
-    master_port: int | None = None
+    # Where the nodes meet, not what the job is: a resumed sweep may meet elsewhere.
+    master_addr: str | None = field(default=None, compare=False)
+    master_port: int | None = field(default=None, compare=False)
     seed: int = 0
     timeout_s: float = 1800.0
     loader_index: int | None = None  # user script: its K-th loader created is the training one

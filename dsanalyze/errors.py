@@ -53,3 +53,7 @@ class RunFailed(DsAnalyzeError):
     """A measured run that crashed, timed out or ran out of memory."""
 
     exit_code = 1
+
+
+class NodeLost(RunFailed):
+    """Another node's harness stopped responding, or never joined, in a multi-node sweep."""

@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -65,6 +66,11 @@ class LaunchContext:
     monitor_interval_s: float = 0.2
     trim_page_cache: bool = True  # trim the page cache to the budget while a disk run goes (CacheLimiter)
     library_files: tuple[str, ...] = ()  # what the cached run mapped: re-read after a global drop
+    # Several nodes (dsanalyze.nodes): called once the run is prepared, just
+    # before the job starts, to wait for the other nodes; and polled while it
+    # runs, returning why it must stop (another node lost or failed) or None.
+    start_gate: Callable[[], None] | None = None
+    should_abort: Callable[[], str | None] | None = None
 
 
 def cpu_ids(cpus: int | None) -> tuple[int, ...] | None:
@@ -253,6 +259,8 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
             wrapper += ["--"]
         wrapper[-1:-1] = line.bind_args()  # before the "--": the job dies with the harness
         log = stack.enter_context(open(log_path, "w"))
+        if ctx.start_gate is not None:
+            ctx.start_gate()
         proc = subprocess.Popen(wrapper + job_argv(spec), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         line.watch_group(proc.pid)
@@ -266,11 +274,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
                                    enforced["memory_margin_bytes"], limits.memory_bytes).__enter__()
         try:
             with monitor:
-                try:
-                    rc = proc.wait(timeout=spec.job.timeout_s)
-                except subprocess.TimeoutExpired:
-                    status, rc = Status.TIMEOUT, None
-                    error = f"timed out after {spec.job.timeout_s:.0f} s: raise timeout_s or lower --iters"
+                rc, status, error = _wait_job(proc, spec.job.timeout_s, ctx.should_abort)
         except (KeyboardInterrupt, Interrupted):
             _kill_group(proc)
             raise
@@ -284,13 +288,13 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
                 cg.kill()
         resident_after = pagecache.resident_bytes(ctx.dataset.files)
         disk_after = diskstats_read_bytes(limits.device)
-    ranks, rank_errors = _collect_ranks(run_dir, spec.job.world_size)
+    ranks, rank_errors = _collect_ranks(run_dir, local_ranks(spec.job))
     if status == Status.OK and counters.get("oom_kills", 0) > 0:
         status = Status.OOM
         error = (f"out of memory: cache budget {format_bytes(spec.resources.cache.cache_bytes)} + "
                  f"job memory {format_bytes(enforced.get('job_memory_bytes'))} exceeded: "
                  "raise --cache or lower -j")
-    elif status == Status.OK and (rc != 0 or len(ranks) < spec.job.world_size):
+    elif status == Status.OK and (rc != 0 or len(ranks) < spec.job.nproc_per_node):
         status = Status.FAILED
         error = _failure_message(rc, rank_errors, log_path)
         failure = next(iter(rank_errors.values())).kind if rank_errors else FailureKind.CRASH
@@ -316,6 +320,31 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
                        duration_s=time.perf_counter() - t0, log_path=str(log_path))
     shutil.rmtree(run_dir, ignore_errors=True)
     return result
+
+
+def _wait_job(proc: subprocess.Popen, timeout_s: float,
+              should_abort: Callable[[], str | None] | None) -> tuple[int | None, str, str | None]:
+    """Wait for the job: (exit status, run status, error). Polls `should_abort` if given."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        step = max(0.0, deadline - time.monotonic())
+        if should_abort is not None:
+            step = min(step, 0.5)
+        try:
+            return proc.wait(timeout=step), Status.OK, None
+        except subprocess.TimeoutExpired:
+            pass
+        if time.monotonic() >= deadline:
+            return None, Status.TIMEOUT, (f"timed out after {timeout_s:.0f} s: "
+                                          "raise timeout_s or lower --iters")
+        reason = should_abort() if should_abort is not None else None
+        if reason is not None:
+            return None, Status.FAILED, reason
+
+
+def local_ranks(job: Job) -> range:
+    """Global ranks of this node's processes (torchrun numbers them node by node)."""
+    return range(job.node_rank * job.nproc_per_node, (job.node_rank + 1) * job.nproc_per_node)
 
 
 def _job_memory_peak(samples: list[dict[str, Any]]) -> int | None:
@@ -346,13 +375,13 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _collect_ranks(run_dir: Path,
-                   world: int) -> tuple[list[RankRecord], dict[int, rankenv.RankFailure]]:
-    """Rank records, and the failures of crashed ranks, the first to crash first."""
+def _collect_ranks(run_dir: Path, expected: range
+                   ) -> tuple[list[RankRecord], dict[int, rankenv.RankFailure]]:
+    """This node's rank records, and the failures of crashed ranks, the first to crash first."""
     import json
 
     ranks, errors, when = [], {}, {}
-    for r in range(world):
+    for r in expected:
         rec = run_dir / f"rank{r}.json"
         if rec.is_file():
             ranks.append(RankRecord.from_dict(json.loads(rec.read_text())))

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dsanalyze import launch, store
+from dsanalyze import launch, nodes, store
 from dsanalyze.analysis import stalls
 from dsanalyze.config import Mode, RunSpec, Sweep
-from dsanalyze.errors import ConfigError, DatasetError, FailureKind, ResourceError
+from dsanalyze.errors import ConfigError, DatasetError, FailureKind, NodeLost, ResourceError
 from dsanalyze.fingerprint import Fingerprint, check_consistent, check_resumable, check_unchanged
 from dsanalyze.jobs.datasets import DatasetInfo, scan_dataset
 from dsanalyze.resources import cgroups
@@ -102,15 +102,20 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
     old = signal.signal(signal.SIGTERM, _sigterm)
     t_start = time.monotonic()
     measured = 0
+    group = None
     try:
+        if sweep.job.nnodes > 1:
+            group = nodes.NodeGroup.join(sweep.job, specs)
         for i, spec in enumerate(specs, 1):
             done = store.completed(prefix, spec) if sweep.resume else None
+            if group is not None and not group.agree_skip(i, done is not None, spec.job.timeout_s):
+                done = None  # another node lacks it: every node runs it again
             if done is not None:
                 outcome.skipped.append(spec.run_id)
                 _remember_memory(ctx, done)
                 continue
             check_unchanged(dataset.root, fp)
-            result = launch.run_one(spec, ctx)
+            result = _run(spec, ctx, group, i)
             result = dataclasses.replace(result, dataset={**result.dataset,
                                                           "fingerprint": fp.to_dict()})
             store.write_run(prefix, result)
@@ -123,12 +128,31 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
             if result.failure is FailureKind.CORRUPT_SAMPLE:
                 # every other run would read the same file: stop here
                 raise DatasetError(result.error)
+            if group is not None and group.lost_node() is not None:
+                raise NodeLost(f"{spec.run_id}: {result.error}; restart every node's harness "
+                               "with --resume")
     finally:
+        if group is not None:
+            group.close()
         signal.signal(signal.SIGTERM, old)
         lock.release()
         doc = write_summary(prefix)
     outcome.summary = doc if doc is not None else stalls.summary([])
     return outcome
+
+
+def _run(spec: RunSpec, ctx: launch.LaunchContext, group: nodes.NodeGroup | None,
+         seq: int) -> RunResult:
+    """One run; on several nodes, started in step with the others and merged on node 0."""
+    if group is None:
+        return launch.run_one(spec, ctx)
+    ctx.start_gate = lambda: group.start_gate(seq, spec.job.timeout_s)
+    ctx.should_abort = group.abort_reason
+    try:
+        result = launch.run_one(spec, ctx)
+    finally:
+        ctx.start_gate = ctx.should_abort = None
+    return group.exchange(seq, result, spec.job.timeout_s)
 
 
 def write_summary(prefix: Path) -> dict[str, Any] | None:

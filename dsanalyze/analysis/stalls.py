@@ -243,6 +243,8 @@ def _budget_warnings(disk: RunResult) -> list[str]:
 
 def summary(results: list[RunResult]) -> dict[str, Any]:
     """The `summary.json` document: job, dataset, one entry per configuration."""
+    from dsanalyze.analysis import pernode  # it builds on run_rate
+
     ok = [r for r in results if r.ok]
     first = (ok or results)[0] if results else None
     return {
@@ -252,4 +254,5 @@ def summary(results: list[RunResult]) -> dict[str, Any]:
         "runs": [run_rate(r).to_dict() for r in results],
         "failed_runs": [{"run_id": r.run_id, "status": r.status, "error": r.error}
                         for r in results if not r.ok],
+        "nodes": pernode.breakdown(results),
     }

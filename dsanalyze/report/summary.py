@@ -66,8 +66,22 @@ def render_table(summary: dict[str, Any]) -> str:
     n = summary["configs"][0]["samples_per_epoch"] if summary["configs"] else None
     lines = [f"Stall breakdown per epoch ({n} samples); rates in samples/s" if n else
              "Stall breakdown", *fixed_width(COLUMNS, table_rows(summary), left=frozenset({0, 8}))]
+    lines += node_lines(summary)
     lines += [f"note: {n_}" for n_ in notes(summary)]
     return "\n".join(lines)
+
+
+def node_lines(summary: dict[str, Any]) -> list[str]:
+    """Per node, for each multi-node run: its wait share, and whose loader holds the job."""
+    out = []
+    for run in summary.get("nodes", []):
+        parts = ", ".join(f"node {n['node']} waits {_num(n['wait_pct'], '{:.0f}')}%"
+                          for n in run["nodes"])
+        held = run.get("holding_node")
+        tail = (f": node {held}'s loader holds the job" if held is not None
+                else ": the nodes wait alike")
+        out.append(f"nodes, {run['run_id']}: {parts}{tail}")
+    return out
 
 
 def render_markdown_table(summary: dict[str, Any]) -> str:

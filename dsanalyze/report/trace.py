@@ -89,6 +89,11 @@ def _meta(pid: int, name: str, sort: int, threads: dict[int, str]) -> list[dict[
     return events
 
 
+def _node_label(rank: RankRecord) -> str:
+    """`node N ` for the ranks of a merged multi-node run, else nothing."""
+    return f"node {rank.extra['node']} " if "node" in rank.extra else ""
+
+
 def rank_events(rank: RankRecord, pid: int, origin_s: float) -> list[dict[str, Any]]:
     """Iteration spans on thread 1 and epoch spans on thread 0 of one rank's process."""
     spans = iteration_spans(rank)
@@ -160,7 +165,7 @@ def run_events(run: RunResult, first_pid: int, origin_s: float) -> list[dict[str
     events: list[dict[str, Any]] = []
     pid = first_pid
     for rank in run.ranks:
-        events += _meta(pid, f"{run.run_id} rank {rank.rank}", pid,
+        events += _meta(pid, f"{run.run_id} {_node_label(rank)}rank {rank.rank}", pid,
                         {0: "epochs", 1: "iterations"})
         events += rank_events(rank, pid, origin_s)
         pid += 1

@@ -1,0 +1,376 @@
+"""Several nodes: the harnesses of one job, kept in step through torch's TCPStore.
+
+One harness runs on each node (`--nnodes N --node_rank R --master_addr A
+--master_port P`, or the same taken from a scheduler's environment, see
+`from_environment`). Node 0's harness hosts a `torch.distributed.TCPStore` on
+port P + 1 (torchrun's own rendezvous of each run uses P); the others connect
+to it. Through that store, for the i-th run of the sweep:
+
+1. every node says whether its copy of the run is already complete; the run
+   is skipped only where every node has it (`agree_skip`);
+2. every node prepares the run (cgroup, warm or evict) and waits until all
+   have (`start_gate`), so that torchrun's agents meet at once;
+3. after the run, nodes 1..N-1 publish their `RunResult`; node 0 merges every
+   rank's record into one result for the job (`merge_results`).
+
+Each harness bumps a heartbeat counter every `HEARTBEAT_S`; a node whose
+counter has not moved for `lost_after_s` (by the watcher's own monotonic
+clock: no cross-node clock is involved) is lost, and the others stop the run
+in progress and name it. Clock offsets against node 0 are measured once at
+join (the NTP estimate over store round trips, the one with the shortest
+round trip kept) and applied to the merged ranks' `start_unix_s`.
+
+torch is imported only here, and only when a sweep spans several nodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from dsanalyze import store
+from dsanalyze.config import Job, RunSpec
+from dsanalyze.errors import ConfigError, NodeLost
+from dsanalyze.store import RankRecord, RunResult, Status
+
+HEARTBEAT_S = 0.5
+LOST_AFTER_S = 10.0
+CLOCK_PINGS = 8
+POLL_S = 0.1
+STORE_PORT_OFFSET = 1  # the harnesses' store: master_port + 1; torchrun uses master_port
+
+
+def from_environment(env: Mapping[str, str]) -> dict[str, Any]:
+    """Node settings a scheduler put in the environment, for options not given.
+
+    In order: torchrun's own `PET_*` variables; a PyTorchJob-style pod
+    (`WORLD_SIZE` nodes, this one `RANK`, `MASTER_ADDR`/`MASTER_PORT`,
+    `NPROC_PER_NODE`); SLURM (`SLURM_NNODES`, `SLURM_NODEID`, with
+    `MASTER_ADDR` exported by the batch script). Empty when none is set.
+    """
+    def pick(*names: str) -> str | None:
+        return next((env[n] for n in names if env.get(n)), None)
+
+    if env.get("PET_NNODES"):
+        nnodes, node_rank = pick("PET_NNODES"), pick("PET_NODE_RANK")
+    elif env.get("WORLD_SIZE") and env.get("MASTER_ADDR") and env.get("RANK"):
+        nnodes, node_rank = pick("WORLD_SIZE"), pick("RANK")
+    elif env.get("SLURM_NNODES") and env.get("MASTER_ADDR"):
+        nnodes, node_rank = pick("SLURM_NNODES"), pick("SLURM_NODEID")
+    else:
+        return {}
+    out: dict[str, Any] = {}
+    try:
+        out["nnodes"] = int(str(nnodes).split(":")[-1])  # PET_NNODES may be "1:4"
+        out["node_rank"] = int(node_rank or 0)
+        port = pick("PET_MASTER_PORT", "MASTER_PORT")
+        if port:
+            out["master_port"] = int(port)
+        nproc = pick("PET_NPROC_PER_NODE", "NPROC_PER_NODE")
+        if nproc and nproc.isdigit():
+            out["nproc_per_node"] = int(nproc)
+    except ValueError as e:
+        raise ConfigError(f"cannot read the node settings in the environment ({e}): "
+                          "pass --nnodes/--node_rank/--master_addr/--master_port") from None
+    addr = pick("PET_MASTER_ADDR", "MASTER_ADDR")
+    if addr:
+        out["master_addr"] = addr
+    return out
+
+
+def plan_key(specs: Sequence[RunSpec]) -> str:
+    """What every node must agree on: the run ids in order and the job, less the node's rank."""
+    job = specs[0].job.to_dict() if specs else {}
+    job.pop("node_rank", None)
+    job.pop("data_dir", None)  # each node reads its own copy of the data
+    job.pop("script", None)  # ... and may keep the script at its own path
+    return json.dumps({"runs": [s.run_id for s in specs], "job": job}, sort_keys=True)
+
+
+@dataclass
+class NodeGroup:
+    """This node's view of the job's harnesses (see the module docstring)."""
+
+    job: Job
+    store: Any
+    beat_store: Any
+    lost_after_s: float = LOST_AFTER_S
+    clock_offset_s: float = 0.0  # add to this node's unix time to get node 0's
+    clock_rtt_s: float = 0.0
+    seq: int | None = None  # the run of the sweep in progress
+    _stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+    _beats: dict[int, tuple[int, float]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def node(self) -> int:
+        return self.job.node_rank
+
+    @property
+    def others(self) -> list[int]:
+        return [n for n in range(self.job.nnodes) if n != self.node]
+
+    @classmethod
+    def join(cls, job: Job, specs: Sequence[RunSpec], timeout_s: float = 300.0,
+             lost_after_s: float = LOST_AFTER_S) -> NodeGroup:
+        """Connect to (node 0: host) the store, check the plans match, measure the clock."""
+        from torch.distributed import TCPStore
+
+        host = job.master_addr or "127.0.0.1"
+        port = (job.master_port or 29500) + STORE_PORT_OFFSET
+        wait = timedelta(seconds=timeout_s)
+        try:
+            store = TCPStore(host, port, job.nnodes, job.node_rank == 0, wait,
+                             wait_for_workers=False)
+            beat = TCPStore(host, port, job.nnodes, False, timedelta(seconds=lost_after_s))
+        except (RuntimeError, OSError) as e:
+            what = "host" if job.node_rank == 0 else "reach"
+            raise NodeLost(f"node {job.node_rank} cannot {what} the harnesses' store at "
+                           f"{host}:{port} ({str(e).splitlines()[0]}): start every node's "
+                           "harness with the same --master_addr/--master_port") from None
+        group = cls(job, store, beat, lost_after_s)
+        group._start_heartbeat()
+        group._check_plan(plan_key(specs), timeout_s)
+        try:
+            group._measure_clock(timeout_s)
+        except (RuntimeError, OSError) as e:
+            group.close()
+            raise NodeLost(f"node {job.node_rank}: timing the clock against node 0 failed "
+                           f"({str(e).splitlines()[0]}): is every node's harness running?"
+                           ) from None
+        return group
+
+    # -- liveness -------------------------------------------------------------
+    def _start_heartbeat(self) -> None:
+        def beat() -> None:
+            while not self._stop.wait(HEARTBEAT_S):
+                try:
+                    self.beat_store.add(f"beat/{self.node}", 1)
+                except (RuntimeError, OSError):
+                    return  # node 0 is gone: the watchers say so
+        self.beat_store.add(f"beat/{self.node}", 1)
+        threading.Thread(target=beat, name="dsanalyze-heartbeat", daemon=True).start()
+
+    def lost_node(self) -> int | None:
+        """A node whose heartbeat stopped, or None. Node 0 unreachable counts as lost."""
+        now = time.monotonic()
+        for n in self.others:
+            try:
+                count = int(self.beat_store.add(f"beat/{n}", 0))
+            except (RuntimeError, OSError):
+                return 0
+            last = self._beats.get(n)
+            if last is None or count != last[0]:
+                self._beats[n] = (count, now)
+            elif now - last[1] > self.lost_after_s:
+                return n
+        return None
+
+    def abort_reason(self) -> str | None:
+        """Why the run in progress must stop, or None: for `LaunchContext.should_abort`."""
+        n = self.lost_node()
+        if n is not None:
+            return (f"node {n} stopped responding (no heartbeat for {self.lost_after_s:.0f} s): "
+                    "its harness was killed or lost its network")
+        if self.seq is None:
+            return None
+        for n in self.others:
+            key = f"run/{self.seq}/failed/{n}"
+            try:
+                if self.store.check([key]):
+                    return f"node {n}'s part of the run failed: {self.store.get(key).decode()}"
+            except (RuntimeError, OSError):
+                return "node 0 stopped responding: its harness was killed or lost its network"
+        return None
+
+    def _wait(self, keys: list[str], timeout_s: float, what: str) -> None:
+        """Wait for keys, polling, so that a lost node ends the wait at once."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if self.store.check(keys):
+                    return
+            except (RuntimeError, OSError):
+                raise NodeLost(f"node 0 stopped responding while {what}: its harness was "
+                               "killed or lost its network; restart every node with --resume") from None
+            reason = self.abort_reason()
+            if reason is not None:
+                raise NodeLost(f"{reason}, while {what}; restart every node with --resume")
+            if time.monotonic() > deadline:
+                raise NodeLost(f"timed out after {timeout_s:.0f} s {what}: "
+                               "start every node's harness, with the same options")
+            time.sleep(POLL_S)
+
+    # -- join -----------------------------------------------------------------
+    def _check_plan(self, plan: str, timeout_s: float) -> None:
+        self.store.set(f"plan/{self.node}", plan)
+        if self.node != 0:
+            return
+        keys = [f"plan/{n}" for n in self.others]
+        self._wait(keys, timeout_s, "waiting for every node to join")
+        for n in self.others:
+            if self.store.get(f"plan/{n}").decode() != plan:
+                self.store.set("plan/verdict", f"node {n} was started with a different sweep")
+                raise ConfigError(f"node {n} was started with a different sweep or job than "
+                                  "node 0: give every node the same options")
+        self.store.set("plan/verdict", "ok")
+
+    def _measure_clock(self, timeout_s: float) -> None:
+        """NTP-style offset of this node's wall clock against node 0's."""
+        # The store's blocking wait, not `_wait`'s polling: a poll's delay on
+        # one leg of the round trip would bias the offset by up to POLL_S.
+        wait = timedelta(seconds=timeout_s)
+        if self.node == 0:
+            for n in self.others:
+                for i in range(CLOCK_PINGS):
+                    self.store.wait([f"clock/{n}/{i}/ping"], wait)
+                    self.store.set(f"clock/{n}/{i}/pong", repr(time.time()))
+            return
+        self._wait(["plan/verdict"], timeout_s, "waiting for node 0 to check the plans")
+        verdict = self.store.get("plan/verdict").decode()
+        if verdict != "ok":
+            raise ConfigError(f"{verdict} than node {self.node}: give every node the same options")
+        best: tuple[float, float] | None = None
+        for i in range(CLOCK_PINGS):
+            t1 = time.time()
+            self.store.set(f"clock/{self.node}/{i}/ping", "1")
+            self.store.wait([f"clock/{self.node}/{i}/pong"], wait)
+            t0 = float(self.store.get(f"clock/{self.node}/{i}/pong"))
+            t2 = time.time()
+            if best is None or t2 - t1 < best[1]:
+                best = (t0 - (t1 + t2) / 2, t2 - t1)
+        self.clock_offset_s, self.clock_rtt_s = best or (0.0, 0.0)
+
+    # -- per run --------------------------------------------------------------
+    def agree_skip(self, seq: int, complete_here: bool, timeout_s: float) -> bool:
+        """True when every node already holds a complete copy of run `seq`."""
+        self.store.set(f"run/{seq}/complete/{self.node}", "1" if complete_here else "0")
+        keys = [f"run/{seq}/complete/{n}" for n in range(self.job.nnodes)]
+        self._wait(keys, timeout_s, f"agreeing on run {seq + 1} of the sweep")
+        return all(self.store.get(k).decode() == "1" for k in keys)
+
+    def start_gate(self, seq: int, timeout_s: float) -> None:
+        """Return once every node has prepared run `seq` (cgroup, cache state)."""
+        self.seq = seq
+        self.store.set(f"run/{seq}/ready/{self.node}", "1")
+        keys = [f"run/{seq}/ready/{n}" for n in range(self.job.nnodes)]
+        self._wait(keys, timeout_s, f"waiting for every node to prepare run {seq + 1}")
+
+    def exchange(self, seq: int, result: RunResult, timeout_s: float) -> RunResult:
+        """Nodes > 0 publish their result; node 0 returns the merged result of the job."""
+        self.seq = None
+        if not result.ok:
+            self.store.set(f"run/{seq}/failed/{self.node}", str(result.error))
+        doc = result.to_dict()
+        doc["environment"]["clock_offset_s"] = self.clock_offset_s
+        doc["environment"]["clock_rtt_s"] = self.clock_rtt_s
+        if self.node != 0:
+            self.store.set(f"run/{seq}/result/{self.node}", json.dumps(doc))
+            return result
+        others: dict[int, RunResult] = {}
+        for n in self.others:
+            key = f"run/{seq}/result/{n}"
+            try:
+                self._wait([key], timeout_s, f"gathering node {n}'s result")
+            except NodeLost as e:
+                # Name the lost node first: this node's own failure (a collective
+                # whose peer vanished) is the consequence, not the cause.
+                here = f"; on node 0: {result.error}" if result.error else ""
+                return dataclasses.replace(result, status=Status.FAILED, error=f"{e}{here}")
+            others[n] = RunResult.from_dict(json.loads(self.store.get(key)))
+        return merge_results(RunResult.from_dict(doc), others)
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+def node_of(rank: RankRecord, job: Job) -> int:
+    """The node a rank ran on: recorded at merge, else from the global rank."""
+    return int(rank.extra.get("node", rank.rank // max(1, job.nproc_per_node)))
+
+
+def _tag(ranks: Sequence[RankRecord], node: int, offset_s: float) -> list[RankRecord]:
+    """Ranks of one node, on node 0's clock, each saying which node it ran on."""
+    return [dataclasses.replace(
+        r, start_unix_s=r.start_unix_s + offset_s if r.start_unix_s else 0.0,
+        extra={**r.extra, "node": node, "clock_offset_s": offset_s}) for r in ranks]
+
+
+def merge_results(primary: RunResult, others: Mapping[int, RunResult]) -> RunResult:
+    """One result for the job: node 0's run plus every other node's ranks.
+
+    Ranks move onto node 0's clock by each node's recorded offset; the status
+    is the first failure (by node), with the node named; bytes read add up;
+    each node's I/O, enforcement and environment are kept under `nodes`.
+    """
+    node0 = primary.spec.job.node_rank
+    ranks = _tag(primary.ranks, node0, 0.0)
+    status, error = primary.status, primary.error
+    per_node = {str(node0): _node_facts(primary)}
+    read = primary.io.get("read_bytes")
+    for n in sorted(others):
+        other = others[n]
+        ranks += _tag(other.ranks, n, float(other.environment.get("clock_offset_s", 0.0)))
+        per_node[str(n)] = _node_facts(other)
+        if status == Status.OK and other.status != Status.OK:
+            status, error = other.status, f"node {n}: {other.error}"
+        other_read = other.io.get("read_bytes")
+        read = read + other_read if read is not None and other_read is not None else None
+    io = {**primary.io, "read_bytes": read, "nodes": per_node}
+    expected = primary.spec.job.world_size
+    if status == Status.OK and len(ranks) < expected:
+        status, error = Status.FAILED, f"{len(ranks)} of {expected} ranks reported"
+    return dataclasses.replace(primary, status=status, error=error,
+                               ranks=tuple(sorted(ranks, key=lambda r: r.rank)), io=io)
+
+
+def _node_facts(result: RunResult) -> dict[str, Any]:
+    env = result.environment
+    return {"host": env.get("host"), "status": result.status, "error": result.error,
+            "clock_offset_s": env.get("clock_offset_s", 0.0),
+            "clock_rtt_s": env.get("clock_rtt_s"), "read_bytes": result.io.get("read_bytes"),
+            "enforced": result.enforced, "ranks": [r.rank for r in result.ranks]}
+
+
+def merge_prefixes(primary: Sequence[RunResult], others: Sequence[Sequence[RunResult]]
+                   ) -> list[RunResult]:
+    """`summary --merge`: node 0's runs, each joined with the same run of the other nodes.
+
+    A run already holding every rank of the job is kept as it is.
+    """
+    by_node: list[dict[str, RunResult]] = [{r.run_id: r for r in runs} for runs in others]
+    merged = []
+    for run in primary:
+        if len(run.ranks) >= run.spec.job.world_size:
+            merged.append(run)
+            continue
+        peers = {}
+        for runs in by_node:
+            peer = runs.get(run.run_id)
+            if peer is not None:
+                peers[peer.spec.job.node_rank] = peer
+        merged.append(merge_results(run, peers))
+    return merged
+
+
+def environment_defaults() -> dict[str, Any]:
+    return from_environment(os.environ)
+
+
+def merge_into_prefix(prefix: Path, other_prefixes: Sequence[Path]) -> list[str]:
+    """Join the other nodes' copies of each run into `prefix`'s; the run ids rewritten."""
+    primary = store.load_runs(prefix)
+    others = [store.load_runs(p) for p in other_prefixes]
+    changed = []
+    for before, after in zip(primary, merge_prefixes(primary, others)):
+        if after is not before:
+            store.write_run(prefix, after)
+            changed.append(after.run_id)
+    return changed
