@@ -48,7 +48,7 @@ from dsanalyze.store import RunResult
 SEEDS = 3  # permutations averaged per disk prediction
 SIM_SAMPLES = 6000  # samples per simulated epoch; larger epochs are simulated on a sample
 CACHE_BINDS = 0.97  # an effective cache under this share of the dataset limits hits
-PREP_BOUND = 0.95  # a cached run below this share of G is prep-bound
+PREP_BOUND = 0.9  # a cached run below this share of G is prep-bound enough to solve c_prep on
 LEVEL, Z = 0.9, 1.645  # the prediction intervals' nominal level and its normal quantile
 
 

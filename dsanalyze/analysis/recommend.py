@@ -2,11 +2,13 @@
 
     rec = recommend(model, preds, results, max_stall_pct=5, epochs=E)
 
-1. Free software knobs first, on the measured hardware: DataLoader workers per
-   rank (DALI threads with `--loader dali`), at 1, 2, 4, 8, 16 and the grid's
-   values. The fewest workers that bring the stalls under the limit win.
-2. Else the cheapest combination of the grid that does: fewest CPUs, then least
-   page cache, then least storage bandwidth, then fewest workers.
+1. Free software knobs are searched on the measured hardware: DataLoader
+   workers per rank (DALI threads with `--loader dali`), at 1, 2, 4, 8, 16 and
+   the grid's values, beside every combination of the grid.
+2. The cheapest of those that bring the stalls under the limit wins: fewest
+   CPUs, then least page cache, then least storage bandwidth; on the measured
+   hardware the measured worker count first, then the fewest workers. So a
+   worker count on the CPUs you have beats asking for more CPUs.
 3. Else the least stalled; predictions within `tolerance` of the fastest are
    ties, broken by the same cost (never by float noise).
 
@@ -104,14 +106,13 @@ def recommend(model: Model, preds: Sequence[Prediction], results: Sequence[RunRe
         base_cfg = replace(base_cfg, cache_bytes=None, cache_spec="none")
     baseline = predict(model, base_cfg)
     soft = _software(model, base_cfg, preds)
-    fits = lambda ps: [p for p in ps if p.job_stall_pct(epochs) <= max_stall_pct]  # noqa: E731
-    if fits([baseline]):
-        soft = [baseline]  # nothing to change
-    chosen, software = (min(fits(soft), key=cost), True) if fits(soft) else (None, False)
-    if chosen is None and fits(preds):
-        chosen = min(fits(preds), key=cost)
+    ok = [p for p in [*soft, *preds] if p.job_stall_pct(epochs) <= max_stall_pct]
+    # on equal hardware the measured worker count first (no change), then the fewest
+    key = lambda p: (cost(p)[:3], p.config.workers != baseline.config.workers,  # noqa: E731
+                     p.config.workers)
+    chosen = min(ok, key=key) if ok else None
     closest = chosen or _fastest([*preds, *soft], epochs, tolerance)
-    software = software or (chosen is None and closest in soft)
+    software = cost(closest)[:3] == cost(baseline)[:3]
     measured = stalls.run_rate(run).rate_sps if run is not None else None
     speedup = baseline.job_s(epochs) / closest.job_s(epochs)
     rec = Recommendation(max_stall_pct, epochs, chosen, closest, software, baseline,
