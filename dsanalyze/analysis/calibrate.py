@@ -48,6 +48,7 @@ def _by_mode(results: list[RunResult], mode: Mode) -> list[RunResult]:
 
 DEFAULT_REL_SIGMA = 0.05  # when the fit runs cannot size the intervals
 NOISE_FLOOR = 0.02  # run-to-run spread of one configuration on this kind of machine
+BINDS = 0.5  # a throttled cold window reading under this share of the throttle is not held by it
 
 
 def _job_key(run: RunResult) -> tuple[int, float | None]:
@@ -225,11 +226,13 @@ def _fit_device(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]
 def _fit_read_cpu(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
     """CPU a worker spends per byte read from storage (one number), on unthrottled runs."""
     runs = [r for r in disk if r.spec.resources.storage_read_bps is None]
+    # the runs without a page cache, where it is not confounded with the cache model
+    runs = [r for r in runs if not r.spec.resources.cache.cache_bytes] or runs
     if not runs:
         return model, [Param("read_cpu_bps", None, "B/s", (), "not measured: no unthrottled "
                              "disk run; reads are taken to cost no CPU")]
     kappa = pipeline.minimize(
-        lambda x: _log_error(replace(model, miss_cpu_s_per_byte=x), runs), 1e-13, 1e-7)
+        lambda x: _log_error(replace(model, miss_cpu_s_per_byte=x), runs), 1e-13, 1e-7, 12)
     if kappa <= 1e-13 or _log_error(replace(model, miss_cpu_s_per_byte=0.0), runs) <= \
             _log_error(replace(model, miss_cpu_s_per_byte=kappa), runs):
         kappa = 0.0
@@ -268,16 +271,20 @@ def _fit_throttles(model: Model, disk: list[RunResult]) -> tuple[Model, list[Par
     """One efficiency for every throttle: the median over the cold windows of throttled runs
     whose throttle is under the device's bandwidth."""
     fits, runs = [], []
+    sample_bytes = model.dataset_bytes / len(model.file_bytes)
     for r in disk:
         bps = r.spec.resources.storage_read_bps
         if bps is None or (model.device_read_bps and bps >= model.device_read_bps):
             continue
-        if window := _cold_window(r):
+        window = _cold_window(r)
+        # only where the throttle binds: the cold window read at least half of it
+        if window and window[1] * sample_bytes >= BINDS * bps:
             fits.append(_throttle_fit(model, r, window))
             runs.append(r.run_id)
     if not fits:
         return model, [Param("throttle_efficiency", 1.0, "", (), "not measured: no throttled "
-                             "disk run; a throttle is taken at face value (capped by the device)")]
+                             "disk run held by its throttle; a throttle is taken at face value "
+                             "(capped by the device)")]
     eff = statistics.median(fits)
     return replace(model, throttle_efficiency=eff), [Param(
         "throttle_efficiency", eff, "", tuple(runs),

@@ -177,8 +177,9 @@ def file_sizes(result: RunResult, sizes: Sequence[int] | None) -> tuple[tuple[in
         raise ConfigError(f"run {result.run_id} records no dataset size: re-run it with harness.py")
     rounded = tuple(int(x) for x in cachesim.page_rounded(sizes))
     q = np.percentile(sizes, [5, 50, 95]).astype(int).tolist()
+    how = how if how.startswith("not measured") else f"mean of {how}"
     return rounded, Param("sample_bytes", float(np.mean(sizes)), "B", (result.run_id,),
-                          f"mean of {how}; p5/p50/p95 {q[0]}/{q[1]}/{q[2]} B")
+                          f"{how}; p5/p50/p95 {q[0]}/{q[1]}/{q[2]} B")
 
 
 # ---- simulation -----------------------------------------------------------------------------
@@ -292,8 +293,8 @@ def mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     ranks = cfg.nproc or model.ranks
     out, hits = [], []
     # big epochs average over their own many reads: one permutation is enough
-    varied = mode is Mode.DISK and cache_bytes is not None and layout.batches * ranks * \
-        model.batch_size < SIM_SAMPLES
+    varied = mode is Mode.DISK and bool(cache_bytes) and layout.batches * ranks * \
+        model.batch_size < SIM_SAMPLES  # no cache (0) misses everything in any order
     for seed in range(SEEDS if varied else 1):
         misses, batches = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes,
                                   mode, seed)

@@ -360,7 +360,7 @@ def window_rates(tl: Timeline, layout: Layout, cold_first: bool) -> tuple[float,
 
 
 def solve(f: Callable[[float], float], target: float, lo: float, hi: float,
-          steps: int = 22) -> float:
+          steps: int = 16) -> float:
     """x in [lo, hi] with f(x) = target, for f decreasing in x (bisection on log x)."""
     a, b = math.log(lo), math.log(hi)
     if f(lo) <= target:
@@ -376,7 +376,7 @@ def solve(f: Callable[[float], float], target: float, lo: float, hi: float,
     return math.exp((a + b) / 2)
 
 
-def minimize(f: Callable[[float], float], lo: float, hi: float, steps: int = 24) -> float:
+def minimize(f: Callable[[float], float], lo: float, hi: float, steps: int = 16) -> float:
     """x in [lo, hi] minimising a unimodal f (golden-section search on log x)."""
     a, b = math.log(lo), math.log(hi)
     g = (math.sqrt(5) - 1) / 2
