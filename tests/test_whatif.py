@@ -428,3 +428,16 @@ def test_a_cpu_device_is_refused() -> None:
             for r in runs_of("prep")]
     with pytest.raises(ConfigError, match="--device cpu"):
         whatif.fit(runs)
+
+
+def test_page_cache_the_run_had_excludes_shared_memory() -> None:
+    """DataLoader batches in /dev/shm count in the cgroup's file cache (v1 `cache`, v2
+    `file`); the page cache a run had is that less `shmem_bytes`."""
+    from dsanalyze.analysis.model import _steady_window, effective_cache
+
+    run = next(r for r in runs_of("fetch") if r.run_id == "disk-cpus2-cachenone-bwnone")
+    lo, hi = _steady_window(run)
+    mid = (lo + hi) / 2
+    samples = ({"unix_s": mid, "cache_bytes": 50 << 20, "shmem_bytes": 8 << 20},
+               {"unix_s": mid, "cache_bytes": 60 << 20, "shmem_bytes": 8 << 20})
+    assert effective_cache(replace(run, monitor=samples), 1 << 30) == 47 << 20

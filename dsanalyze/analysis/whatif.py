@@ -173,6 +173,8 @@ def untested(model: Model, cfg: Config) -> tuple[str, ...]:
                       "no all-reduce time added, each rank's loader as measured"))
     if cfg.gpu_speedup != 1:
         out.append(f"a step {cfg.gpu_speedup:g}x faster: the compute part divided, taking no CPU")
+    if model.loader == "dali":
+        out.append("DALI: its threads simulated as DataLoader workers (one batch each, in order)")
     if workers_for(model, cfg) != model.workers:
         out.append(f"{workers_for(model, cfg)} workers per rank: {model.workers} measured; a "
                    "worker's CPU per sample taken as independent of the count")
@@ -243,9 +245,9 @@ def whatif_document(preds: Sequence[Prediction],
 
 # ---- validation -----------------------------------------------------------------------------
 
-LOO_RULE = ("leave-one-configuration-out: each disk run (and each cached run of a job other than "
+LOO_RULE = ("each configuration held out in turn: each disk run (and each cached run of a job other than "
             "the base one) predicted by a model fitted on every other run")
-EXTRAPOLATION_RULE = ("extrapolation: fitted on the base job's runs (one rank, the slowest step) at "
+EXTRAPOLATION_RULE = ("fitted on the base job's runs (one rank, the slowest step) at "
                       "the fewest CPUs; every other disk run (and cached run of another job) "
                       "predicted")
 
