@@ -441,3 +441,22 @@ def test_page_cache_the_run_had_excludes_shared_memory() -> None:
     samples = ({"unix_s": mid, "cache_bytes": 50 << 20, "shmem_bytes": 8 << 20},
                {"unix_s": mid, "cache_bytes": 60 << 20, "shmem_bytes": 8 << 20})
     assert effective_cache(replace(run, monitor=samples), 1 << 30) == 47 << 20
+
+
+def test_more_workers_on_the_cpus_you_have_come_before_more_cpus() -> None:
+    """A job whose runs are taken as measured with 1 worker on 2 CPUs (the fetch fixture's
+    spec rewritten: a construction for the logic, the rates are the fixture's): the answer
+    is a worker count on the same 2 CPUs, said so, not 4 CPUs."""
+    runs = [replace(r, spec=replace(r.spec, job=replace(r.spec.job, workers=1)))
+            for r in runs_of("fetch") if r.run_id != "disk-cpus2-cachenone-bw1M"]
+    model = whatif.fit(runs)
+    preds = whatif.grid(model, whatif.configs([2, 4], ["none"], [None], model.dataset_bytes),
+                        runs)
+    limit = min(p.job_stall_pct(20) for p in preds) - 1  # more CPUs alone cannot
+    rec = recommend.recommend(model, preds, runs, limit, epochs=20)
+    assert rec.chosen is not None and rec.software
+    assert rec.chosen.config.cpus == 2 and rec.chosen.config.workers > 1
+    assert f"DataLoader workers instead of 1 keep the stalls under {limit:g}% on the " \
+           "hardware you have" in rec.reason
+    doc = whatif.whatif_document(preds, rec)
+    assert doc[-1]["recommended"] and doc[-1]["workers"] == rec.chosen.config.workers

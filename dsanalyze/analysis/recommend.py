@@ -87,8 +87,14 @@ def _fastest(preds: Sequence[Prediction], epochs: int, tolerance: float) -> Pred
 
 
 def _software(model: Model, base: Config, preds: Sequence[Prediction]) -> list[Prediction]:
+    """Worker counts on the measured hardware, in the grid's scenario (its GPU speed-up and
+    ranks, when every combination shares them)."""
     counts = sorted(set(WORKER_CHOICES) | {model.workers} |
                     {p.config.workers for p in preds if p.config.workers is not None})
+    speedups = {p.config.gpu_speedup for p in preds}
+    ranks = {p.config.nproc for p in preds}
+    if len(speedups) == 1 and len(ranks) == 1:
+        base = replace(base, gpu_speedup=speedups.pop(), nproc=ranks.pop())
     return [predict(model, replace(base, workers=w)) for w in counts]
 
 
@@ -125,10 +131,10 @@ def _hint(p: Prediction, preds: Sequence[Prediction], model: Model) -> str:
     if p.fetch_stall_s > p.prep_stall_s:
         return "fetch stall dominates: give more --cache or --storage-bw values"
     if p.config.cpus >= p.nproc * max(1, p.config.workers or 0):
-        return (f"the prep stall left does not shrink with more CPUs: {p.config.workers} "
-                f"{worker_word(model.loader)} per rank use at most "
-                f"{p.nproc * max(1, p.config.workers or 0)} core(s), and each epoch starts with "
-                "an empty prefetch queue")
+        total = p.nproc * max(1, p.config.workers or 0)
+        return (f"the prep stall left does not shrink with more CPUs: "
+                f"{workers_text(p.config.workers, model.loader)} per rank ({total} in all) use "
+                f"at most {total} core(s), and each epoch starts with an empty prefetch queue")
     return "prep stall dominates: give more --cpus values"
 
 
@@ -136,12 +142,17 @@ def worker_word(loader: str) -> str:
     return "DALI threads" if loader == "dali" else "DataLoader workers"
 
 
+def workers_text(n: int | None, loader: str) -> str:
+    word = worker_word(loader)
+    return f"{n} {word[:-1] if n == 1 else word}"
+
+
 def config_text(c: Config, loader: str) -> str:
     cache = "unlimited" if c.cache_bytes is None else format_bytes(c.cache_bytes)
     bw = "the measured device" if c.storage_read_bps is None else \
         f"{format_bytes(c.storage_read_bps)}/s"
     return (f"{c.cpus} CPU{'s' if c.cpus > 1 else ''}, page cache {cache}, storage {bw}, "
-            f"{c.workers} {worker_word(loader)} per rank")
+            f"{workers_text(c.workers, loader)} per rank")
 
 
 def reason_text(rec: Recommendation) -> str:
@@ -150,12 +161,12 @@ def reason_text(rec: Recommendation) -> str:
     job = f"a job of {rec.epochs} epoch{'s' if rec.epochs > 1 else ''} (the first cold)"
     rate = (f"{p.rate_sps:.0f} ± {(p.rate_sps_high - p.rate_sps_low) / 2:.0f} samples/s, "
             f"stalls {p.job_stall_pct(rec.epochs):.1f}% of {job}")
-    word = worker_word(p.loader)
     if rec.chosen is not None and b is not None and p.config == b.config:
         text = (f"the measured configuration already keeps the stalls under "
                 f"{rec.max_stall_pct:g}%: {rate}")
     elif rec.chosen is not None and rec.software and b is not None:
-        text = (f"{p.config.workers} {word} instead of {b.config.workers} keep the stalls under "
+        text = (f"{workers_text(p.config.workers, p.loader)} instead of {b.config.workers} "
+                f"keep the stalls under "
                 f"{rec.max_stall_pct:g}% on the hardware you have: {rate}")
     elif rec.chosen is not None:
         text = (f"{config_text(p.config, p.loader)} is the cheapest change that keeps the stalls "
