@@ -9,7 +9,9 @@ dataset's own files, then
 - reads each file of the other half whole (readahead as a loader gets it):
   the bandwidth is their bytes over their time less one latency per file.
 
-The sample's pages are evicted again afterwards. The what-if model uses these
+The sample's pages are evicted again afterwards. Where the files are so small
+that one latency per file is more than half their read time, the two cannot be
+told apart: the latency is then reported as 0 and left inside the bandwidth. The what-if model uses these
 as "storage as measured": an unthrottled disk is this device, never infinitely
 fast, and a throttle is min(throttle, device). The bandwidth is that of one
 reader; parallel readers may get more from a device with several queues (an
@@ -53,7 +55,8 @@ def _read_s(path: str) -> tuple[int, float]:
 
 
 def probe(files: Sequence[str], n_files: int = PROBE_FILES) -> dict[str, Any]:
-    """{"read_bps", "latency_s", "files", "bytes", "resident_bytes"} of the device, cold.
+    """{"read_bps", "latency_s", "latency_in_bandwidth", "files", "bytes", "resident_bytes"}
+    of the device, cold.
 
     `read_bps` None when the sample is too small to time. `resident_bytes`: of
     the sample after eviction, before the reads (pages another process kept).
@@ -67,6 +70,11 @@ def probe(files: Sequence[str], n_files: int = PROBE_FILES) -> dict[str, Any]:
     pagecache.evict(sample)
     latency = statistics.median(latencies) if latencies else 0.0
     nbytes = sum(n for n, _ in reads)
-    busy = sum(t for _, t in reads) - latency * len(reads)
+    total = sum(t for _, t in reads)
+    busy = total - latency * len(reads)
+    separable = busy >= 0.5 * total
+    if not separable:  # small files on a fast device: the latency is part of the bandwidth
+        busy, latency = total, 0.0
     return {"read_bps": nbytes / busy if nbytes and busy > 0 else None, "latency_s": latency,
-            "files": len(sample), "bytes": nbytes, "resident_bytes": resident}
+            "latency_in_bandwidth": not separable, "files": len(sample), "bytes": nbytes,
+            "resident_bytes": resident}
