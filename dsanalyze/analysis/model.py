@@ -361,3 +361,34 @@ def predict_run(model: Model, run: RunResult) -> Rates:
     cfg, layout = run_config(model, run), run_layout(run)
     cache = run_cache(model, run) if run.mode is Mode.DISK else None
     return mean_rates(model, cfg, layout, run.mode, cache)
+
+
+def untested(model: Model, cfg: Config) -> tuple[str, ...]:
+    """The assumptions a prediction for `cfg` rests on that no fit run tested."""
+    out = []
+    top = max(model.measured_cpus, default=0)
+    if cfg.cpus > top:
+        law = "contention law" if model.contention else "linear scaling (contention not fitted)"
+        out.append(f"{cfg.cpus} CPUs: beyond the {top} measured; prep by the {law}")
+    elif cfg.cpus not in model.measured_cpus and len(model.measured_cpus) == 1:
+        out.append(f"{cfg.cpus} CPUs: only {top} measured; contention not fitted")
+    if model.machine_cpus and cfg.cpus > model.machine_cpus:
+        out.append(f"{cfg.cpus} CPUs: more than this machine's {model.machine_cpus}")
+    ranks = cfg.nproc or model.ranks
+    if ranks not in model.measured_ranks:
+        out.append(f"{ranks} ranks: none measured; "
+                   + ("all-reduce by the ring law" if model.allreduce_s else
+                      "no all-reduce time added, each rank's loader as measured"))
+    if cfg.gpu_speedup != 1:
+        out.append(f"a step {cfg.gpu_speedup:g}x faster: the compute part divided, taking no CPU")
+    if model.loader == "dali":
+        out.append("DALI: its threads simulated as DataLoader workers (one batch each, in order)")
+    if workers_for(model, cfg) != model.workers:
+        out.append(f"{workers_for(model, cfg)} workers per rank: {model.workers} measured; a "
+                   "worker's CPU per sample taken as independent of the count")
+    bps = cfg.storage_read_bps
+    if model.device_read_bps is None and (bps is None):
+        out.append("storage device not measured: unthrottled reads taken as never limiting")
+    elif model.device_read_bps is not None and bps is not None and bps > model.device_read_bps:
+        out.append("a throttle above the measured device: the device's bandwidth used")
+    return tuple(out)
