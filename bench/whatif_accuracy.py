@@ -1,31 +1,27 @@
 #!/usr/bin/env python3
-"""Accuracy of the what-if model on this machine, against DS-Analyzer's assumption.
+"""Accuracy of the what-if model on this machine, out of sample only.
 
     .venv/bin/python bench/whatif_accuracy.py [--dir DIR] [--fresh] [--lock /tmp/dsa.lock]
 
-1. Measures a grid with harness.py (resumable: completed runs are kept): the
-   built-in job on the sim device (60 ms steps, batch 8, 2 workers, 3 epochs),
-   CPUs {1, 2}, page-cache budgets {0, 25%, 50%, 100%}, storage {none, 24 MiB/s}
-   (24 MiB/s makes the cold epoch fetch-bound at about 46 samples/s, against a
-   prep rate of about 86 (1 CPU) and a compute rate of 133 samples/s), in the
-   modes synthetic, cached, loader and disk, over 500 generated JPEGs of about
-   530 KB (260 MB: far more than the few tens of MB by which a cgroup memory
-   limit misses its cache budget). About 10 minutes on 2 CPUs, plus 2 to
-   generate the dataset the first time. The grid is measured in four harness
-   calls (CPUs x storage); `--lock` holds a flock only during each.
-2. Fits the model on a subset (FIT_RULE, `fit_subset`) and predicts every other
-   disk run's steady-state rate (the epochs after the cold first one).
-3. Prints, per held-out run and as median / maximum absolute error:
-   - model: the calibrated pipeline simulation with the Linux page-cache
-     simulator, given the page cache each run really had (its cgroup's file
-     cache during the steady epochs);
-   - model, budget: the same, given the budget plus the slack calibrated on
-     the fit runs (adds the harness's error in enforcing the budget);
-   - DS-Analyzer h: the same simulation with DS-Analyzer's assumption that
-     the hit rate is the cached fraction (a no-evict cache, h = C / D);
-   - DS-Analyzer formula: min(G, P, B / ((1 - h) s)) with h = C / D.
-   Then the cache simulator against the bytes each disk run read, and, last,
-   the figure.
+1. Measures a grid with harness.py (resumable: completed runs are kept; one
+   prefix per job under DIR): the built-in job on the sim device (batch 8,
+   2 workers, 3 epochs) over 500 generated JPEGs of about 530 KB (260 MB):
+   - the base job (60 ms step, 1 rank) at 1 CPU: cache {0, 25%, 50%, 100%}
+     on the device, and 16, 24 and 40 MiB/s at cache 0; at 2 CPUs: cache
+     {0, 50%} on the device and 24 MiB/s at cache 0;
+   - a step twice as fast (30 ms: `--gpu-speedup 2`) at 1 and 2 CPUs, cache 0;
+   - 2 ranks (60 ms) at 2 CPUs, cache 0, the device and 24 MiB/s.
+   26 runs: about 25 minutes on 2 quiet CPUs.
+   Every disk run records the storage device's cold bandwidth and latency.
+2. `whatif.validate` over every run: leave-one-configuration-out (each disk
+   run, and each cached run of the other jobs, predicted by a model fitted on
+   every other run) and extrapolation (fitted on the base job at 1 CPU only:
+   2 CPUs, the faster step and 2 ranks predicted). 24 MiB/s at cache 0 lies
+   between the measured 16 and 40 MiB/s; 50% between 25% and 100%.
+3. Prints each held-out run (measured, predicted, 90% interval), the
+   parameters, the cache simulator against the cgroup's read counter, and,
+   last, the figure: median and maximum |error| over both splits and the
+   interval coverage against its nominal level.
 """
 
 from __future__ import annotations
@@ -34,68 +30,76 @@ import argparse
 import contextlib
 import fcntl
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dsanalyze import store  # noqa: E402
-from dsanalyze.analysis import cachesim, whatif  # noqa: E402
-from dsanalyze.analysis.model import run_cache, run_cpus  # noqa: E402
-from dsanalyze.config import Mode, format_bytes  # noqa: E402
+from dsanalyze.analysis import whatif  # noqa: E402
+from dsanalyze.config import format_bytes  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset, scan_dataset  # noqa: E402
 from dsanalyze.store import RunResult  # noqa: E402
 
 IMAGES, CLASSES, SIZE, JITTER, SEED = 500, 4, (1200, 900), 0.3, 5
-THROTTLE = "24M"
-JOB_ARGS = ["-b", "8", "-j", "2", "--epochs", "3", "--warmup", "2", "--sim-step-ms", "60",
-            "--cache", "0,25%,50%,100%", "--modes", "synthetic,cached,loader,disk", "--resume",
-            "--no-plots"]
-PARTS = [(cpus, bw) for cpus in ("1", "2") for bw in ("none", THROTTLE)]  # one harness call each
-FIT_RULE = ("fit on every synthetic, cached and loader run (1 and 2 CPUs) and, for each storage "
-            "setting, on the disk runs with 1 CPU at the smallest and the largest completed cache "
-            "budget; predict every other disk run")
-TARGET_MEDIAN_PCT, TARGET_MAX_PCT = 3.0, 10.0
+COMMON = ["-b", "8", "-j", "2", "--epochs", "3", "--warmup", "2", "--resume", "--no-plots"]
+ALL_MODES = "synthetic,cached,loader,disk"
 
 
-def fit_subset(results: list[RunResult]) -> tuple[list[RunResult], list[RunResult]]:
-    """FIT_RULE: (runs to fit on, runs to predict)."""
-    ok = [r for r in results if r.ok and r.ranks]
-    fit = [r for r in ok if r.mode is not Mode.DISK]
-    disk = [r for r in ok if r.mode is Mode.DISK]
-    for bw in {r.spec.resources.storage_read_bps for r in disk}:
-        one_cpu = sorted((r for r in disk if r.spec.resources.storage_read_bps == bw
-                          and run_cpus(r) == 1),
-                         key=lambda r: r.spec.resources.cache.cache_bytes or 0)
-        fit += {id(r): r for r in (one_cpu[:1] + one_cpu[-1:])}.values()
-    chosen = {r.run_id for r in fit}
-    return fit, [r for r in disk if r.run_id not in chosen]
+@dataclass(frozen=True)
+class Part:
+    """One harness call of the grid: a job (sim step, ranks) at one CPU count."""
+
+    job: str  # the prefix under DIR: one job per prefix
+    job_args: tuple[str, ...]
+    cpus: str
+    storage_bw: str
+    cache: str
+    modes: str = ALL_MODES
 
 
-def measure(base: Path, fresh: bool, lock: str | None) -> Path:
-    data, prefix = base / "data", base / "runs"
+S60, S30, N2 = ("--sim-step-ms", "60"), ("--sim-step-ms", "30"), \
+    ("--sim-step-ms", "60", "--nproc_per_node", "2")
+# The smallest resources (1 CPU, 1 rank, the 60 ms step) are what the extrapolation split
+# fits on; 24M lies between the measured 16M and 40M, 50% between 25% and 100%.
+PARTS = [
+    Part("s60-n1", S60, "1", "none", "0,25%,50%,100%"),
+    Part("s60-n1", S60, "1", "16M,24M,40M", "0", "cached,disk"),
+    Part("s60-n1", S60, "2", "none", "0,50%"),
+    Part("s60-n1", S60, "2", "24M", "0", "cached,disk"),
+    Part("s30-n1", S30, "1,2", "none", "0", "synthetic,cached,disk"),
+    Part("s60-n2", N2, "2", "none,24M", "0", "synthetic,cached,disk"),
+]
+TARGET_MEDIAN_PCT, TARGET_MAX_PCT, TARGET_COVERAGE_PTS = 3.0, 10.0, 10.0
+
+
+def measure(base: Path, fresh: bool, lock: str | None) -> list[Path]:
+    """Measure every part of the grid not measured yet; the job prefixes."""
+    data = base / "data"
     if fresh:
-        shutil.rmtree(prefix, ignore_errors=True)
+        for part in PARTS:
+            shutil.rmtree(base / part.job, ignore_errors=True)
     if not data.is_dir() or len(scan_dataset(data).files) != IMAGES:
         shutil.rmtree(data, ignore_errors=True)
         with _locked(lock):  # uses every core
             n, total = make_dataset(data, IMAGES, CLASSES, SIZE, JITTER, SEED)
         print(f"dataset: {n} JPEGs, {format_bytes(total)} in {data}", flush=True)
     t0 = time.monotonic()
-    for cpus, bw in PARTS:  # the grid in parts, so that a shared lock is held minutes, not more
+    for part in PARTS:  # the grid in parts, so that a shared lock is held minutes, not more
         argv = [sys.executable, str(REPO / "harness.py"), "--data", str(data), "--prefix",
-                str(prefix), "--cpus", cpus, "--storage-bw", bw, *JOB_ARGS]
+                str(base / part.job), "--cpus", part.cpus, "--storage-bw", part.storage_bw,
+                "--cache", part.cache, "--modes", part.modes, *part.job_args, *COMMON]
         with _locked(lock):
             rc = subprocess.run(argv, cwd=REPO, stdout=subprocess.DEVNULL).returncode
-        print(f"  cpus {cpus}, storage {bw}: harness exit status {rc}", flush=True)
-    print(f"grid measured in {time.monotonic() - t0:.0f} s")
-    return prefix
+        print(f"  {part.job} cpus {part.cpus}, storage {part.storage_bw}, cache {part.cache}: "
+              f"harness exit status {rc}", flush=True)
+    print(f"grid measured in {time.monotonic() - t0:.0f} s", flush=True)
+    return sorted({base / part.job for part in PARTS})
 
 
 @contextlib.contextmanager
@@ -112,15 +116,6 @@ def _locked(path: str | None) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _err(pred: float, meas: float) -> float:
-    return 100 * (pred / meas - 1)
-
-
-def _summary(errors: list[float]) -> str:
-    a = [abs(e) for e in errors]
-    return f"median {statistics.median(a):4.1f}%  max {max(a):5.1f}%"
-
-
 def _warn_runs(runs: list[RunResult]) -> None:
     for r in runs:
         if not r.ok:
@@ -130,76 +125,59 @@ def _warn_runs(runs: list[RunResult]) -> None:
             print(f"run {r.run_id}: limits not enforced: {loose}")
 
 
-def _print_calibration(val: whatif.Validation) -> None:
-    print(f"\nrule: {FIT_RULE}\nfitted on {len(val.fit_runs)} runs: {', '.join(val.fit_runs)}")
-    print("calibration:")
-    for p in val.model.params:
-        print(f"  {p.name:32s} {'-' if p.value is None else f'{p.value:.4g}'} {p.unit}: {p.how}")
-
-
-def _formula(model: whatif.Model, run: RunResult, cache: float | None) -> float:
-    """DS-Analyzer: min(G, P, B / ((1 - h) s)) with h = C / D."""
-    res = run.spec.resources
-    cfg = whatif.Config(run_cpus(run), res.cache.spec, res.cache.cache_bytes, res.storage_read_bps)
-    return whatif.bound_sps(model, cfg, cachesim.naive_hit(cache, model.dataset_bytes))
-
-
-def compare(runs: list[RunResult], sizes: list[int]) -> tuple[whatif.Validation, dict]:
-    """Each held-out run predicted four ways; prints a row per run; returns the errors."""
-    val = whatif.validate(runs, sizes, split=fit_subset, rule=FIT_RULE)
-    nominal = whatif.validate(runs, sizes, nominal_cache=True, split=fit_subset, rule=FIT_RULE)
-    naive = whatif.validate(runs, sizes, policy="noevict", split=fit_subset, rule=FIT_RULE)
-    by_id = {r.run_id: r for r in runs}
-    cols: dict[str, list[float]] = {"model": [], "model, budget": [], "DS-Analyzer h": [],
-                                    "DS-Analyzer formula": []}
-    print(f"\n{'held-out run':30s} {'meas/s':>7s} {'cache had':>9s} {'model':>14s} "
-          f"{'model, budget':>14s} {'DS-An. h':>14s} {'DS-An. formula':>14s}")
-    for c, n, d in zip(val.checks, nominal.checks, naive.checks):
-        run = by_id[c.run_id]
-        cache = run_cache(val.model, run)[0]
-        preds = [c.predicted_sps, n.predicted_sps, d.predicted_sps,
-                 _formula(val.model, run, cache)]
-        line = f"{c.run_id:30s} {c.measured_sps:7.1f} {format_bytes(cache):>9s}"
-        for col, p in zip(cols, preds):
-            cols[col].append(_err(p, c.measured_sps))
-            line += f" {p:6.1f} {cols[col][-1]:+5.1f}%"
-        print(line)
-    print()
-    for col, errs in cols.items():
-        print(f"{col:20s} {_summary(errs)}  over {len(errs)} held-out disk runs")
-    cold = [_err(c.predicted_epoch1_sps, c.measured_epoch1_sps) for c in val.checks
-            if c.predicted_epoch1_sps and c.measured_epoch1_sps]
-    if cold:
-        print(f"{'cold first epoch':20s} {_summary(cold)}")
-    return val, cols
+def _print_checks(val: whatif.Validation) -> None:
+    for split in val.splits:
+        print(f"\n{split.name}: {split.rule}" + (f"\n  {split.note}" if split.note else ""))
+        if split.fit_runs:
+            print(f"  fitted on {len(split.fit_runs)} runs: {', '.join(split.fit_runs)}")
+        for c in split.checks:
+            print(f"  {c.run_id:48s} measured {c.measured_sps:6.1f}  predicted "
+                  f"{c.predicted_sps:6.1f} [{c.low_sps:6.1f}, {c.high_sps:6.1f}] "
+                  f"{c.error_pct:+6.1f}% {'' if c.covered else 'OUTSIDE'}")
 
 
 def check_cache(model: whatif.Model, runs: list[RunResult]) -> None:
-    print("\ncache simulator: bytes read from storage over each disk run, simulated with the page "
-          "cache the run had, against the cgroup's read counter (which also counts other files)")
-    for policy in ("pagecache", "lru", "noevict"):
-        checks = whatif.cache_check(replace(model, policy=policy), runs)
-        errs = [_err(c.predicted_read_bytes, c.measured_read_bytes) for c in checks
-                if c.measured_read_bytes]
-        if errs:
-            print(f"  {policy:10s} read bytes {_summary(errs)} over {len(errs)} disk runs")
+    """The cache simulator's bytes read against the cgroup's read counter, per disk run with a
+    cache budget (the budget plus the fitted slack; a diagnosis, not a prediction)."""
+    print("\ncache simulator against the cgroup's read counter (which also counts library reads)")
+    base = [r for r in runs if r.spec.job.world_size == model.ranks
+            and r.spec.job.sim_step_ms == model.step_ms]
+    for c in whatif.cache_check(model, base):
+        if c.measured_read_bytes and c.cache_bytes is not None:
+            print(f"  {c.run_id:36s} cache {format_bytes(c.cache_bytes):>6s}: read simulated "
+                  f"{format_bytes(c.predicted_read_bytes):>6s}, measured "
+                  f"{format_bytes(c.measured_read_bytes):>6s} "
+                  f"({100 * (c.predicted_read_bytes / c.measured_read_bytes - 1):+.0f}%)")
 
 
-def report(prefix: Path) -> None:
-    runs = store.load_runs(prefix)
+def report(prefixes: list[Path]) -> None:
+    runs = [r for p in prefixes if (p / "runs").is_dir() for r in store.load_runs(p)]
     sizes = list(scan_dataset(runs[0].dataset["root"]).file_bytes)
     _warn_runs(runs)
-    val, cols = compare(runs, sizes)
-    _print_calibration(val)
+    t0 = time.monotonic()
+    val = whatif.validate(runs, sizes)
+    print(f"validated in {time.monotonic() - t0:.0f} s")
+    _print_checks(val)
+    print("\nparameters of the model fitted on every run:")
+    for p in val.model.params:
+        print(f"  {p.name:32s} {'-' if p.value is None else f'{p.value:.4g}'} {p.unit}: {p.how}")
     check_cache(val.model, runs)
-    a = [abs(e) for e in cols["model"]]
-    b = [abs(e) for e in cols["DS-Analyzer h"]]
-    verdict = "meets" if statistics.median(a) <= TARGET_MEDIAN_PCT and max(a) <= TARGET_MAX_PCT \
-        else "misses"
-    print(f"\nFIGURE what-if model error on {len(a)} held-out disk runs: median "
-          f"{statistics.median(a):.1f}%, max {max(a):.1f}% ({verdict} the target of "
-          f"{TARGET_MEDIAN_PCT:g}% / {TARGET_MAX_PCT:g}%); DS-Analyzer assumption h = C/D: "
-          f"median {statistics.median(b):.1f}%, max {max(b):.1f}%")
+    lines = []
+    for split in val.splits:
+        if split.checks:
+            f = whatif.split_summary(split.checks)
+            lines.append(f"{split.name}: median {f['median_abs_error_pct']:.1f}%, max "
+                         f"{f['max_abs_error_pct']:.1f}% over {f['held_out']} runs, coverage "
+                         f"{f['coverage']:.0%}")
+    f = whatif.split_summary(val.checks)
+    ok = (f["median_abs_error_pct"] <= TARGET_MEDIAN_PCT and f["max_abs_error_pct"] <=
+          TARGET_MAX_PCT and abs(f["coverage"] - f["nominal"]) * 100 <= TARGET_COVERAGE_PTS)
+    print("\n" + "; ".join(lines))
+    print(f"FIGURE what-if model, out of sample (both splits, {f['held_out']} held-out runs): "
+          f"median |error| {f['median_abs_error_pct']:.1f}%, max {f['max_abs_error_pct']:.1f}%, "
+          f"interval coverage {f['coverage']:.0%} at {f['nominal']:.0%} nominal "
+          f"({'meets' if ok else 'misses'} the target {TARGET_MEDIAN_PCT:g}% / "
+          f"{TARGET_MAX_PCT:g}% / ±{TARGET_COVERAGE_PTS:g} points)")
 
 
 def main() -> int:
@@ -210,11 +188,16 @@ def main() -> int:
     ap.add_argument("--no-measure", dest="measure", action="store_false",
                     help="only analyse the runs already there")
     ap.add_argument("--lock", help="flock this file around each harness call (e.g. /tmp/dsa.lock)")
+    ap.add_argument("--measure-only", dest="analyse", action="store_false",
+                    help="measure the grid, do not analyse it")
     ns = ap.parse_args()
     base = Path(ns.dir)
-    prefix = measure(base, ns.fresh, ns.lock) if ns.measure else base / "runs"
+    prefixes = measure(base, ns.fresh, ns.lock) if ns.measure else \
+        sorted({base / part.job for part in PARTS})
+    if not ns.analyse:
+        return 0
     with _locked(ns.lock):  # the analysis is light, but keep the machine quiet for others' timings
-        report(prefix)
+        report(prefixes)
     return 0
 
 

@@ -58,11 +58,11 @@ def main() -> int:
     ap.add_argument("--fresh", action="store_true", help="re-measure the 1- and 4-worker runs")
     ns = ap.parse_args()
     base = Path(ns.dir)
-    if not (base / "runs" / "summary.json").exists():
-        print(f"error: no grid under {base}/runs: run bench/whatif_accuracy.py --dir {base} first",
+    if not (base / "s60-n1" / "summary.json").exists():
+        print(f"error: no grid under {base}/s60-n1: run bench/whatif_accuracy.py --dir {base}",
               file=sys.stderr)
         return 2
-    grid = store.load_runs(base / "runs")
+    grid = store.load_runs(base / "s60-n1")  # the base job of bench/whatif_accuracy.py
     sizes = list(scan_dataset(grid[0].dataset["root"]).file_bytes)
     model = whatif.fit(grid, sizes)
     print(f"fitted on the {sum(r.ok for r in grid)} runs of the 2-worker grid")

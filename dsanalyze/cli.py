@@ -281,7 +281,7 @@ def _cmd_whatif(ns: argparse.Namespace) -> int:
     import json
 
     from dsanalyze import store
-    from dsanalyze.analysis import whatif
+    from dsanalyze.analysis import recommend, whatif
     from dsanalyze.report import whatif_text
 
     runs, sizes = _runs_and_sizes(ns.prefix)
@@ -296,14 +296,15 @@ def _cmd_whatif(ns: argparse.Namespace) -> int:
     cfgs = whatif.configs(cpus, config.split_list(ns.cache), bws, int(dataset_bytes),
                           ns.gpu_speedup, ns.nproc, _workers(ns.workers))
     preds = whatif.grid(model, cfgs, runs)
-    rec = whatif.recommend(preds, runs, _pct(ns.max_stall)) if ns.recommend else None
+    rec = recommend.recommend(model, preds, runs, _pct(ns.max_stall), ns.epochs) \
+        if ns.recommend else None
     doc = whatif.whatif_document(preds, rec)
     store.write_json_atomic(Path(ns.prefix) / "whatif.json", doc)
     if ns.json:
         print(json.dumps(doc, indent=1))
         return 0
     print("\n".join([*whatif_text.params_lines(model), *whatif_text.slack_lines(model), "",
-                     *whatif_text.whatif_lines(preds, rec)]))
+                     whatif_text.ASSUMPTIONS, "", *whatif_text.whatif_lines(preds, rec)]))
     print(f"results: {Path(ns.prefix) / 'whatif.json'}")
     return 0
 
@@ -316,14 +317,15 @@ def _cmd_validate(ns: argparse.Namespace) -> int:
     from dsanalyze.report import whatif_text
 
     runs, sizes = _runs_and_sizes(ns.prefix)
-    val = whatif.validate(runs, sizes, ns.cache_policy, nominal_cache=ns.nominal_cache)
+    val = whatif.validate(runs, sizes, ns.cache_policy)
     doc = whatif.validation_document(val)
     store.write_json_atomic(Path(ns.prefix) / "validation.json", doc)
     if ns.json:
         print(json.dumps(doc, indent=1))
         return 0
     print("\n".join([*whatif_text.params_lines(val.model),
-                     *whatif_text.validation_lines(val, whatif.cache_check(val.model, runs))]))
+                     *whatif_text.validation_lines(val, whatif.cache_check(val.model, runs),
+                                                   whatif.split_summary)]))
     print(f"results: {Path(ns.prefix) / 'validation.json'}")
     return 0
 
@@ -349,14 +351,14 @@ def _whatif_parsers(sub: Any) -> None:
     w.add_argument("--recommend", action="store_true",
                    help="name the cheapest combination with stalls under --max-stall")
     w.add_argument("--max-stall", dest="max_stall", default="5%", help="stall budget (5%%)")
+    w.add_argument("--epochs", type=int, default=1,
+                   help="epochs of your real job: the recommendation weighs the cold first "
+                   "epoch against the steady ones (default 1)")
     w.add_argument("--json", action="store_true", help="print whatif.json instead of tables")
-    v = sub.add_parser("validate", help="fit the what-if model on part of the runs, predict the "
-                       "rest, print the error")
+    v = sub.add_parser("validate", help="out of sample: leave-one-out and extrapolation splits, "
+                       "errors and interval coverage")
     v.add_argument("prefix")
     v.add_argument("--cache-policy", dest="cache_policy", choices=policies, default="pagecache")
-    v.add_argument("--nominal-cache", dest="nominal_cache", action="store_true",
-                   help="predict disk runs from their budget + calibrated slack, not from the "
-                   "page cache they really had")
     v.add_argument("--json", action="store_true", help="print the validation JSON")
 
 

@@ -37,7 +37,7 @@ from dsanalyze.errors import ConfigError, FailureKind
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.monitor import Monitor, diskstats_read_bytes
-from dsanalyze.resources import cgroups, pagecache
+from dsanalyze.resources import cgroups, pagecache, storage
 from dsanalyze.resources.cachelimit import CacheLimiter
 from dsanalyze.resources.libmaps import MapsRecorder, tree_pids
 from dsanalyze.resources.lifeline import Lifeline
@@ -182,9 +182,10 @@ def prepare_cache(spec: RunSpec, dataset: DatasetInfo,
         pagecache.warm(dataset.files)
         return {"action": pagecache.CacheAction.WARMED.value, "prepare_s": time.perf_counter() - t0,
                 "resident_before_bytes": pagecache.resident_bytes(dataset.files)}
+    device = storage.probe(dataset.files)  # the device's own speed, for the what-if model
     state = pagecache.evict_dataset(dataset.files, int(EVICT_TOLERANCE * dataset.total_bytes),
                                     library_files)
-    return {**state, "prepare_s": time.perf_counter() - t0}
+    return {**state, "prepare_s": time.perf_counter() - t0, "storage_device": device}
 
 
 def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, dict[str, Any]]:

@@ -1,32 +1,38 @@
-"""Fitting the what-if model to stored runs: each parameter measured or calibrated.
+"""Fitting the what-if model to stored runs: each parameter measured or calibrated once.
 
-`fit` reads the job's layout from the runs, then fits, in order: the step
-time (synthetic runs), the worker CPU per sample for each CPU count and the
-main process's CPU per iteration (loader and cached runs), the DataLoader
-start-up, the CPU per byte read from unthrottled storage, the bandwidth each
-throttle really gives (cold epochs) and the page cache runs had beyond their
-budget. Calibrations minimise the squared log error of the steady rates that
-`model.predict_run` gives for the runs. Every parameter names its runs.
+`fit` picks the base job (the fewest ranks, then the slowest sim step) and
+reads its layout, then fits, in order: the step time and the all-reduce law
+(synthetic runs), c_prep and its contention law across CPU counts and the main
+process's CPU per iteration (loader and cached runs), the DataLoader start-up,
+the storage device (the harness's probe in each disk run), the CPU per byte
+read, one throttle efficiency for every throttle (cold epochs), the page cache
+runs had beyond their budget, and the residual error that sizes the
+intervals. Calibrations minimise the squared log error of the steady rates
+`model.predict_run` gives, optionally weighted by each run's measured
+uncertainty (`rate_rel_sigma`). Every parameter names its runs. None is solved
+for one configuration alone.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from dsanalyze.analysis import cachesim, pipeline, stalls
 from dsanalyze.analysis.model import (
     CACHE_BINDS,
+    LEVEL,
     PREP_BOUND,
-    Config,
     Model,
     Param,
     effective_cache,
     file_sizes,
     mean_rates,
     predict_run,
+    run_config,
     run_cpus,
     run_layout,
     simulate_run,
@@ -40,73 +46,147 @@ def _by_mode(results: list[RunResult], mode: Mode) -> list[RunResult]:
     return [r for r in results if r.ok and r.mode is mode and r.ranks]
 
 
-def _fit_step(results: list[RunResult], per_iter: int) -> tuple[float | None, Param]:
-    runs = _by_mode(results, Mode.SYNTHETIC)
-    rates = [stalls.run_rate(r).rate_sps for r in runs]
-    rates = [x for x in rates if x]
-    if not rates:
-        return None, Param("ingest_sps", None, "samples/s", (), "not measured: no synthetic run")
-    g = statistics.median(rates)
-    return per_iter / g, Param("ingest_sps", g, "samples/s", tuple(r.run_id for r in runs),
-                               f"median of {len(rates)} synthetic run(s): step "
-                               f"{per_iter / g * 1e3:.2f} ms per iteration")
+DEFAULT_REL_SIGMA = 0.05  # when the fit runs cannot size the intervals
+NOISE_FLOOR = 0.02  # run-to-run spread of one configuration on this kind of machine
+BINDS = 0.5  # a throttled cold window reading under this share of the throttle is not held by it
+
+
+def _job_key(run: RunResult) -> tuple[int, float | None]:
+    job = run.spec.job
+    return job.world_size, job.sim_step_ms if job.device == "sim" else None
+
+
+def base_runs(results: list[RunResult]) -> list[RunResult]:
+    """The runs of the base job: the fewest ranks, then the slowest sim step."""
+    key = min({_job_key(r) for r in results}, key=lambda k: (k[0], -(k[1] or 0)))
+    return [r for r in results if _job_key(r) == key]
+
+
+def _fit_step(results: list[RunResult], base: tuple[int, float | None], per_iter: int
+              ) -> tuple[float | None, float, list[Param]]:
+    """(step at the base ranks, t_allreduce, params): synthetic runs of the base step."""
+    by_n: dict[int, list[RunResult]] = {}
+    for r in _by_mode(results, Mode.SYNTHETIC):
+        if _job_key(r)[1] == base[1] and stalls.run_rate(r).rate_sps:
+            by_n.setdefault(r.spec.job.world_size, []).append(r)
+    if base[0] not in by_n:
+        return None, 0.0, [Param("ingest_sps", None, "samples/s", (),
+                                 "not measured: no synthetic run")]
+    steps = {n: statistics.median(n * r.spec.job.batch_size / stalls.run_rate(r).rate_sps
+                                  for r in runs) for n, runs in by_n.items()}
+    params = [Param(f"ingest_sps[ranks={n}]", n * runs[0].spec.job.batch_size / steps[n],
+                    "samples/s", tuple(r.run_id for r in runs),
+                    f"median of {len(runs)} synthetic run(s): step {steps[n] * 1e3:.2f} ms")
+              for n, runs in sorted(by_n.items())]
+    ring = {n: 2 * (n - 1) / n for n in steps}
+    others = [n for n in steps if n != base[0]]
+    allreduce = 0.0
+    if others:  # t(n) - t(base) = a (ring(n) - ring(base)), least squares through the origin
+        x = [ring[n] - ring[base[0]] for n in others]
+        y = [steps[n] - steps[base[0]] for n in others]
+        allreduce = max(0.0, sum(a * b for a, b in zip(x, y)) / sum(a * a for a in x))
+    how = (f"ring law t(n) = t_compute + t_allreduce * 2(n-1)/n fitted on ranks "
+           f"{sorted(steps)}" if others else
+           "not measured: synthetic runs of one rank count only; other rank counts are taken "
+           "to add no all-reduce time (untested)")
+    params.append(Param("allreduce_s", allreduce, "s",
+                        tuple(r.run_id for n in sorted(by_n) for r in by_n[n]) if others else (),
+                        how))
+    return steps[base[0]], allreduce, params
 
 
 def _solve_prep(model: Model, run: RunResult, mode: Mode) -> float:
-    cfg, layout = Config(run_cpus(run)), run_layout(run)
+    cfg, layout = replace(run_config(model, run), cache_bytes=None), run_layout(run)
     target = stalls.run_rate(run).rate_sps or 0.0
     return pipeline.solve(lambda x: mean_rates(model, cfg, layout, mode, None,
                                                prep_cpu_s=x).rate_sps, target, 1e-6, 10.0)
 
 
-def _fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
-    """Worker CPU per sample for each CPU count, and the main process's CPU per iteration."""
-    loaders = {run_cpus(r): r for r in _by_mode(results, Mode.LOADER)}
-    cached = {run_cpus(r): r for r in _by_mode(results, Mode.CACHED)}
-    main_runs: list[str] = []
-    for _ in range(2 if loaders else 1):  # the two fits depend on each other a little
-        prep = {c: _solve_prep(model, r, Mode.LOADER) for c, r in loaders.items()}
-        model = replace(model, prep_cpu_s=prep)
-        pairs = [c for c in cached if c in loaders and model.step_s is not None]
-        if pairs:
-            runs = [cached[c] for c in pairs]
-            main = pipeline.minimize(lambda x, m=model, runs=runs: _log_error(
-                replace(m, main_cpu_s=x), runs), 1e-6, 0.1)
-            main_runs = [cached[c].run_id for c in pairs] + [loaders[c].run_id for c in pairs]
-            model = replace(model, main_cpu_s=main)
+def _prep_law(points: dict[int, float]) -> tuple[float, float]:
+    """(c_prep, contention) of c(k) = c_prep (1 + contention (k - 1)), least squares in log."""
+    if len(points) == 1:
+        k, x = next(iter(points.items()))
+        return x, 0.0
+
+    def sse(alpha: float) -> float:
+        c0 = math.exp(statistics.fmean(math.log(x / (1 + alpha * (k - 1)))
+                                       for k, x in points.items()))
+        return sum(math.log(c0 * (1 + alpha * (k - 1)) / x) ** 2 for k, x in points.items())
+    alpha = pipeline.minimize(sse, 1e-4, 10.0)
+    alpha = 0.0 if sse(0.0) <= sse(alpha) else alpha
+    c0 = math.exp(statistics.fmean(math.log(x / (1 + alpha * (k - 1))) for k, x in points.items()))
+    return c0, alpha
+
+
+def _prep_points(model: Model, loaders: list[RunResult], cached: list[RunResult]
+                 ) -> tuple[dict[int, float], list[str]]:
+    """Worker CPU per sample solved on each loader run (and prep-bound cached run at CPUs
+    without one), keyed by its busy cores: the points the one law is fitted to."""
+    points: dict[int, list[float]] = {}
+    runs = []
+    loader_cpus = {run_cpus(r) for r in loaders}
     g = model.step_s and model.ranks * model.batch_size / model.step_s
-    for c, r in cached.items():
-        rate = stalls.run_rate(r).rate_sps or 0.0
-        if c not in loaders and g and rate < PREP_BOUND * g:
-            model = replace(model, prep_cpu_s={**model.prep_cpu_s,
-                                               c: _solve_prep(model, r, Mode.CACHED)})
-    params = [_prep_param(model, c, loaders.get(c) or cached[c])
-              for c in sorted(cached.keys() | loaders.keys())]
-    how = (f"calibrated: cached against loader runs at the same CPUs ({len(main_runs) // 2} "
-           "pair(s))" if main_runs else
+    for r in loaders + [r for r in cached if run_cpus(r) not in loader_cpus]:
+        if r.mode is Mode.CACHED and not (g and (stalls.run_rate(r).rate_sps or 0) < PREP_BOUND * g):
+            continue
+        k = min(run_cpus(r), model.ranks * max(1, model.workers))
+        points.setdefault(k, []).append(_solve_prep(replace(model, contention=0.0), r, r.mode))
+        runs.append(r.run_id)
+    return {k: statistics.median(v) for k, v in points.items()}, runs
+
+
+def _fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
+    """c_prep and its contention law; the main process's CPU per iteration."""
+    loaders, cached = _by_mode(results, Mode.LOADER), _by_mode(results, Mode.CACHED)
+    pairs = [c for c in cached if run_cpus(c) in {run_cpus(r) for r in loaders}]
+    main_runs: list[str] = []
+    prep_runs: list[str] = []
+    points: dict[int, float] = {}
+    for _ in range(2 if loaders else 1):  # the two fits depend on each other a little
+        points, prep_runs = _prep_points(model, loaders, cached)
+        if not points:
+            break
+        c0, alpha = _prep_law(points)
+        model = replace(model, prep_cpu_s=c0, contention=alpha)
+        if pairs and model.step_s is not None:
+            main = pipeline.minimize(lambda x, m=model: _log_error(
+                replace(m, main_cpu_s=x), pairs), 1e-6, 0.1)
+            main_runs = [r.run_id for r in pairs + loaders]
+            model = replace(model, main_cpu_s=main)
+    params = [_prep_param(model, prep_runs, sorted(points), cached)]
+    how = (f"calibrated: cached against loader runs at the same CPUs ({len(pairs)} cached "
+           "run(s))" if main_runs else
            "not measured (needs a loader and a cached run with the same CPUs): taken as 0")
     params.append(Param("main_cpu_s_per_iter", model.main_cpu_s, "s", tuple(main_runs), how))
     return model, params
 
 
-def _prep_param(model: Model, cpus: int, run: RunResult) -> Param:
-    name = f"prep_sps[cpus={cpus}]"
-    if cpus not in model.prep_cpu_s:
-        rate = stalls.run_rate(run).rate_sps or 0.0
-        return Param(name, None, "samples/s", (run.run_id,),
-                     f"not measured: {run.run_id} is compute-bound, so prep is faster than "
-                     f"{rate:.1f} samples/s; run harness.py --modes loader")
-    tp = model.prep_cpu_s[cpus]
-    cores = min(cpus, model.ranks * max(1, model.workers))
-    return Param(name, cores / tp, "samples/s", (run.run_id,),
-                 f"{run.mode.value} run: {tp * 1e3:.2f} ms of worker CPU per sample; "
-                 f"{model.ranks * max(1, model.workers)} worker(s) use at most {cores} core(s)")
+def _prep_param(model: Model, runs: list[str], cores: list[int], cached: list[RunResult]
+                ) -> Param:
+    if model.prep_cpu_s is None:
+        ids = tuple(r.run_id for r in cached)
+        return Param("prep_cpu_s_per_sample", None, "s", ids,
+                     "not measured: the cached runs are compute-bound, so prep is faster than "
+                     "they show; run harness.py --modes loader")
+    law = (f"contention {model.contention:.3f} per extra busy core, fitted across busy cores "
+           f"{cores}" if model.contention else
+           f"contention 0: one busy-core count measured ({cores[0]}), so each extra core is "
+           "taken to add a full core of prep (untested)" if len(cores) == 1 else
+           f"contention fitted as 0 across busy cores {cores} (cores add prep linearly)")
+    return Param("prep_cpu_s_per_sample", model.prep_cpu_s, "s", tuple(runs),
+                 f"c_prep: worker CPU per sample on one busy core ({1 / model.prep_cpu_s:.1f} "
+                 f"samples/s per core); {law}")
+
+
+def _residual(model: Model, run: RunResult) -> float:
+    return math.log(predict_run(model, run).rate_sps / (stalls.run_rate(run).rate_sps or 1.0))
 
 
 def _log_error(model: Model, runs: list[RunResult]) -> float:
-    """Sum of squared log errors of the predicted steady rates: the calibration's objective."""
-    return sum(math.log(predict_run(model, r).rate_sps / (stalls.run_rate(r).rate_sps or 1.0)) ** 2
-               for r in runs)
+    """Sum of squared log errors of the predicted steady rates: the calibration's objective,
+    each run weighted by 1 / its measured relative variance where `model.fit_weights` has it."""
+    w = model.fit_weights
+    return sum(_residual(model, r) ** 2 * w.get(r.run_id, 1.0) for r in runs)
 
 
 def _fit_startup(model: Model, results: list[RunResult]) -> tuple[Model, Param]:
@@ -115,7 +195,7 @@ def _fit_startup(model: Model, results: list[RunResult]) -> tuple[Model, Param]:
     if not runs or not model.prep_cpu_s:
         return model, Param("startup_s", 0.0, "s", (), "not measured: no cached or loader run")
     bare = replace(model, startup_s=0.0)
-    extra = [r.ranks[0].wait_s[0] - simulate_run(bare, Config(run_cpus(r)), run_layout(r),
+    extra = [r.ranks[0].wait_s[0] - simulate_run(bare, run_config(model, r), run_layout(r),
                                                  r.mode).wait_s[0] for r in runs]
     value = max(0.0, statistics.median(extra))
     return replace(model, startup_s=value), Param(
@@ -123,30 +203,44 @@ def _fit_startup(model: Model, results: list[RunResult]) -> tuple[Model, Param]:
         "first iteration's wait beyond the simulated one (DataLoader worker start-up)")
 
 
+def _fit_device(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
+    """The storage device: the harness's cold probe before each disk run (median)."""
+    probes = [(r.run_id, d) for r in disk
+              if (d := (r.io.get("cache_state") or {}).get("storage_device")) and d.get("read_bps")]
+    if not probes:
+        why = ("not measured: the disk runs predate the storage probe (re-run them); "
+               "unthrottled storage is taken as never limiting")
+        return model, [Param("device_read_bps", None, "B/s", (), why)]
+    ids = tuple(i for i, _ in probes)
+    bps = statistics.median(d["read_bps"] for _, d in probes)
+    lat = statistics.median(d.get("latency_s") or 0.0 for _, d in probes)
+    spread = [d["read_bps"] for _, d in probes]
+    return replace(model, device_read_bps=bps, device_latency_s=lat), [
+        Param("device_read_bps", bps, "B/s", ids,
+              f"cold reads of the dataset's own files by one reader before each disk run "
+              f"(median of {len(probes)}: {format_bytes(min(spread))}/s to "
+              f"{format_bytes(max(spread))}/s); unthrottled storage is this device"),
+        Param("device_latency_s", lat, "s", ids, "median cold 4 KiB read per request")]
+
+
 def _fit_read_cpu(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
-    """CPU per byte read from unthrottled storage; the device itself is taken as not limiting."""
+    """CPU a worker spends per byte read from storage (one number), on unthrottled runs."""
     runs = [r for r in disk if r.spec.resources.storage_read_bps is None]
+    # the runs without a page cache, where it is not confounded with the cache model
+    runs = [r for r in runs if not r.spec.resources.cache.cache_bytes] or runs
     if not runs:
         return model, [Param("read_cpu_bps", None, "B/s", (), "not measured: no unthrottled "
                              "disk run; reads are taken to cost no CPU")]
     kappa = pipeline.minimize(
-        lambda x: _log_error(replace(model, miss_cpu_s_per_byte=x), runs), 1e-13, 1e-7)
+        lambda x: _log_error(replace(model, miss_cpu_s_per_byte=x), runs), 1e-13, 1e-7, 12)
     if kappa <= 1e-13 or _log_error(replace(model, miss_cpu_s_per_byte=0.0), runs) <= \
             _log_error(replace(model, miss_cpu_s_per_byte=kappa), runs):
         kappa = 0.0
     ids = tuple(r.run_id for r in runs)
-    cpu = Param("read_cpu_bps", 1 / kappa if kappa else None, "B/s", ids,
-                "calibrated: bytes read per CPU second (page-cache fill, reclaim) that reproduce "
-                "the unthrottled disk runs" if kappa else
-                "calibrated: reading costs no measurable CPU")
-    cold = [(w[1], r.run_id) for r in runs if (w := _cold_window(r))]
-    how = "not limiting: unthrottled storage is simulated as free reads (CPU cost only)"
-    if cold:
-        rate, run = max(cold)
-        bps = rate * model.dataset_bytes / len(model.file_bytes)
-        how += f"; it delivered at least {format_bytes(bps)}/s in the cold window of {run}"
-    return replace(model, miss_cpu_s_per_byte=kappa), [
-        cpu, Param("storage_bps[unthrottled]", None, "B/s", ids, how)]
+    return replace(model, miss_cpu_s_per_byte=kappa), [Param(
+        "read_cpu_bps", 1 / kappa if kappa else None, "B/s", ids,
+        "calibrated, one number: bytes read per CPU second (page-cache fill, reclaim) over "
+        "the unthrottled disk runs" if kappa else "calibrated: reading costs no measurable CPU")]
 
 
 def _cold_window(run: RunResult) -> tuple[pipeline.Layout, float, bool] | None:
@@ -159,31 +253,43 @@ def _cold_window(run: RunResult) -> tuple[pipeline.Layout, float, bool] | None:
     return None
 
 
-def _fit_throttles(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
-    by_bw: dict[int, list[tuple[RunResult, tuple[pipeline.Layout, float, bool]]]] = {}
-    for r in disk:
-        if r.spec.resources.storage_read_bps is not None and (window := _cold_window(r)):
-            by_bw.setdefault(r.spec.resources.storage_read_bps, []).append((r, window))
-    eff, params = {}, []
-    for bps, windows in sorted(by_bw.items()):
-        fits = []
-        for r, (layout, target, first) in windows:
-            cfg = Config(run_cpus(r), storage_read_bps=bps)
+def _throttle_fit(model: Model, run: RunResult, window: tuple[pipeline.Layout, float, bool]
+                  ) -> float:
+    """The efficiency (bandwidth got / throttle) that reproduces one cold window."""
+    layout, target, first = window
+    cfg = replace(run_config(model, run), cache_bytes=None)
+    bps = cfg.storage_read_bps
 
-            def rate(x: float, bps: int = bps, cfg: Config = cfg, layout: pipeline.Layout = layout,
-                     first: bool = first) -> float:
-                got = mean_rates(replace(model, throttle_efficiency={bps: 1 / (x * bps)}), cfg,
-                                 layout, Mode.DISK, None, cold_first=first)
-                return got.epoch1_sps if first else got.rate_sps
-            fits.append(1 / bps / pipeline.solve(rate, target, 1e-12, 1e-3))
-        eff[bps] = statistics.median(fits)
-        params.append(Param(f"storage_bps[throttle={format_bytes(bps)}/s]", bps * eff[bps], "B/s",
-                            tuple(r.run_id for r, _ in windows),
-                            f"cold epochs (every read misses): {eff[bps]:.1%} of the throttle"))
-    if not params:
-        params.append(Param("storage_bps", None, "B/s", (), "not measured: no throttled disk "
-                            "run; a throttle is taken at face value"))
-    return replace(model, throttle_efficiency=eff), params
+    def rate(x: float) -> float:
+        got = mean_rates(replace(model, throttle_efficiency=1 / (x * bps)), cfg, layout,
+                         Mode.DISK, None, cold_first=first)
+        return got.epoch1_sps if first else got.rate_sps
+    return 1 / bps / pipeline.solve(rate, target, 1e-12, 1e-3)
+
+
+def _fit_throttles(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
+    """One efficiency for every throttle: the median over the cold windows of throttled runs
+    whose throttle is under the device's bandwidth."""
+    fits, runs = [], []
+    sample_bytes = model.dataset_bytes / len(model.file_bytes)
+    for r in disk:
+        bps = r.spec.resources.storage_read_bps
+        if bps is None or (model.device_read_bps and bps >= model.device_read_bps):
+            continue
+        window = _cold_window(r)
+        # only where the throttle binds: the cold window read at least half of it
+        if window and window[1] * sample_bytes >= BINDS * bps:
+            fits.append(_throttle_fit(model, r, window))
+            runs.append(r.run_id)
+    if not fits:
+        return model, [Param("throttle_efficiency", 1.0, "", (), "not measured: no throttled "
+                             "disk run held by its throttle; a throttle is taken at face value "
+                             "(capped by the device)")]
+    eff = statistics.median(fits)
+    return replace(model, throttle_efficiency=eff), [Param(
+        "throttle_efficiency", eff, "", tuple(runs),
+        f"one number for every throttle: cold epochs (every read misses) got {min(fits):.1%} to "
+        f"{max(fits):.1%} of their throttle; the median is used")]
 
 
 def _fit_slack(model: Model, disk: list[RunResult]) -> tuple[Model, Param]:
@@ -201,36 +307,85 @@ def _fit_slack(model: Model, disk: list[RunResult]) -> tuple[Model, Param]:
     value = statistics.median(slack)
     return replace(model, cache_slack_bytes=value), Param(
         "cache_slack_bytes", value, "B", tuple(runs),
-        f"page cache the runs really had over their budget (cgroup file cache in the steady "
-        f"epochs): {format_bytes(min(slack))} to {format_bytes(max(slack))}")
+        f"page cache (shared memory excluded) the fit runs had over their budget in their "
+        f"steady epochs: {format_bytes(min(slack))} to {format_bytes(max(slack))}")
+
+
+def _fit_sigma(model: Model, runs: list[RunResult], calibrated: int) -> tuple[Model, Param]:
+    """The relative standard error of a prediction: the fit runs' residual log error over
+    their degrees of freedom (runs - calibrated numbers), at least NOISE_FLOOR."""
+    rated = [r for r in runs if r.mode is not Mode.SYNTHETIC and stalls.run_rate(r).rate_sps]
+    dof = len(rated) - calibrated
+    ids = tuple(r.run_id for r in rated)
+    if dof < 2:
+        return replace(model, rel_sigma=DEFAULT_REL_SIGMA), Param(
+            "rel_sigma", DEFAULT_REL_SIGMA, "", ids,
+            f"default: {len(rated)} fit run(s) for {calibrated} calibrated number(s) leave too "
+            f"few degrees of freedom to size the intervals")
+    res = [_residual(model, r) for r in rated]
+    sigma = max(NOISE_FLOOR, math.sqrt(sum(x * x for x in res) / dof))
+    return replace(model, rel_sigma=sigma), Param(
+        "rel_sigma", sigma, "", ids,
+        f"residual log error of {len(rated)} fit runs over {dof} degrees of freedom (floor "
+        f"{NOISE_FLOOR:.0%}): intervals are rate x exp(+-1.645 sigma), {LEVEL:.0%} nominal")
+
+
+def _refuse_device(job: Any) -> None:
+    if job.device == "cpu":
+        raise ConfigError("the what-if model cannot predict a --device cpu job (its step "
+                          "competes with the loader for the same cores, which the model does "
+                          "not simulate): profile with --device sim --sim-step-ms T, T the "
+                          "step time measured on the target device")
 
 
 def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
-        policy: str = cachesim.Policy.PAGECACHE.value) -> Model:
-    """Fit the model on the completed runs of one job; `sizes`: the dataset's file sizes."""
+        policy: str = cachesim.Policy.PAGECACHE.value,
+        rate_rel_sigma: Mapping[str, float] | None = None) -> Model:
+    """Fit the model on the completed runs of one job; `sizes`: the dataset's file sizes.
+
+    `rate_rel_sigma`: each run's measured relative uncertainty of its rate (run id ->
+    sigma / rate, e.g. from a bootstrap over iterations); runs are then weighted by
+    1 / sigma^2 in the calibrations. Without it every run weighs the same.
+    """
     ok = [r for r in results if r.ok and r.ranks]
     if not ok:
         raise ConfigError("no completed runs to fit the model on: run harness.py first")
-    job = ok[0].spec.job
+    base = base_runs(ok)
+    job = base[0].spec.job
+    _refuse_device(job)
     cachesim.Policy.parse(policy)
-    file_bytes, size_param = file_sizes(ok[0], sizes)
-    n_samples = stalls.samples_per_epoch(ok[0]) or len(file_bytes)
-    batches = run_layout(ok[0]).batches
-    disk = _by_mode(ok, Mode.DISK)
+    file_bytes, size_param = file_sizes(base[0], sizes)
+    n_samples = stalls.samples_per_epoch(base[0]) or len(file_bytes)
+    batches = run_layout(base[0]).batches
+    disk = _by_mode(base, Mode.DISK)
     epochs = max([3] + [run_layout(r).epochs for r in disk])  # a cold epoch, then steady ones
     layout = pipeline.Layout(epochs, batches, epochs * batches, min(job.warmup, batches - 1))
-    step, g_param = _fit_step(ok, job.world_size * job.batch_size)
+    step, allreduce, g_params = _fit_step(ok, _job_key(base[0]), job.world_size * job.batch_size)
+    weights = {k: 1 / max(v, NOISE_FLOOR) ** 2 * NOISE_FLOOR ** 2
+               for k, v in (rate_rel_sigma or {}).items()}
     model = Model(job.world_size, job.batch_size, job.workers, n_samples, file_bytes, layout, step,
-                  {}, 0.0, 0.0, {}, 0.0, 0.0, policy)
-    model, cpu_params = _fit_cpu(model, ok)
-    model, startup = _fit_startup(model, ok)
-    model, read_cpu = _fit_read_cpu(model, disk) if model.prep_cpu_s and step else (model, [])
-    model, storage = _fit_throttles(model, disk) if model.prep_cpu_s and step else (model, [])
+                  None, 0.0, 0.0, 1.0, 0.0, 0.0, policy, allreduce_s=allreduce,
+                  step_ms=job.sim_step_ms if job.device == "sim" else None,
+                  measured_cpus=tuple(sorted({run_cpus(r) for r in base})),
+                  measured_ranks=tuple(sorted({r.spec.job.world_size for r in ok})),
+                  machine_cpus=base[0].environment.get("cpus_available"), loader=job.loader,
+                  fit_weights=weights)
+    model, device = _fit_device(model, disk)
+    model, cpu_params = _fit_cpu(model, base)
+    model, startup = _fit_startup(model, base)
+    ready = model.prep_cpu_s is not None and step is not None
+    model, read_cpu = _fit_read_cpu(model, disk) if ready else (model, [])
+    model, storage = _fit_throttles(model, disk) if ready else (model, [])
     model, slack = _fit_slack(model, disk)
-    fixed = [Param("samples_per_epoch", float(n_samples), "samples", (ok[0].run_id,),
+    calibrated = 2 + int(model.contention > 0) + int(bool(model.main_cpu_s)) + \
+        int(bool(model.miss_cpu_s_per_byte)) + int(bool(storage and storage[0].runs)) + \
+        int(slack.value is not None)
+    model, sigma = _fit_sigma(model, base, calibrated) if ready else \
+        (model, Param("rel_sigma", model.rel_sigma, "", (), "default: nothing to predict"))
+    fixed = [Param("samples_per_epoch", float(n_samples), "samples", (base[0].run_id,),
                    "batches per epoch x batch size x ranks"),
-             Param("dataset_bytes", float(model.dataset_bytes), "B", (ok[0].run_id,),
+             Param("dataset_bytes", float(model.dataset_bytes), "B", (base[0].run_id,),
                    "page-rounded bytes of every file"), size_param]
-    g_param = replace(g_param, name=f"ingest_sps[ranks={job.world_size}]")
-    params = [g_param, *cpu_params, *fixed, startup, *read_cpu, *storage, slack]
+    params = [*g_params, *cpu_params, *fixed, startup, *device, *read_cpu, *storage, slack,
+              sigma]
     return replace(model, params=tuple(params))

@@ -1,36 +1,41 @@
-"""The what-if model: parameters with provenance, and one configuration simulated.
+"""The what-if model: parameters of the job and the hardware, and one configuration simulated.
 
-Measured parameters, each naming the runs it came from (`Param.value` is None,
-with the reason, where the runs cannot give it):
+Parameters, each naming the runs it came from (`Param.value` is None, with
+the reason, where the runs cannot give it). None is solved per measured
+configuration: each is one number for the job or the machine, or one law.
 
-- G(n), the ingestion rate of n ranks (synthetic runs). The step time is
-  n * b / G per iteration; a GPU k times faster divides it by k; another rank
-  count keeps it (perfect data-parallel scaling: an assumption, said so).
-- P(c), the prep rate with c CPUs (loader-mode runs; cached runs when there
-  are none and they are prep-bound), turned into the CPU seconds a worker
-  spends per sample, so that c CPUs and w workers per rank combine: a worker
-  uses at most one core.
-- B, the storage bandwidth the job saw: the cold first epoch of throttled disk
-  runs, where every read misses (its ratio to the throttle is reported).
+- t_step(n): the compute step per iteration of n ranks (synthetic runs of the
+  base job). t_step(n) = t_compute + t_allreduce * 2 (n - 1) / n (a ring
+  all-reduce); t_allreduce is fitted when synthetic runs of two rank counts
+  exist, else taken as 0 (said so). `--gpu-speedup k` divides t_compute only.
+- c_prep: worker CPU seconds per sample (decode, transforms, collation share),
+  one number, with one contention law across CPU counts:
+  c(k) = c_prep * (1 + contention * (k - 1)) for k busy cores,
+  k = min(CPUs, ranks * workers); contention is fitted when runs of two or
+  more CPU counts exist, else 0 (said so).
+- The storage device: read bandwidth and per-request latency measured by the
+  harness on the dataset's own files before each disk run
+  (`resources/storage.py`). Unthrottled storage is this device; a throttle is
+  min(throttle * throttle_efficiency, device), with one efficiency for every
+  throttle (cold epochs). The CPU a worker spends per byte read (page-cache
+  fill, reclaim) is one number too.
 - s and the size distribution (the dataset's files), N (samples per epoch).
-- h(C): `cachesim` over the real file sizes for the job's access pattern.
+- h(C): `cachesim` over the real file sizes for the job's access pattern, with
+  C the budget plus one slack (the page cache, DataLoader shared memory
+  excluded, that the fit runs really had beyond their budgets).
 
-`min(G, P, B / ((1 - h) s))` (docs/design.md) holds only if the stages overlap
-perfectly. The model instead runs `pipeline.simulate`, which has the loop's
-structure (prefetch depth, in-order delivery, the refill at each epoch start,
-a worker's read then decode, the main process needing CPU). Its free
-parameters are calibrated on the measured runs by `analysis/calibrate.py`:
-the main process's CPU per iteration (cached vs loader runs), the CPU per byte
-read from storage (unthrottled disk runs), the bandwidth a throttle really
-gives (cold epochs), and the page cache runs really had over their budget
-(the cgroup's file cache during their steady epochs).
+`pipeline.simulate` turns these into rates: it has the loop's structure
+(prefetch depth, in-order delivery, the refill at each epoch start, a worker's
+read then decode, the main process needing CPU). `analysis/calibrate.py` fits
+the parameters; a prediction's interval is the rate times exp(+-z sigma) with
+sigma the fit runs' residual log error (degrees of freedom counted).
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -43,7 +48,8 @@ from dsanalyze.store import RunResult
 SEEDS = 3  # permutations averaged per disk prediction
 SIM_SAMPLES = 6000  # samples per simulated epoch; larger epochs are simulated on a sample
 CACHE_BINDS = 0.97  # an effective cache under this share of the dataset limits hits
-PREP_BOUND = 0.95  # a cached run below this share of G is prep-bound
+PREP_BOUND = 0.9  # a cached run below this share of G is prep-bound enough to solve c_prep on
+LEVEL, Z = 0.9, 1.645  # the prediction intervals' nominal level and its normal quantile
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ class Param:
 
 @dataclass(frozen=True)
 class Config:
-    """A configuration to predict. `cache_bytes` None: no limit; bandwidth None: as measured."""
+    """A configuration to predict. `cache_bytes` None: no limit; bandwidth None: the device."""
 
     cpus: int
     cache_spec: str = "none"
@@ -72,7 +78,7 @@ class Config:
     storage_read_bps: int | None = None
     gpu_speedup: float = 1.0
     nproc: int | None = None  # ranks; None: as measured
-    workers: int | None = None  # DataLoader workers per rank (-j); None: as measured
+    workers: int | None = None  # DataLoader workers (DALI threads) per rank; None: as measured
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,7 +86,7 @@ class Config:
 
 @dataclass(frozen=True)
 class Model:
-    """Fitted parameters and calibration of one job (one results prefix)."""
+    """Parameters of one job (the base job of a results prefix) and of its machine."""
 
     ranks: int
     batch_size: int
@@ -88,15 +94,26 @@ class Model:
     samples_per_epoch: int
     file_bytes: tuple[int, ...]  # page-rounded, as the page cache holds them
     layout: pipeline.Layout  # what `predict` predicts: a cold epoch, then at least 2 steady ones
-    step_s: float | None  # compute per iteration
-    prep_cpu_s: dict[int, float]  # CPUs -> worker CPU seconds per sample
+    step_s: float | None  # compute per iteration at `ranks`, all-reduce included
+    prep_cpu_s: float | None  # c_prep: worker CPU seconds per sample on one busy core
     main_cpu_s: float
     miss_cpu_s_per_byte: float
-    throttle_efficiency: dict[int, float]  # throttle (B/s) -> bandwidth seen / throttle
-    cache_slack_bytes: float  # effective page cache - budget, in the measured runs
+    throttle_efficiency: float  # bandwidth a throttle gives / the throttle
+    cache_slack_bytes: float  # effective page cache - budget, in the fit runs
     startup_s: float  # first iteration's extra wait (worker start-up)
     policy: str
     params: tuple[Param, ...] = ()
+    contention: float = 0.0  # c(k) = c_prep * (1 + contention * (k - 1))
+    allreduce_s: float = 0.0  # t_allreduce of the ring law
+    device_read_bps: float | None = None  # the storage device (None: not measured)
+    device_latency_s: float = 0.0
+    rel_sigma: float = 0.05  # relative standard error of a predicted rate
+    step_ms: float | None = None  # the base job's sim step (sim device), for other step times
+    measured_cpus: tuple[int, ...] = ()
+    measured_ranks: tuple[int, ...] = ()
+    machine_cpus: int | None = None
+    loader: str = "pytorch"  # pytorch: workers are DataLoader workers; dali: DALI threads
+    fit_weights: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
     def dataset_bytes(self) -> int:
@@ -104,7 +121,7 @@ class Model:
 
     def to_dict(self) -> dict[str, Any]:
         return {"params": [p.to_dict() for p in self.params], "policy": self.policy,
-                "layout": asdict(self.layout)}
+                "layout": asdict(self.layout), "rel_sigma": self.rel_sigma, "level": LEVEL}
 
 
 # ---- reading runs ---------------------------------------------------------------------------
@@ -131,14 +148,14 @@ def _steady_window(result: RunResult) -> tuple[float, float]:
 
 
 def effective_cache(result: RunResult, dataset_bytes: int) -> float | None:
-    """Page cache the run had: the cgroup's file cache averaged over its steady epochs.
-
-    None when it is not recorded (no cgroup counters, no monitor samples).
+    """Page cache the run had: the cgroup's file cache less shared memory (DataLoader
+    batches in /dev/shm, which v1 `cache` and v2 `file` count), averaged over its steady
+    epochs. Only fit runs are read this way. None when it is not recorded.
     """
     if not result.ranks or not result.ranks[0].start_unix_s:
         return None
     lo, hi = _steady_window(result)
-    values = [m["cache_bytes"] for m in result.monitor
+    values = [m["cache_bytes"] - m.get("shmem_bytes", 0) for m in result.monitor
               if "cache_bytes" in m and lo <= m.get("unix_s", 0.0) <= hi]
     return float(statistics.fmean(values)) if values else None
 
@@ -160,30 +177,42 @@ def file_sizes(result: RunResult, sizes: Sequence[int] | None) -> tuple[tuple[in
         raise ConfigError(f"run {result.run_id} records no dataset size: re-run it with harness.py")
     rounded = tuple(int(x) for x in cachesim.page_rounded(sizes))
     q = np.percentile(sizes, [5, 50, 95]).astype(int).tolist()
+    how = how if how.startswith("not measured") else f"mean of {how}"
     return rounded, Param("sample_bytes", float(np.mean(sizes)), "B", (result.run_id,),
-                          f"mean of {how}; p5/p50/p95 {q[0]}/{q[1]}/{q[2]} B")
+                          f"{how}; p5/p50/p95 {q[0]}/{q[1]}/{q[2]} B")
 
 
 # ---- simulation -----------------------------------------------------------------------------
 
-def prep_cpu_for(model: Model, cpus: int) -> float:
-    """Worker CPU seconds per sample at `cpus`: the nearest measured CPU count's."""
-    if not model.prep_cpu_s:
+def busy_cores(model: Model, cfg: Config) -> int:
+    """Cores the workers can keep busy: min(CPUs, ranks * workers)."""
+    return max(1, min(cfg.cpus, (cfg.nproc or model.ranks) * max(1, workers_for(model, cfg))))
+
+
+def prep_cpu_for(model: Model, cfg: Config) -> float:
+    """Worker CPU seconds per sample in `cfg`: the contention law."""
+    if model.prep_cpu_s is None:
         raise ConfigError("the prep rate was not measured: run harness.py with --modes loader "
                           "(or a prep-bound cached run)")
-    nearest = min(model.prep_cpu_s, key=lambda c: (abs(c - cpus), -c))
-    return model.prep_cpu_s[nearest]
+    return model.prep_cpu_s * (1 + model.contention * (busy_cores(model, cfg) - 1))
 
 
 def read_bps_for(model: Model, bps: int | None) -> float | None:
-    """The bandwidth a throttle of `bps` gives, as calibrated (None: unthrottled)."""
+    """The bandwidth the job gets: the device, or min(throttle * efficiency, device)."""
     if bps is None:
-        return None
-    eff = model.throttle_efficiency.get(bps)
-    if eff is None:
-        eff = statistics.median(model.throttle_efficiency.values()) \
-            if model.throttle_efficiency else 1.0
-    return bps * eff
+        return model.device_read_bps
+    got = bps * model.throttle_efficiency
+    return got if model.device_read_bps is None else min(got, model.device_read_bps)
+
+
+def step_for(model: Model, cfg: Config) -> float:
+    """t_step(n) / iteration: t_compute / k + t_allreduce * 2 (n - 1) / n."""
+    if model.step_s is None:
+        raise ConfigError("the compute rate G was not measured: run harness.py with --modes "
+                          "synthetic,cached,disk")
+    ring = lambda n: 2 * (n - 1) / n  # noqa: E731
+    compute = model.step_s - model.allreduce_s * ring(model.ranks)
+    return compute / cfg.gpu_speedup + model.allreduce_s * ring(cfg.nproc or model.ranks)
 
 
 def workers_for(model: Model, cfg: Config) -> int:
@@ -196,17 +225,14 @@ def workers_for(model: Model, cfg: Config) -> int:
 
 
 def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None) -> pipeline.Pipeline:
-    if model.step_s is None and mode is not Mode.LOADER:
-        raise ConfigError("the compute rate G was not measured: run harness.py with --modes "
-                          "synthetic,cached,disk")
-    step = 0.0 if mode is Mode.LOADER else model.step_s / cfg.gpu_speedup
+    step = 0.0 if mode is Mode.LOADER else step_for(model, cfg)
     return pipeline.Pipeline(
         ranks=cfg.nproc or model.ranks, workers=workers_for(model, cfg),
         batch_size=model.batch_size,
         cpus=cfg.cpus, step_s=step, main_cpu_s=model.main_cpu_s,
-        prep_cpu_s=prep_cpu_for(model, cfg.cpus) if prep is None else prep,
+        prep_cpu_s=prep_cpu_for(model, cfg) if prep is None else prep,
         read_bps=read_bps_for(model, cfg.storage_read_bps) if mode is Mode.DISK else None,
-        miss_cpu_s_per_byte=model.miss_cpu_s_per_byte)
+        miss_cpu_s_per_byte=model.miss_cpu_s_per_byte, read_latency_s=model.device_latency_s)
 
 
 def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,
@@ -267,8 +293,8 @@ def mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     ranks = cfg.nproc or model.ranks
     out, hits = [], []
     # big epochs average over their own many reads: one permutation is enough
-    varied = mode is Mode.DISK and cache_bytes is not None and layout.batches * ranks * \
-        model.batch_size < SIM_SAMPLES
+    varied = mode is Mode.DISK and bool(cache_bytes) and layout.batches * ranks * \
+        model.batch_size < SIM_SAMPLES  # no cache (0) misses everything in any order
     for seed in range(SEEDS if varied else 1):
         misses, batches = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes,
                                   mode, seed)
@@ -288,25 +314,81 @@ def _accessed(model: Model, misses: np.ndarray) -> float:
     return len(misses) * model.dataset_bytes / len(model.file_bytes)
 
 
-def run_cache(model: Model, run: RunResult, nominal: bool = False) -> tuple[float | None, str]:
-    """Page cache a disk run is predicted with, and where the number comes from.
-
-    The cache it really had (measured) unless `nominal`; else its budget plus
-    the calibrated slack. None: the whole dataset fits.
-    """
+def run_cache(model: Model, run: RunResult) -> float | None:
+    """Page cache a disk run is predicted with: its budget plus the fitted slack (None:
+    no limit, or the whole dataset fits). Read from the spec only."""
     budget = run.spec.resources.cache.cache_bytes
     if budget is None:
-        return None, "no cache limit"
-    measured = None if nominal else effective_cache(run, model.dataset_bytes)
-    cache, how = (measured, "measured") if measured is not None else \
-        (budget + model.cache_slack_bytes, "budget + slack")
-    return (None if cache >= CACHE_BINDS * model.dataset_bytes else cache), how
+        return None
+    cache = budget + model.cache_slack_bytes
+    return None if cache >= CACHE_BINDS * model.dataset_bytes else cache
 
 
-def predict_run(model: Model, run: RunResult, nominal_cache: bool = False) -> Rates:
-    """The model's rates for a stored run's configuration, over the run's own windows."""
-    res = run.spec.resources
-    cfg = Config(run_cpus(run), res.cache.spec, res.cache.cache_bytes, res.storage_read_bps,
-                 workers=run.spec.job.workers)
-    cache = run_cache(model, run, nominal_cache)[0] if run.mode is Mode.DISK else None
-    return mean_rates(model, cfg, run_layout(run), run.mode, cache)
+def run_config(model: Model, run: RunResult) -> Config:
+    """A stored run's configuration as a what-if Config, from its spec only.
+
+    Another sim step time is a GPU speed-up of base step / its step; other rank
+    counts and worker counts are the Config's own knobs.
+    """
+    res, job = run.spec.resources, run.spec.job
+    speedup = model.step_ms / job.sim_step_ms if model.step_ms and job.device == "sim" else 1.0
+    return Config(run_cpus(run), res.cache.spec, res.cache.cache_bytes, res.storage_read_bps,
+                  gpu_speedup=speedup, nproc=job.world_size, workers=job.workers)
+
+
+def layout_for(model: Model, ranks: int, layout: pipeline.Layout | None = None
+               ) -> tuple[pipeline.Layout, int]:
+    """A layout for another rank count (the dataset split in more shards), and the samples
+    of one epoch."""
+    layout = layout or model.layout
+    if ranks == model.ranks:
+        return layout, model.samples_per_epoch
+    batches = len(model.file_bytes) // ranks // model.batch_size
+    if batches < 1:
+        raise ConfigError(f"{ranks} ranks of {model.batch_size} samples need more files than "
+                          f"the dataset's {len(model.file_bytes)}")
+    iters = min(layout.iters, layout.epochs * batches)
+    return (replace(layout, batches=batches, iters=iters, warmup=min(layout.warmup, batches - 1)),
+            batches * model.batch_size * ranks)
+
+
+def predict_run(model: Model, run: RunResult) -> Rates:
+    """The model's rates for a stored run's configuration, over the run's own windows.
+
+    Reads the run's spec and its iteration layout (how many epochs and
+    iterations it ran), nothing it measured.
+    """
+    cfg, layout = run_config(model, run), run_layout(run)
+    cache = run_cache(model, run) if run.mode is Mode.DISK else None
+    return mean_rates(model, cfg, layout, run.mode, cache)
+
+
+def untested(model: Model, cfg: Config) -> tuple[str, ...]:
+    """The assumptions a prediction for `cfg` rests on that no fit run tested."""
+    out = []
+    top = max(model.measured_cpus, default=0)
+    if cfg.cpus > top:
+        law = "contention law" if model.contention else "linear scaling (contention not fitted)"
+        out.append(f"{cfg.cpus} CPUs: beyond the {top} measured; prep by the {law}")
+    elif cfg.cpus not in model.measured_cpus and len(model.measured_cpus) == 1:
+        out.append(f"{cfg.cpus} CPUs: only {top} measured; contention not fitted")
+    if model.machine_cpus and cfg.cpus > model.machine_cpus:
+        out.append(f"{cfg.cpus} CPUs: more than this machine's {model.machine_cpus}")
+    ranks = cfg.nproc or model.ranks
+    if ranks not in model.measured_ranks:
+        out.append(f"{ranks} ranks: none measured; "
+                   + ("all-reduce by the ring law" if model.allreduce_s else
+                      "no all-reduce time added, each rank's loader as measured"))
+    if cfg.gpu_speedup != 1:
+        out.append(f"a step {cfg.gpu_speedup:g}x faster: the compute part divided, taking no CPU")
+    if model.loader == "dali":
+        out.append("DALI: its threads simulated as DataLoader workers (one batch each, in order)")
+    if workers_for(model, cfg) != model.workers:
+        out.append(f"{workers_for(model, cfg)} workers per rank: {model.workers} measured; a "
+                   "worker's CPU per sample taken as independent of the count")
+    bps = cfg.storage_read_bps
+    if model.device_read_bps is None and (bps is None):
+        out.append("storage device not measured: unthrottled reads taken as never limiting")
+    elif model.device_read_bps is not None and bps is not None and bps > model.device_read_bps:
+        out.append("a throttle above the measured device: the device's bandwidth used")
+    return tuple(out)

@@ -22,7 +22,7 @@ as its inputs:
   the `sim` device); ranks leave each step together (the gradient all-reduce);
 - `cpus` cores are shared equally by every process that wants CPU (at most one
   core each); the storage bandwidth `read_bps` is shared equally by every
-  worker that is reading (None: reads cost no time).
+  worker that is reading (None: reads cost no time: the device was not measured).
 
 Times are seconds, sizes bytes. The simulation is deterministic: the bytes
 each sample misses are an input. A batch of more than `MAX_CHUNKS` samples is
@@ -60,6 +60,7 @@ class Pipeline:
     prep_cpu_s: float  # CPU per sample in a worker: decode, augment, collate share
     read_bps: float | None  # storage bandwidth shared by the readers; None: free
     miss_cpu_s_per_byte: float = 0.0  # CPU a worker spends per byte read from storage
+    read_latency_s: float = 0.0  # per missed sample, before its bytes flow
     read_overlap: float = 1.0  # share of a sample's prep that runs while its bytes arrive
     prefetch_factor: int = PREFETCH_FACTOR
 
@@ -152,6 +153,7 @@ class _Sim:
         self.done = False
         self.pending: dict[tuple, int] = {}
         self.after: dict[tuple, float] = {}
+        self.io_bytes: dict[tuple, float] = {}
 
     # -- scheduling helpers ------------------------------------------------------------------
     def _seq(self) -> int:
@@ -201,7 +203,12 @@ class _Sim:
             # readahead streams the file while the decoder works on what arrived:
             # `read_overlap` of the prep runs alongside the read, the rest after it
             self.pending[key] = 2
-            self.io.add(nbytes, self._seq(), ("part",) + key)
+            misses = int(np.count_nonzero(self.miss[epoch][idx]))
+            if p.read_latency_s > 0:
+                self.io_bytes[key] = nbytes
+                self._timer(p.read_latency_s * misses, ("io",) + key)
+            else:
+                self.io.add(nbytes, self._seq(), ("part",) + key)
             self._cpu(n * p.prep_cpu_s * p.read_overlap, ("part",) + key)
             self.after[key] = n * p.prep_cpu_s * (1 - p.read_overlap) + \
                 nbytes * p.miss_cpu_s_per_byte
@@ -210,7 +217,9 @@ class _Sim:
 
     def _on(self, what: tuple) -> None:
         kind = what[0]
-        if kind == "part":  # the read or the overlapped prep finished
+        if kind == "io":  # the request's latency passed: its bytes start to flow
+            self.io.add(self.io_bytes.pop(what[1:]), self._seq(), ("part",) + what[1:])
+        elif kind == "part":  # the read or the overlapped prep finished
             key = what[1:]
             self.pending[key] -= 1
             if self.pending[key] == 0:
@@ -351,7 +360,7 @@ def window_rates(tl: Timeline, layout: Layout, cold_first: bool) -> tuple[float,
 
 
 def solve(f: Callable[[float], float], target: float, lo: float, hi: float,
-          steps: int = 22) -> float:
+          steps: int = 16) -> float:
     """x in [lo, hi] with f(x) = target, for f decreasing in x (bisection on log x)."""
     a, b = math.log(lo), math.log(hi)
     if f(lo) <= target:
@@ -367,7 +376,7 @@ def solve(f: Callable[[float], float], target: float, lo: float, hi: float,
     return math.exp((a + b) / 2)
 
 
-def minimize(f: Callable[[float], float], lo: float, hi: float, steps: int = 24) -> float:
+def minimize(f: Callable[[float], float], lo: float, hi: float, steps: int = 16) -> float:
     """x in [lo, hi] minimising a unimodal f (golden-section search on log x)."""
     a, b = math.log(lo), math.log(hi)
     g = (math.sqrt(5) - 1) / 2

@@ -53,7 +53,7 @@ def whatif_documents(prefix: str | Path, runs: list[RunResult]) -> WhatIfDocs:
     fitted here on the runs, over the measured CPU counts and 2x and 4x the
     largest, the caches of `dsanalyze whatif`, and the measured bandwidths.
     """
-    from dsanalyze.analysis import whatif
+    from dsanalyze.analysis import recommend, whatif
     prefix = Path(prefix)
     notes = []
     rows, recommendation = _stored(prefix, "whatif.json"), []
@@ -61,7 +61,7 @@ def whatif_documents(prefix: str | Path, runs: list[RunResult]) -> WhatIfDocs:
     sizes = dataset_sizes(runs) if rows is None or val is None else None
     if rows is None:
         try:
-            rows, recommendation = _fit_grid(whatif, runs, sizes)
+            rows, recommendation = _fit_grid(whatif, recommend, runs, sizes)
         except DsAnalyzeError as e:
             rows, notes = [], [f"What-if: no model fitted on these runs: {e}"]
     else:
@@ -99,7 +99,7 @@ def dataset_sizes(runs: list[RunResult]) -> list[int] | None:
     return sizes if len(sizes) == ok[0].dataset.get("files") else None
 
 
-def _fit_grid(whatif: Any, runs: list[RunResult], sizes: list[int] | None
+def _fit_grid(whatif: Any, recommend: Any, runs: list[RunResult], sizes: list[int] | None
               ) -> tuple[list[dict[str, Any]], list[str]]:
     model = whatif.fit(runs, sizes)
     measured = sorted({whatif.run_cpus(r) for r in runs if r.ok and r.ranks})
@@ -111,16 +111,9 @@ def _fit_grid(whatif: Any, runs: list[RunResult], sizes: list[int] | None
                                         if r.mode.value == "disk"} - set(DEFAULT_CACHES))]
     cfgs = whatif.configs(cpus, caches, bws, int(ok[0].dataset["bytes"]))
     preds = whatif.grid(model, cfgs, runs)
-    rec = whatif.recommend(preds, runs, MAX_STALL_PCT)
-    lines = [f"Recommended, the cheapest combination with stalls under {MAX_STALL_PCT:g}%: "
-             + _recommended_text(p.to_dict()) for p in [rec.chosen] if p is not None]
-    if rec.chosen is None:
-        lines.append(f"No combination of the grid keeps stalls under {MAX_STALL_PCT:g}%; the "
-                     f"least stalled: {_recommended_text(rec.closest.to_dict())}")
-    if rec.speedup is not None:
-        lines.append(f"Predicted {rec.speedup:.2f}x the measured configuration "
-                     f"{rec.baseline_run} ({rec.baseline_sps:.1f} samples/s).")
-    return whatif.whatif_document(preds, rec), lines
+    rec = recommend.recommend(model, preds, runs, MAX_STALL_PCT)
+    return whatif.whatif_document(preds, rec), [f"Recommendation (a job of one epoch, stalls "
+                                                f"under {MAX_STALL_PCT:g}%): {rec.reason}."]
 
 
 def _recommended_text(row: dict[str, Any]) -> str:

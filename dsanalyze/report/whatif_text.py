@@ -40,57 +40,72 @@ def slack_lines(model: Any) -> list[str]:
             "of page cache the measured runs had beyond their budget (see cache_slack_bytes)"]
 
 
-def whatif_lines(preds: list[Any], rec: Any | None) -> list[str]:
-    """The prediction grid, the recommended row marked `<-`, then the recommendation."""
+ASSUMPTIONS = (
+    "the model assumes: a worker reads a sample, then decodes it (readahead overlaps the two); "
+    "batches arrive in order from a prefetch queue of 2 per worker that drains at each epoch "
+    "end; every process needing CPU shares the cores equally (a worker at most one); the step "
+    "takes no CPU (sim or GPU device); storage bandwidth is shared by the readers, each read "
+    "after the device's per-request latency; the page cache behaves as Linux's two-list LRU "
+    "at the budget plus the fitted slack")
+
+
+def rate_text(p: Any) -> str:
+    """"331 ± 14": the rate and the half-width of its interval."""
+    return f"{p.rate_sps:.1f} ± {(p.rate_sps_high - p.rate_sps_low) / 2:.1f}"
+
+
+def untested_lines(preds: list[Any]) -> list[str]:
+    """Each assumption some prediction rests on that no run tested, once."""
+    seen = list(dict.fromkeys(u for p in preds for u in p.untested))
+    return ["", "untested by any run (predictions rest on these assumptions):",
+            *[f"  - {u}" for u in seen]] if seen else []
+
+
+def whatif_lines(preds: list[Any], rec: Any | None, level: float = 0.9) -> list[str]:
+    """The prediction grid, the recommended row marked `<-`, the untested assumptions, then
+    the recommendation."""
     rows = [[str(p.config.cpus), cache_text(p.config.cache_spec, p.config.cache_bytes),
-             bandwidth_text(p.config.storage_read_bps, "as measured"),
+             bandwidth_text(p.config.storage_read_bps, "device"),
              f"{p.config.gpu_speedup:g}x", str(p.nproc), str(p.config.workers),
-             f"{p.rate_sps:.1f}", f"{p.epoch_s:.2f}", f"{p.compute_s:.2f}",
+             rate_text(p), f"{p.epoch_s:.2f}", f"{p.compute_s:.2f}",
              f"{p.prep_stall_s:.2f}", f"{p.fetch_stall_s:.2f}", f"{p.stall_pct:.0f}%",
              _dash(p.hit_rate, "{:.2f}"), _dash(p.measured_sps, "{:.1f}"),
              _dash(p.epoch1_s, "{:.2f}"), _dash(p.measured_epoch1_sps, "{:.1f}"),
-             "<-" if rec and p is rec.chosen else ""] for p in preds]
-    lines = fixed_width(("cpus", "cache", "storage", "gpu", "ranks", "-j", "rate/s", "epoch s",
-                         "compute s", "prep stall", "fetch stall", "stall", "hit", "measured/s",
-                         "epoch1 s", "epoch1 meas/s", ""), rows)
-    return lines + (["", recommendation_text(rec)] if rec is not None else [])
+             "<-" if rec and p.config == rec.pick.config else ""] for p in preds]
+    lines = fixed_width(("cpus", "cache", "storage", "gpu", "ranks", "-j",
+                         f"rate/s ({level:.0%})", "epoch s", "compute s", "prep stall",
+                         "fetch stall", "stall", "hit", "measured/s", "epoch1 s",
+                         "epoch1 meas/s", ""), rows)
+    lines += untested_lines(preds)
+    return lines + (["", "recommendation: " + rec.reason] if rec is not None else [])
 
 
-def recommendation_text(rec: Any) -> str:
-    """The cheapest combination under the stall limit (or the least stalled), in one line."""
-    pick = rec.chosen or rec.closest
-    c = pick.config
-    what = (f"{c.cpus} CPU{'s' if c.cpus > 1 else ''}, page cache "
-            f"{cache_text(c.cache_spec, c.cache_bytes)}, storage "
-            f"{bandwidth_text(c.storage_read_bps, 'as measured')}, {c.workers} DataLoader "
-            "worker(s) per rank")
-    numbers = (f"{pick.rate_sps:.1f} samples/s, an epoch in {pick.epoch_s:.1f} s (prep stall "
-               f"{pick.prep_stall_s:.1f} s, fetch stall {pick.fetch_stall_s:.1f} s)")
-    if rec.chosen is not None:
-        text = (f"recommendation: {what} is the cheapest combination that keeps stalls at "
-                f"{pick.stall_pct:.1f}% of the epoch (limit {rec.max_stall_pct:g}%): {numbers}")
-    else:
-        text = (f"recommendation: no combination brings stalls under {rec.max_stall_pct:g}%; "
-                f"the least stalled is {what}, at {pick.stall_pct:.1f}%: {numbers}; {rec.hint}")
-    if rec.speedup is not None:
-        text += (f"; predicted {rec.speedup:.2f}x the measured configuration {rec.baseline_run} "
-                 f"({rec.baseline_sps:.1f} samples/s)")
-    return text
+def _split_lines(split: Any) -> list[str]:
+    lines = ["", f"{split.name}: {split.rule}"]
+    if split.fit_runs:
+        lines.append(f"fitted on: {', '.join(split.fit_runs)}")
+    if split.note:
+        return lines + [split.note]
+    rows = [[c.run_id, f"{c.measured_sps:.1f}", f"{c.predicted_sps:.1f}",
+             f"{c.low_sps:.1f}-{c.high_sps:.1f}", "yes" if c.covered else "NO",
+             f"{c.error_pct:+.1f}%", _dash(c.measured_epoch1_sps, "{:.1f}"),
+             _dash(c.predicted_epoch1_sps, "{:.1f}"),
+             "none" if c.cache_bytes is None else format_bytes(c.cache_bytes),
+             str(len(c.untested))] for c in split.checks]
+    return lines + fixed_width(("run", "measured/s", "predicted/s", "interval", "inside",
+                                "error", "epoch1 meas/s", "epoch1 pred/s", "cache (budget+slack)",
+                                "untested"), rows)
 
 
-def validation_lines(val: Any, cache_checks: list[Any]) -> list[str]:
-    """Held-out runs measured against predicted, the cache simulator against the disk
-    runs, and the error figures last."""
-    lines = ["", f"rule: {val.rule}", f"fitted on: {', '.join(val.fit_runs)}", ""]
-    rows = [[c.run_id, f"{c.measured_sps:.1f}", f"{c.predicted_sps:.1f}", f"{c.error_pct:+.1f}%",
-             _dash(c.measured_epoch1_sps, "{:.1f}"), _dash(c.predicted_epoch1_sps, "{:.1f}"),
-             "none" if c.cache_bytes is None else
-             f"{format_bytes(c.cache_bytes)} ({c.cache_source})"] for c in val.checks]
-    lines += fixed_width(("run", "measured/s", "predicted/s", "error", "epoch1 meas/s",
-                          "epoch1 pred/s", "page cache"), rows)
+def validation_lines(val: Any, cache_checks: list[Any], summary: Any) -> list[str]:
+    """Both splits' held-out runs measured against predicted, the cache simulator against
+    the disk runs, and the error and coverage figures last (`summary`: whatif.split_summary)."""
+    lines: list[str] = []
+    for split in val.splits:
+        lines += _split_lines(split)
     if cache_checks:
         lines += ["", "cache simulator against the disk runs (bytes read from storage; dataset "
-                      "resident at the end)"]
+                      "resident at the end; a diagnosis, no prediction reads these)"]
         lines += fixed_width(("run", "cache", "read sim", "read measured", "resident sim",
                               "resident measured"),
                              [[c.run_id, format_bytes(c.cache_bytes),
@@ -98,6 +113,15 @@ def validation_lines(val: Any, cache_checks: list[Any]) -> list[str]:
                                format_bytes(c.measured_read_bytes),
                                format_bytes(c.predicted_resident_bytes),
                                format_bytes(c.measured_resident_bytes)] for c in cache_checks])
-    lines += ["", f"median absolute error {val.median_abs_error_pct:.1f}%, maximum "
-                  f"{val.max_abs_error_pct:.1f}% over {len(val.checks)} held-out run(s)"]
+    lines.append("")
+    for split in val.splits:
+        if split.checks:
+            f = summary(split.checks)
+            lines.append(f"{split.name}: median absolute error {f['median_abs_error_pct']:.1f}%, "
+                         f"maximum {f['max_abs_error_pct']:.1f}% over {f['held_out']} held-out "
+                         f"run(s); {f['coverage']:.0%} inside their {f['nominal']:.0%} interval")
+    f = summary(val.checks)
+    lines.append(f"both splits: median absolute error {f['median_abs_error_pct']:.1f}%, maximum "
+                 f"{f['max_abs_error_pct']:.1f}% over {f['held_out']} held-out run(s); coverage "
+                 f"{f['coverage']:.0%} (nominal {f['nominal']:.0%})")
     return lines

@@ -1,0 +1,221 @@
+"""Out-of-sample validation of the what-if model: two splits, errors and interval coverage.
+
+- leave-one-configuration-out: each disk run (and each cached run of a job
+  other than the base one) predicted by a model fitted on every other run;
+- extrapolation: fitted on the base job at the fewest CPUs (one rank, the
+  slowest step), every other such run predicted.
+
+A held-out run is predicted from its spec and iteration layout only
+(`spec_only` blanks everything it measured about the machine); its measured
+rate is read afterwards, to score the prediction and its interval.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from dsanalyze.analysis import cachesim, stalls
+from dsanalyze.analysis.calibrate import base_runs, fit
+from dsanalyze.analysis.model import (
+    LEVEL,
+    Model,
+    Z,
+    predict_run,
+    run_cache,
+    run_config,
+    run_cpus,
+    untested,
+)
+from dsanalyze.config import Mode
+from dsanalyze.errors import ConfigError
+from dsanalyze.store import RunResult
+
+LOO_RULE = ("each configuration held out in turn: each disk run (and each cached run of a job other than "
+            "the base one) predicted by a model fitted on every other run")
+EXTRAPOLATION_RULE = ("fitted on the base job's runs (one rank, the slowest step) at "
+                      "the fewest CPUs; every other disk run (and cached run of another job) "
+                      "predicted")
+
+
+def _targets(ok: list[RunResult]) -> list[RunResult]:
+    """Runs a validation predicts: disk runs, and cached runs of other jobs than the base
+    one (other rank counts, other step times); cached runs when there is no disk run."""
+    base = {id(r) for r in base_runs(ok)}
+    disk = [r for r in ok if r.mode is Mode.DISK]
+    if not disk:
+        return [r for r in ok if r.mode is Mode.CACHED]
+    return disk + [r for r in ok if r.mode is Mode.CACHED and id(r) not in base]
+
+
+def run_label(model: Model, run: RunResult) -> str:
+    """The run's id, and its job where it is not the base job (ids repeat across jobs)."""
+    job, extra = run.spec.job, []
+    if job.world_size != model.ranks:
+        extra.append(f"{job.world_size} ranks")
+    if model.step_ms and job.device == "sim" and job.sim_step_ms != model.step_ms:
+        extra.append(f"step {job.sim_step_ms:g} ms")
+    return run.run_id + (f" [{', '.join(extra)}]" if extra else "")
+
+
+def spec_only(run: RunResult) -> RunResult:
+    """The held-out run as a prediction may see it: its spec and iteration layout; nothing
+    it measured about the machine (io, monitor, enforced, environment) is left."""
+    return replace(run, io={}, monitor=(), enforced={}, environment={})
+
+
+@dataclass(frozen=True)
+class Check:
+    """One held-out run: measured against predicted, with the predicted interval."""
+
+    run_id: str
+    mode: str
+    split: str
+    measured_sps: float
+    predicted_sps: float
+    low_sps: float
+    high_sps: float
+    measured_epoch1_sps: float | None
+    predicted_epoch1_sps: float | None
+    cache_bytes: float | None  # the page cache it was predicted with (None: no limit)
+    untested: tuple[str, ...] = ()
+
+    @property
+    def error_pct(self) -> float:
+        return 100 * (self.predicted_sps / self.measured_sps - 1)
+
+    @property
+    def covered(self) -> bool:
+        return self.low_sps <= self.measured_sps <= self.high_sps
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "mode": self.mode, "split": self.split,
+                "measured_sps": self.measured_sps, "predicted_sps": self.predicted_sps,
+                "predicted_sps_low": self.low_sps, "predicted_sps_high": self.high_sps,
+                "covered": self.covered, "error_pct": self.error_pct,
+                "measured_epoch1_sps": self.measured_epoch1_sps,
+                "predicted_epoch1_sps": self.predicted_epoch1_sps,
+                "cache_bytes": self.cache_bytes, "untested": list(self.untested)}
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split's held-out runs, or why it could not be made."""
+
+    name: str
+    rule: str
+    checks: tuple[Check, ...]
+    fit_runs: tuple[str, ...] = ()  # the extrapolation's fit runs (LOO: every other run)
+    note: str = ""
+
+
+def _check(model: Model, run: RunResult, split: str) -> Check:
+    """Predict a held-out run from its spec; only then read the figure it measured."""
+    blind = spec_only(run)
+    pred = predict_run(model, blind)
+    k = math.exp(Z * model.rel_sigma)
+    cache = run_cache(model, blind) if run.mode is Mode.DISK else None
+    rate = stalls.run_rate(run)
+    return Check(run_label(model, run), run.mode.value, split, rate.rate_sps or 0.0, pred.rate_sps,
+                 pred.rate_sps / k, pred.rate_sps * k, rate.epoch1_rate_sps, pred.epoch1_sps,
+                 cache, untested(model, run_config(model, blind)))
+
+
+def _loo(ok: list[RunResult], sizes: Sequence[int] | None, policy: str,
+         weights: dict[str, float] | None) -> Split:
+    checks = []
+    for run in _targets(ok):
+        rest = [r for r in ok if r is not run]
+        try:
+            model = fit(rest, sizes, policy, weights)
+        except ConfigError:
+            continue  # the run was the only one giving a parameter: nothing to predict it with
+        checks.append(_check(model, run, "loo"))
+    return Split("leave-one-out", LOO_RULE, tuple(checks))
+
+
+def _extrapolation(ok: list[RunResult], sizes: Sequence[int] | None, policy: str,
+                   weights: dict[str, float] | None) -> Split:
+    base = base_runs(ok)
+    fewest = min(run_cpus(r) for r in base)
+    fit_runs = [r for r in base if run_cpus(r) == fewest]
+    ids = {id(r) for r in fit_runs}
+    held = [r for r in _targets(ok) if id(r) not in ids]
+    if not held:
+        return Split("extrapolation", EXTRAPOLATION_RULE, (), note=(
+            "not made: every run has the fewest CPUs, one rank and the slowest step; measure "
+            "more CPUs (harness.py --cpus 1,2) to test extrapolation"))
+    model = fit(fit_runs, sizes, policy, weights)
+    return Split("extrapolation", EXTRAPOLATION_RULE,
+                 tuple(_check(model, r, "extrapolation") for r in held),
+                 tuple(r.run_id for r in fit_runs))
+
+
+def _abs_errors(checks: Sequence[Check]) -> list[float]:
+    return [abs(c.error_pct) for c in checks]
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Both splits, and the model fitted on every run (for its parameters)."""
+
+    model: Model
+    splits: tuple[Split, ...]
+
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        return tuple(c for s in self.splits for c in s.checks)
+
+    @property
+    def median_abs_error_pct(self) -> float:
+        return statistics.median(_abs_errors(self.checks))
+
+    @property
+    def max_abs_error_pct(self) -> float:
+        return max(_abs_errors(self.checks))
+
+    @property
+    def coverage(self) -> float:
+        """Share of held-out measurements inside their predicted interval."""
+        return statistics.fmean(c.covered for c in self.checks)
+
+
+def validate(results: Sequence[RunResult], sizes: Sequence[int] | None = None,
+             policy: str = cachesim.Policy.PAGECACHE.value,
+             rate_rel_sigma: dict[str, float] | None = None) -> Validation:
+    """Out of sample, two splits: leave-one-configuration-out and extrapolation.
+
+    A held-out run is never in the fit, and is predicted from its spec and
+    iteration layout only (`spec_only`); its measured rate is read afterwards.
+    """
+    ok = [r for r in results if r.ok and r.ranks]
+    model = fit(ok, sizes, policy, rate_rel_sigma)
+    splits = (_loo(ok, sizes, policy, rate_rel_sigma),
+              _extrapolation(ok, sizes, policy, rate_rel_sigma))
+    if not any(s.checks for s in splits):
+        raise ConfigError("nothing left to validate on: measure more configurations, e.g. "
+                          "harness.py --cpus 1,2 --cache 0,50%,100% --modes synthetic,cached,"
+                          "loader,disk")
+    return Validation(model, splits)
+
+
+def split_summary(checks: Sequence[Check]) -> dict[str, Any]:
+    errs = _abs_errors(checks)
+    return {"held_out": len(checks),
+            "median_abs_error_pct": statistics.median(errs) if errs else None,
+            "max_abs_error_pct": max(errs) if errs else None,
+            "coverage": statistics.fmean(c.covered for c in checks) if checks else None,
+            "nominal": LEVEL}
+
+
+def validation_document(v: Validation) -> dict[str, Any]:
+    """The `validate --json` document: every check of both splits, and each split's figures."""
+    return {"runs": [c.to_dict() for c in v.checks],
+            "median_abs_error_pct": v.median_abs_error_pct,
+            "max_abs_error_pct": v.max_abs_error_pct, "coverage": v.coverage, "nominal": LEVEL,
+            "splits": [{"name": s.name, "rule": s.rule, "fit_runs": list(s.fit_runs),
+                        "note": s.note, **split_summary(s.checks)} for s in v.splits],
+            "policy": v.model.policy, "model": v.model.to_dict()}
