@@ -294,7 +294,7 @@ def _cmd_whatif(ns: argparse.Namespace) -> int:
     bws = [config.parse_bandwidth(b) for b in config.split_list(ns.storage_bw or "none")]
     dataset_bytes = next(r.dataset.get("bytes") for r in runs if r.ok)
     cfgs = whatif.configs(cpus, config.split_list(ns.cache), bws, int(dataset_bytes),
-                          ns.gpu_speedup, ns.nproc, _workers(ns.workers))
+                          ns.gpu_speedup, ns.nproc, _workers(ns.workers), ns.nnodes)
     preds = whatif.grid(model, cfgs, runs)
     rec = recommend.recommend(model, preds, runs, _pct(ns.max_stall), ns.epochs) \
         if ns.recommend else None
@@ -342,7 +342,9 @@ def _whatif_parsers(sub: Any) -> None:
                    help="storage read bandwidths: none (as measured),100M,1G")
     w.add_argument("--gpu-speedup", dest="gpu_speedup", type=float, default=1.0,
                    help="the accelerator k times faster (compute step / k)")
-    w.add_argument("--nproc", type=int, help="ranks (default: as measured)")
+    w.add_argument("--nproc", type=int, help="ranks per node (default: as measured)")
+    w.add_argument("--nnodes", type=int, default=1,
+                   help="nodes, each with the CPUs, cache and storage given (default 1)")
     w.add_argument("--workers", help="DataLoader workers per rank (-j), e.g. 1,2,4,8 "
                    "(default: as measured)")
     w.add_argument("--cache-policy", dest="cache_policy", choices=policies, default="pagecache",

@@ -460,3 +460,35 @@ def test_more_workers_on_the_cpus_you_have_come_before_more_cpus() -> None:
            "hardware you have" in rec.reason
     doc = whatif.whatif_document(preds, rec)
     assert doc[-1]["recommended"] and doc[-1]["workers"] == rec.chosen.config.workers
+
+
+def test_more_nodes_bring_their_own_cpus() -> None:
+    """The prep-bound job at 1 CPU: a second rank on the same CPU gains nothing, a
+    second node (its own CPU, cache and storage) doubles the job's rate."""
+    model = whatif.fit(runs_of("prep"))
+    one = whatif.predict(model, whatif.Config(1))
+    two_ranks = whatif.predict(model, whatif.Config(1, nproc=2))
+    two_nodes = whatif.predict(model, whatif.Config(1, nnodes=2))
+    assert two_nodes.nproc == 2 and two_nodes.rate_sps == pytest.approx(2 * one.rate_sps,
+                                                                        rel=0.1)
+    assert two_ranks.rate_sps < 1.2 * one.rate_sps
+    assert any("2 nodes: none measured" in u for u in two_nodes.untested)
+    # each node reads half of every epoch, so the epoch's samples are the whole dataset's
+    assert two_nodes.epoch_s == pytest.approx(one.epoch_s / 2, rel=0.1)
+
+
+def test_a_node_caches_only_what_its_own_ranks_read() -> None:
+    rng = np.random.default_rng(0)
+    from dsanalyze.analysis import cachesim
+
+    whole = cachesim.epoch_order(100, np.random.default_rng(0), ranks=4, batch_size=5)
+    node0 = cachesim.epoch_order(100, rng, ranks=4, batch_size=5, kept=2)
+    assert len(node0) == len(whole) // 2
+    assert list(node0) == [x for i, x in enumerate(whole) if i % 4 < 2]
+
+
+def test_a_multi_node_prefix_is_not_fitted() -> None:
+    runs = [replace(r, spec=replace(r.spec, job=replace(r.spec.job, nnodes=2)))
+            for r in runs_of("prep")]
+    with pytest.raises(ConfigError, match="--nnodes"):
+        whatif.fit(runs)

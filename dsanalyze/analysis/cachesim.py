@@ -121,14 +121,15 @@ def page_rounded(sizes: Sequence[int], page_bytes: int = PAGE_BYTES) -> np.ndarr
 
 
 def epoch_order(n_files: int, rng: np.random.Generator, ranks: int = 1,
-                batch_size: int = 1) -> np.ndarray:
+                batch_size: int = 1, kept: int | None = None) -> np.ndarray:
     """The node's read order in one epoch, as the job's samplers produce it.
 
     One rank: a permutation, cut to whole batches (DataLoader `drop_last`).
     n ranks: `DistributedSampler(drop_last=True)` keeps n * floor(N / n) of
     the permutation and gives rank r every n-th index from r; each rank keeps
     whole batches; the ranks advance in lock step, so the node reads the
-    shards interleaved.
+    shards interleaved. `kept`: only ranks 0..kept-1 (node 0 of a job whose
+    `ranks` span several nodes: its page cache sees only its own ranks' reads).
     """
     if ranks < 1 or batch_size < 1:
         raise ConfigError("ranks and batch size must be at least 1")
@@ -138,7 +139,7 @@ def epoch_order(n_files: int, rng: np.random.Generator, ranks: int = 1,
     if ranks == 1:
         return perm[:used]
     shards = perm[:per_rank * ranks].reshape(per_rank, ranks)  # column r: rank r's samples
-    return shards[:used].reshape(-1)
+    return shards[:used, :kept].reshape(-1)
 
 
 class _Lru:

@@ -350,6 +350,9 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
     ok = [r for r in results if r.ok and r.ranks]
     if not ok:
         raise ConfigError("no completed runs to fit the model on: run harness.py first")
+    if any(r.spec.job.nnodes > 1 for r in ok):
+        raise ConfigError("the what-if model is fitted on one node's runs: fit it on a one-node "
+                          "sweep and ask for several nodes with --nnodes")
     base = base_runs(ok)
     job = base[0].spec.job
     _refuse_device(job)

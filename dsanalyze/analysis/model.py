@@ -77,8 +77,9 @@ class Config:
     cache_bytes: int | None = None
     storage_read_bps: int | None = None
     gpu_speedup: float = 1.0
-    nproc: int | None = None  # ranks; None: as measured
+    nproc: int | None = None  # ranks (per node); None: as measured
     workers: int | None = None  # DataLoader workers (DALI threads) per rank; None: as measured
+    nnodes: int = 1  # nodes, each with `cpus`, the cache budget and the storage of this one
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -212,7 +213,12 @@ def step_for(model: Model, cfg: Config) -> float:
                           "synthetic,cached,disk")
     ring = lambda n: 2 * (n - 1) / n  # noqa: E731
     compute = model.step_s - model.allreduce_s * ring(model.ranks)
-    return compute / cfg.gpu_speedup + model.allreduce_s * ring(cfg.nproc or model.ranks)
+    return compute / cfg.gpu_speedup + model.allreduce_s * ring(job_ranks(model, cfg))
+
+
+def job_ranks(model: Model, cfg: Config) -> int:
+    """Ranks of the whole job: ranks per node x nodes."""
+    return (cfg.nproc or model.ranks) * cfg.nnodes
 
 
 def workers_for(model: Model, cfg: Config) -> int:
@@ -236,9 +242,11 @@ def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None) -> p
 
 
 def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,
-            cache_bytes: float | None, mode: Mode, seed: int) -> tuple[list[np.ndarray], int]:
-    """Bytes each simulated read misses, per epoch; and the simulated batches per epoch."""
-    per_batch = model.batch_size * ranks
+            cache_bytes: float | None, mode: Mode, seed: int, nodes: int = 1
+            ) -> tuple[list[np.ndarray], int]:
+    """Bytes each simulated read of one node misses, per epoch; and the simulated batches
+    per epoch. With several nodes each node's page cache sees its own ranks' share."""
+    per_batch = model.batch_size * ranks * nodes  # samples of one step of the whole job
     depth = pipeline.PREFETCH_FACTOR * max(1, workers)
     batches = min(layout.batches, max(4 * depth, SIM_SAMPLES // per_batch))
     sizes = np.asarray(model.file_bytes)
@@ -250,8 +258,8 @@ def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,
         if cache_bytes is not None:
             cache_bytes = cache_bytes * sizes.sum() / model.dataset_bytes
     batches = min(batches, files // per_batch)
-    orders = [cachesim.epoch_order(files, rng, ranks, model.batch_size)[:batches * per_batch]
-              for _ in range(layout.epochs)]
+    orders = [cachesim.epoch_order(files, rng, ranks * nodes, model.batch_size, ranks)
+              [:batches * model.batch_size * ranks] for _ in range(layout.epochs)]
     if mode is not Mode.DISK:
         return [np.zeros(len(o)) for o in orders], batches
     cap = None if cache_bytes is None else int(cache_bytes)
@@ -266,7 +274,7 @@ def simulate_run(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     ranks = cfg.nproc or model.ranks
     if misses is None:
         misses, sim_batches = _misses(model, ranks, workers_for(model, cfg), layout,
-                                      cache_bytes, mode, seed)
+                                      cache_bytes, mode, seed, cfg.nnodes)
     p = replace(_pipe(model, cfg, mode, override.pop("prep_cpu_s", None)), **override)
     sim_batches = sim_batches or layout.batches
     tl = pipeline.expand(pipeline.simulate(p, misses, sim_batches), sim_batches, layout)
@@ -297,7 +305,7 @@ def mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
         model.batch_size < SIM_SAMPLES  # no cache (0) misses everything in any order
     for seed in range(SEEDS if varied else 1):
         misses, batches = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes,
-                                  mode, seed)
+                                  mode, seed, cfg.nnodes)
         tl = simulate_run(model, cfg, layout, mode, misses=misses, sim_batches=batches,
                           **override)
         out.append(pipeline.window_rates(tl, layout, cold_first))
@@ -374,7 +382,11 @@ def untested(model: Model, cfg: Config) -> tuple[str, ...]:
         out.append(f"{cfg.cpus} CPUs: only {top} measured; contention not fitted")
     if model.machine_cpus and cfg.cpus > model.machine_cpus:
         out.append(f"{cfg.cpus} CPUs: more than this machine's {model.machine_cpus}")
-    ranks = cfg.nproc or model.ranks
+    if cfg.nnodes > 1:
+        out.append(f"{cfg.nnodes} nodes: none measured; each node as this one (its CPUs, "
+                   "cache and storage), the all-reduce by the ring law over every node's "
+                   "ranks (the network between nodes not measured)")
+    ranks = job_ranks(model, cfg)
     if ranks not in model.measured_ranks:
         out.append(f"{ranks} ranks: none measured; "
                    + ("all-reduce by the ring law" if model.allreduce_s else

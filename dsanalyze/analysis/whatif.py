@@ -33,7 +33,9 @@ from dsanalyze.analysis.model import (
     LEVEL,
     Config,
     Model,
+    Rates,
     Z,
+    job_ranks,
     layout_for,
     mean_rates,
     prep_cpu_for,
@@ -126,11 +128,12 @@ class Prediction:
 
 def configs(cpus: Sequence[int], caches: Sequence[str], bandwidths: Sequence[int | None],
             dataset_bytes: int, gpu_speedup: float = 1.0, nproc: int | None = None,
-            workers: Sequence[int | None] = (None,)) -> list[Config]:
+            workers: Sequence[int | None] = (None,), nnodes: int = 1) -> list[Config]:
     """Every combination; cache percentages are of the dataset's bytes, as in harness.py;
     `workers` None: the DataLoader workers per rank the runs had."""
-    if gpu_speedup <= 0 or (nproc is not None and nproc < 1) or any(c < 1 for c in cpus):
-        raise ConfigError("--cpus, --nproc and --gpu-speedup must be positive")
+    if gpu_speedup <= 0 or (nproc is not None and nproc < 1) or any(c < 1 for c in cpus) \
+            or nnodes < 1:
+        raise ConfigError("--cpus, --nproc, --nnodes and --gpu-speedup must be positive")
     if any(w is not None and w < 0 for w in workers):
         raise ConfigError("--workers must be 0 or more")
     out = []
@@ -138,8 +141,8 @@ def configs(cpus: Sequence[int], caches: Sequence[str], bandwidths: Sequence[int
         for spec in caches:
             budget = CacheBudget.parse(spec, dataset_bytes)
             for bw in bandwidths:
-                out += [Config(int(c), budget.spec, budget.cache_bytes, bw, gpu_speedup, nproc, w)
-                        for w in workers]
+                out += [Config(int(c), budget.spec, budget.cache_bytes, bw, gpu_speedup, nproc, w,
+                               nnodes) for w in workers]
     return out
 
 
@@ -153,20 +156,21 @@ def bound_sps(model: Model, cfg: Config, hit_rate: float | None) -> float:
     if bps is not None and hit_rate is not None and hit_rate < 1:
         s = model.dataset_bytes / len(model.file_bytes)
         f = bps / ((1 - hit_rate) * s)
-    return min(g, p, f)
+    return min(g, p, f) * cfg.nnodes  # per node, and the nodes in lock step
 
 
 def predict(model: Model, cfg: Config) -> Prediction:
     """The steady-state rate of `cfg` and its split into compute, prep stall and fetch stall."""
     cfg = replace(cfg, workers=workers_for(model, cfg), nproc=cfg.nproc or model.ranks)
-    ranks = cfg.nproc
+    ranks = job_ranks(model, cfg)
     layout, n = layout_for(model, ranks)
     cache = None
     if cfg.cache_bytes is not None:
         cache = cfg.cache_bytes + model.cache_slack_bytes
-    disk = mean_rates(model, cfg, layout, Mode.DISK,
-                      None if cache is not None and cache >= model.dataset_bytes else cache)
-    cached = mean_rates(model, cfg, layout, Mode.CACHED, None, cold_first=True)
+    disk = _job_rates(mean_rates(model, cfg, layout, Mode.DISK, None if cache is not None
+                                 and cache >= model.dataset_bytes else cache), cfg.nnodes)
+    cached = _job_rates(mean_rates(model, cfg, layout, Mode.CACHED, None, cold_first=True),
+                        cfg.nnodes)
     g = ranks * model.batch_size / step_for(model, cfg)
     epoch_s, cached_s, compute_s = n / disk.rate_sps, n / cached.rate_sps, n / g
     k = math.exp(Z * model.rel_sigma)
@@ -176,6 +180,12 @@ def predict(model: Model, cfg: Config) -> Prediction:
         disk.hit_rate, cache, bound_sps(model, cfg, disk.hit_rate),
         disk.rate_sps / k, disk.rate_sps * k, max(cached_s, compute_s), untested(model, cfg),
         model.loader)
+
+
+def _job_rates(node: Rates, nodes: int) -> Rates:
+    """A node's simulated rates as the job's: the nodes advance in lock step (DDP)."""
+    return replace(node, rate_sps=node.rate_sps * nodes,
+                   epoch1_sps=node.epoch1_sps * nodes if node.epoch1_sps else None)
 
 
 def _measured_key(model: Model, run: RunResult) -> tuple:
