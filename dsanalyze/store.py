@@ -132,6 +132,7 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600: give it the mode open() would
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1)
             f.flush()
@@ -140,6 +141,12 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it: put it back at once
+    os.umask(mask)
+    return mask
 
 
 def runs_dir(prefix: str | Path) -> Path:
