@@ -10,7 +10,9 @@ E - 1 steady ones; its stall is that time less E compute epochs. In order:
    input-bound threshold) of that time: no change needed (the cheapest such).
 2. Else the what-if model is fitted on these runs (and validated out of
    sample, when some runs can be held out) and predicts a grid around them;
-   only configurations predicted faster than every measured one count. The
+   only configurations predicted faster than every measured one count, and
+   only changes that add resources to the fastest measured configuration
+   (none taken away: cutting a knob that does not matter is no answer). The
    cheapest of those under the stall budget is the advice; if none is under
    it, the least stalled one.
 3. None predicted faster: keep the fastest measured configuration.
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from dsanalyze.analysis import stalls
@@ -140,7 +142,8 @@ def advise(results: Sequence[RunResult], sizes: Sequence[int] | None = None,
         return Advice(AdviceKind.NO_CHANGE, epochs, best, calm[0], fitted, error, "", why, rows,
                       validation)
     options = [_predicted_option(p, epochs) for p in preds if p.measured_run is None]
-    faster = [o for o in options if best is None or o.span_s < best.span_s]
+    base = best and replace(best, cpus=best.cpus or _cpus_of_all(results))
+    faster = [o for o in options if base is None or (o.span_s < base.span_s and _adds(o, base))]
     under = sorted((o for o in faster if o.stall_pct <= max_stall_pct), key=_cost)
     choice = under[0] if under else min(faster, key=lambda o: (o.stall_pct, _cost(o)),
                                         default=None)
@@ -148,6 +151,15 @@ def advise(results: Sequence[RunResult], sizes: Sequence[int] | None = None,
     marked = [{**row, "recommended": choice is not None and _same(row, choice)} for row in rows]
     return Advice(kind, epochs, best, choice, fitted, error, "" if under else hint, why, marked,
                   validation)
+
+
+def _adds(o: Option, base: Option) -> bool:
+    """`o` has at least every resource of `base` (None: all CPUs, no cache limit, no throttle)."""
+    def at_least(x: float | None, y: float | None) -> bool:
+        return x is None or (y is not None and x >= y)
+    return (at_least(o.cpus, base.cpus) and at_least(o.cache_bytes, base.cache_bytes)
+            and at_least(o.storage_read_bps, base.storage_read_bps)
+            and (o.workers or 0) >= (base.workers or 0))
 
 
 def _same(row: dict[str, Any], o: Option) -> bool:
@@ -165,9 +177,11 @@ def _predicted_option(p: Any, epochs: int) -> Option:
 
 # ---- the what-if model: the one place the advice calls it -----------------------------------
 
-def default_grid(results: Sequence[RunResult]) -> tuple[list[int], list[str], list[int | None]]:
+def default_grid(results: Sequence[RunResult]
+                 ) -> tuple[list[int], list[str], list[int | None], list[int]]:
     """CPUs: the measured counts, 2x and 4x the largest; caches: those of `dsanalyze whatif`,
-    the measured ones and none; storage: the measured bandwidths and the device unthrottled."""
+    the measured ones and none; storage: the measured bandwidths and the device unthrottled;
+    DataLoader workers per rank: as measured, 2x and 4x."""
     from dsanalyze.analysis import whatif
 
     ok = [r for r in results if r.ok and r.ranks]
@@ -177,7 +191,15 @@ def default_grid(results: Sequence[RunResult]) -> tuple[list[int], list[str], li
     caches = [*DEFAULT_CACHES, *sorted({r.spec.resources.cache.spec for r in disk}
                                        - set(DEFAULT_CACHES) - {"none"}), "none"]
     bws = sorted({r.spec.resources.storage_read_bps for r in disk} - {None}) + [None]
-    return cpus, caches, bws
+    w = ok[0].spec.job.workers
+    return cpus, caches, bws, sorted({w, 2 * w or 1, 4 * w or 2})
+
+
+def _cpus_of_all(results: Sequence[RunResult]) -> int | None:
+    """What `--cpus all` was, in CPUs (the most any completed run had)."""
+    from dsanalyze.analysis import whatif
+
+    return max((whatif.run_cpus(r) for r in results if r.ok and r.ranks), default=None)
 
 
 def _fit_and_predict(results: list[RunResult], sizes: Sequence[int] | None,
@@ -187,9 +209,10 @@ def _fit_and_predict(results: list[RunResult], sizes: Sequence[int] | None,
     from dsanalyze.analysis import whatif
 
     model = whatif.fit(results, sizes)
-    cpus, caches, bws = default_grid(results)
+    cpus, caches, bws, workers = default_grid(results)
     dataset_bytes = int(next(r.dataset["bytes"] for r in results if r.ok))
-    preds = whatif.grid(model, whatif.configs(cpus, caches, bws, dataset_bytes), results)
+    preds = whatif.grid(model, whatif.configs(cpus, caches, bws, dataset_bytes, workers=workers),
+                        results)
     rec = whatif.recommend(preds, results, max_stall_pct)
     return preds, whatif.whatif_document(preds), rec.hint
 
