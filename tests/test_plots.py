@@ -346,3 +346,38 @@ def test_harness_draws_the_figures_by_default(small_dataset, tmp_path, capsys):
         assert (prefix / name).is_file()
     # one line names the folder (not one per file)
     assert "figure: " not in out and f"figures: {prefix}/ (" in out
+
+
+def title_boxes(fig) -> list:
+    """(text, extent in pixels) of every axes title and the suptitle, as the renderer lays
+    them out at the figure's own (default) size."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    texts = [t for ax in fig.axes for t in (ax.title, ax._left_title, ax._right_title)]
+    texts += [fig._suptitle] if fig._suptitle is not None else []
+    return [(t.get_text(), t.get_window_extent(renderer)) for t in texts if t.get_text()]
+
+
+def test_figure_titles_never_overlap():
+    """Three bandwidths, 2 ranks and 4 workers each: the long panel titles of the demo and of
+    a heatmap with every knob named."""
+    rows = whatif_rows(bps_list=(4 * MIB, 8 * MIB, None))
+    rows = [{**r, "nproc": 2, "workers": 4} for r in rows]
+    validation = {"runs": [{"run_id": f"disk-cpus{i}-cachenone-bw8M", "measured_sps": 80.0 + i,
+                            "predicted_sps": 82.0 + i, "error_pct": 2.0} for i in (1, 2)],
+                  "median_abs_error_pct": 2.0, "max_abs_error_pct": 2.0}
+    figures = {"curves": whatif_plots.whatif_curves(rows, summary_of(SWEEP)),
+               "heatmap": whatif_plots.whatif_heatmap(rows),
+               "validation": whatif_plots.validation(validation),
+               "stall_breakdown": plots.stall_breakdown(summary_of(SWEEP))}
+    for name, fig in figures.items():
+        boxes = title_boxes(fig)
+        assert len(boxes) >= 1
+        width = fig.get_size_inches()[0] * fig.dpi
+        for i, (a, box_a) in enumerate(boxes):
+            assert box_a.x0 >= 0 and box_a.x1 <= width, (name, a)
+            for b, box_b in boxes[i + 1:]:
+                assert not box_a.overlaps(box_b), (name, a, b)
