@@ -136,7 +136,8 @@ FIGURE_CAPTIONS = {
     "stall_breakdown": "Seconds per epoch per configuration: compute, prep stall and fetch "
                        "stall, labelled with each stall's share of the epoch.",
     "whatif_heatmap": "Predicted throughput over CPUs and page cache, a panel per storage "
-                      "bandwidth; dashed: measured, orange: the recommendation.",
+                      "bandwidth; dashed: measured, with its measured steady rate (a run of one "
+                      "cold epoch has none: not boxed), orange: the recommendation.",
     "whatif_curves": "Predicted throughput against CPUs and against cache (lines), a row per "
                      "storage bandwidth, with the measured configurations (circles).",
     "validation": "The what-if model's predictions of held-out runs against their measurements.",
