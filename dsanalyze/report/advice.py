@@ -46,6 +46,10 @@ def _epochs(n: int) -> str:
     return "1 epoch (cold)" if n == 1 else f"{n} epochs"
 
 
+def _first_included(a: Advice) -> str:
+    return ", first epoch included" if a.epochs > 1 else ""
+
+
 def _model_text(a: Advice) -> str:
     error = f"its median error on held-out runs: {number(a.validation_error_pct)}%" \
         if a.validation_error_pct is not None else \
@@ -58,8 +62,8 @@ def advice_text(a: Advice) -> str:
     best = a.best_measured
     if a.kind is AdviceKind.NO_CHANGE and a.choice is not None:
         return (f"Advice: no change needed: {option_label(a.choice)} stalls "
-                f"{number(a.choice.stall_pct, '{:.0f}')}% of {_epochs(a.epochs)}, first epoch "
-                "included; the job is compute-bound there.")
+                f"{number(a.choice.stall_pct, '{:.0f}')}% of {_epochs(a.epochs)}"
+                f"{_first_included(a)}; the job is compute-bound there.")
     if a.kind is AdviceKind.NO_MODEL or best is None:
         return f"Advice: none: the what-if model could not be fitted on these runs ({a.note})."
     if a.kind is AdviceKind.KEEP or a.choice is None:
@@ -69,7 +73,7 @@ def advice_text(a: Advice) -> str:
                 f"stalled){' (' + a.note + ')' if a.note else ''}. {_model_text(a)}")
     c = a.choice
     return (f"Advice: give the job {change_text(c, best)}: predicted {_epochs(a.epochs)} in "
-            f"{number(c.span_s, '{:.2f}')} s, {number(c.stall_pct, '{:.0f}')}% stalled, first "
-            f"epoch included ({number(c.rate_sps)} samples/s steady), against "
+            f"{number(c.span_s, '{:.2f}')} s, {number(c.stall_pct, '{:.0f}')}% stalled"
+            f"{_first_included(a)} ({number(c.rate_sps)} samples/s steady), against "
             f"{number(best.span_s, '{:.2f}')} s measured at {option_label(best)} "
             f"({number(best.stall_pct, '{:.0f}')}% stalled). {_model_text(a)}")
