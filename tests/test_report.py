@@ -127,7 +127,7 @@ def test_terminal_table_is_unchanged():
                         "rates in samples/s")
     assert lines[1].split() == ["config", "synthetic/s", "cached/s", "disk/s", "epoch", "s",
                                 "compute", "s", "prep", "stall", "fetch", "stall", "verdict"]
-    assert len(lines) == 3 + len(summary["configs"])
+    assert len(lines) == 3 + len(summary["configs"]) + len(report.notes(summary))
     assert report.render_markdown_table(summary).splitlines()[2].startswith("| cpus=1 ")
 
 
