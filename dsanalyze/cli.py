@@ -64,12 +64,17 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prefix", help="results directory (results/run)")
     g.add_argument("--modes", help="comma list of synthetic,cached,disk,loader")
     g.add_argument("--cpus", help="CPU counts, e.g. 1,2,4")
-    g.add_argument("--cache", help="page-cache budgets for disk runs: 0,50%%,2G,none")
-    g.add_argument("--storage-bw", dest="storage_bw", help="read bandwidths: none,40M")
+    g.add_argument("--cache", help="page-cache budgets for disk runs: 0,50%%,2G,none "
+                   "(none: unlimited)")
+    g.add_argument("--storage-bw", dest="storage_bw",
+                   help="read bandwidths: none,40M (none: unthrottled)")
     g.add_argument("--resume", action="store_true", default=None, help="skip completed runs")
     g.add_argument("--no-cgroups", dest="use_cgroups", action="store_false", default=None,
                    help="no cgroups: CPU affinity only; cache and bandwidth not enforced")
-    g.add_argument("--no-plots", dest="plots", action="store_false", default=None)
+    g.add_argument("--no-plots", dest="plots", action="store_false", default=None,
+                   help="do not draw the figures")
+    g.add_argument("--no-advice", dest="advice", action="store_false", default=True,
+                   help="do not fit the what-if model for the answer printed after the table")
     g.add_argument("--lock-wait", dest="lock_wait", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for another harness measuring the same dataset (0: "
                         "refuse at once)")
@@ -136,9 +141,8 @@ def build_sweep(ns: argparse.Namespace) -> Sweep:
     return Sweep(**kwargs)
 
 
-def _progress_printer() -> Callable[[str], None] | None:
-    if not sys.stderr.isatty():
-        return None
+def _progress_printer() -> Callable[[str], None]:
+    """One line per run, on a terminal or not (a log file gets the same lines)."""
     return lambda line: print(line, file=sys.stderr, flush=True)
 
 
@@ -164,9 +168,10 @@ def _harness(argv: list[str] | None) -> int:
     if sweep.job.node_rank > 0:
         print(f"node {sweep.job.node_rank} of {sweep.job.nnodes}: this table covers this node's "
               "ranks only; node 0's prefix holds the whole job")
+    docs = _advice(Path(sweep.prefix)) if ns.advice else None
     print(f"results: {sweep.prefix}/summary.json")
-    if sweep.plots:
-        _draw_plots(Path(sweep.prefix))
+    if sweep.plots and outcome.summary["configs"]:
+        _draw_plots(Path(sweep.prefix), docs=docs)
     if outcome.failed:
         first = outcome.failed[0]
         raise RunFailed(f"{len(outcome.failed)} run(s) failed; first: {first.run_id} "
@@ -174,11 +179,24 @@ def _harness(argv: list[str] | None) -> int:
     return 0
 
 
-def _draw_plots(prefix: Path, run_id: str | None = None) -> None:
+def _advice(prefix: Path) -> Any:
+    """Print the advice (`analysis/advice.py`) for the runs of the prefix; its what-if documents."""
+    from dsanalyze import store
+    from dsanalyze.report.whatif_docs import advice_documents
+
+    docs = advice_documents(store.load_runs(prefix))
+    print("\n".join(docs.recommendation))
+    return docs
+
+
+def _draw_plots(prefix: Path, run_id: str | None = None, docs: Any = None) -> None:
     from dsanalyze.report import plots
 
-    for path in plots.draw_all(prefix, run_id):
-        print(f"figure: {path}")
+    paths = plots.draw_all(prefix, run_id, docs=docs)
+    names = sorted({p.stem for p in paths})
+    if names:
+        formats = "/".join(sorted({p.suffix.lstrip(".") for p in paths}))
+        print(f"figures: {prefix}/ ({', '.join(names)}; {formats})")
 
 
 def _guard(fn: Callable[[], int]) -> int:
@@ -379,13 +397,15 @@ def main_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="dsanalyze", description="Differential data-stall analyzer.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     m = sub.add_parser("make-dataset", help="write a JPEG ImageFolder")
-    m.add_argument("dir")
-    m.add_argument("--images", type=int, default=1000)
-    m.add_argument("--classes", type=int, default=10)
-    m.add_argument("--size", default="500x375", help="WIDTHxHEIGHT")
+    m.add_argument("dir", help="folder to write (DIR/<class>/<image>.jpg)")
+    m.add_argument("--images", type=int, default=1000, help="JPEG files in all (1000)")
+    m.add_argument("--classes", type=int, default=10,
+                   help="class folders, the images spread evenly over them (10)")
+    m.add_argument("--size", default="500x375", help="image WIDTHxHEIGHT in pixels (500x375)")
     m.add_argument("--size-jitter", dest="size_jitter", type=float, default=0.0,
-                   help="each side scaled by 1 +- up to this fraction")
-    m.add_argument("--seed", type=int, default=0)
+                   help="each side scaled by 1 +- up to this fraction (0)")
+    m.add_argument("--seed", type=int, default=0,
+                   help="random seed: the same seed writes the same files (0)")
     s = sub.add_parser("summary", help="recompute and print the stall table of a prefix")
     s.add_argument("prefix")
     s.add_argument("--merge", nargs="+", metavar="DIR",

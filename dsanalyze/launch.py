@@ -17,8 +17,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -315,11 +317,16 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
                    "argv": job_argv(spec)}
     if ranks:
         environment["rank_extra"] = ranks[0].extra
+    exit_code = script_exit_code(rank_errors)
+    if exit_code is not None:
+        environment["script_exit"] = {"code": exit_code, "lines": script_error_lines(log_path)}
     result = RunResult(spec=spec, status=status, error=error, failure=failure, ranks=tuple(ranks),
                        dataset=ctx.dataset.to_dict(), enforced=enforced, environment=environment,
                        io=io, monitor=tuple(monitor.samples), started_unix_s=started,
                        duration_s=time.perf_counter() - t0, log_path=str(log_path))
     shutil.rmtree(run_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):  # no empty tmp/ left in the prefix (kept if not empty)
+        run_dir.parent.rmdir()
     return result
 
 
@@ -400,13 +407,38 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def script_exit_code(rank_errors: dict[int, rankenv.RankFailure]) -> int | None:
+    """The code of the first crashed rank's `SystemExit` (the script's own `sys.exit`), if any."""
+    first = next(iter(rank_errors.values()), None)
+    if first is None or first.exception != "SystemExit":
+        return None
+    return int(first.message) if re.fullmatch(r"-?\d+", first.message.strip()) else None
+
+
+def script_error_lines(log_path: Path, most: int = 4) -> list[str]:
+    """The script's own error lines in the run's log: argparse's `prog: error: ...`, else its
+    `usage:` line, else lines that say error (torchrun's report of the failure left out)."""
+    try:
+        lines = [ln.rstrip() for ln in log_path.read_text(errors="replace").splitlines()]
+    except OSError:
+        return []
+    own = [ln for ln in lines if re.match(r"\S+: error: ", ln)] or \
+        [ln for ln in lines if ln.startswith("usage: ")]
+    if not own:
+        own = [ln for ln in lines if re.search(r"\berror\b", ln, re.I)
+               and "torch.distributed" not in ln and "ChildFailedError" not in ln]
+    return own[-most:]
+
+
 def _failure_message(rc: int | None, rank_errors: dict[int, rankenv.RankFailure],
                      log_path: Path) -> str:
     if rank_errors:
         first = next(iter(rank_errors.values()))  # the first to crash
         if first.kind is FailureKind.CORRUPT_SAMPLE:  # names the file and what to do
             return f"{first.message} (log: {log_path})"
-        return f"rank {first.rank} crashed: {first.line} (log: {log_path})"
+        said = script_error_lines(log_path, 1) if script_exit_code(rank_errors) else []
+        return (f"rank {first.rank} crashed: {first.line}"
+                + "".join(f": {line}" for line in said) + f" (log: {log_path})")
     tail = ""
     try:
         tail = _last_line(log_path.read_text()[-4000:])

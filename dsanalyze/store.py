@@ -147,6 +147,7 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     except OSError as e:
         raise _unwritable(path, e) from None
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600: give it the mode open() would
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1)
             f.flush()
@@ -173,6 +174,12 @@ def check_writable(prefix: str | Path) -> None:
             pass
     except OSError as e:
         raise _unwritable(prefix, e) from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it: put it back at once
+    os.umask(mask)
+    return mask
 
 
 def runs_dir(prefix: str | Path) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dsanalyze import launch, nodes, store
-from dsanalyze.analysis import stalls
+from dsanalyze.analysis import stalls, window
 from dsanalyze.config import Mode, RunSpec, Sweep
 from dsanalyze.errors import ConfigError, DatasetError, FailureKind, NodeLost, ResourceError
 from dsanalyze.fingerprint import Fingerprint, check_consistent, check_resumable, check_unchanged
@@ -125,6 +125,7 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
             if progress:
                 progress(_progress_line(i, len(specs), spec, result, measured,
                                         time.monotonic() - t_start, len(specs) - i))
+            _stop_on_usage_error(result, sweep)
             if result.failure is FailureKind.CORRUPT_SAMPLE:
                 # every other run would read the same file: stop here
                 raise DatasetError(result.error)
@@ -155,6 +156,21 @@ def _run(spec: RunSpec, ctx: launch.LaunchContext, group: nodes.NodeGroup | None
     return group.exchange(seq, result, spec.job.timeout_s)
 
 
+def _stop_on_usage_error(result: RunResult, sweep: Sweep) -> None:
+    """A script that exits with code 2 (argparse's usage error) before writing its record would
+    do so in every run: stop the sweep with its own error lines."""
+    exit_info = result.environment.get("script_exit") or {}
+    if result.ok or result.ranks or exit_info.get("code") != 2:
+        return
+    said = "; ".join(exit_info.get("lines") or []) or "no message"
+    args = " ".join(sweep.job.script_args)
+    raise ConfigError(f"the script {Path(sweep.job.script or '').name} stopped at once with its "
+                      f"own usage error: {said} (its arguments: {args or 'none'}; options for "
+                      "the harness go before the script: python harness.py [options] SCRIPT [script "
+                      f"args]; log: "
+                      f"{result.log_path})")
+
+
 def write_summary(prefix: Path) -> dict[str, Any] | None:
     if not store.runs_dir(prefix).is_dir():
         return None
@@ -181,6 +197,9 @@ def _progress_line(i: int, n: int, spec: RunSpec, result: RunResult, measured: i
                    elapsed_s: float, remaining: int) -> str:
     rate = stalls.run_rate(result).rate_sps
     what = f"{rate:.1f} samples/s" if rate else f"{result.status}: {result.error}"
+    short = window.short_run(result)
+    if short is not None:
+        what += f"; {window.short_text(short)}"
     eta_s = elapsed_s / measured * remaining
     return (f"[{i}/{n}] {spec.run_id}: {what} ({result.duration_s:.0f} s), "
             f"ETA {eta_s // 60:.0f}m{eta_s % 60:02.0f}s")

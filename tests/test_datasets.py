@@ -54,3 +54,15 @@ def test_parse_size(text, ok):
     else:
         with pytest.raises(DatasetError):
             parse_size(text)
+
+
+def test_every_make_dataset_option_is_described_in_help(capsys):
+    from dsanalyze import cli
+
+    with pytest.raises(SystemExit):
+        cli.main_parser().parse_args(["make-dataset", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for option, words in (("dir", "folder to write"), ("--images", "JPEG files in all"),
+                          ("--classes", "class folders"), ("--size", "WIDTHxHEIGHT in pixels"),
+                          ("--size-jitter", "scaled by"), ("--seed", "the same seed writes")):
+        assert option in text and words in text, option

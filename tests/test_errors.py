@@ -18,8 +18,13 @@ from dsanalyze.instrument.rank import RankFailure
 from dsanalyze.store import load_runs
 
 
+def error_lines(err: str) -> list[str]:
+    """stderr without the progress lines (`[i/n] run-id: ...`, one per run)."""
+    return [line for line in err.strip().splitlines() if not re.match(r"\[\d+/\d+\] ", line)]
+
+
 def one_line_error(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
+    err = error_lines(capsys.readouterr().err)
     assert len(err) == 1 and err[0].startswith("error: "), err
     assert "Traceback" not in err[0]
     return err[0]
@@ -74,7 +79,7 @@ def test_crashing_rank_fails_the_run(small_dataset, tmp_path, capsys):
                  "-j", 0, "--iters", 2, "--no-plots", "--timeout", 120)
     assert rc == 1
     out = capsys.readouterr()
-    err = out.err.strip().splitlines()
+    err = error_lines(out.err)
     # both ranks fail the same way; the first to crash is named
     assert len(err) == 1 and re.search(r"synthetic-cpusall failed: rank [01] crashed", err[0])
     assert "no_such_model" in err[0] or "Unknown model" in err[0]
@@ -116,7 +121,7 @@ def test_one_crashing_rank_stops_the_other(small_dataset, tmp_path, capsys):
                  "--nproc_per_node", 2, "--iters", 20, "--warmup", 1, "--no-plots",
                  "--timeout", 120, script)
     assert rc == 1
-    err = capsys.readouterr().err.strip().splitlines()
+    err = error_lines(capsys.readouterr().err)
     assert len(err) == 1 and "rank 1 crashed: RuntimeError: boom on rank 1" in err[0]
     (run,) = load_runs(prefix)
     assert run.status == "failed" and run.duration_s < 60  # the other rank was stopped

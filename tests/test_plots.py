@@ -116,6 +116,9 @@ def whatif_rows(bps_list=(None,), recommended=(2, 50), measured=((1, None), (2, 
                              "rate_sps": rate, "epoch_s": 1000 / rate, "compute_s": 1.0,
                              "prep_stall_s": 0.5, "fetch_stall_s": 0.25,
                              "measured": (cpus, cache) in measured,
+                             # measured steady rate; 2 CPUs ran one cold epoch only: none
+                             "measured_sps": rate - 7 if (cpus, cache) in measured and cpus != 2
+                             else None,
                              "recommended": (cpus, cache) == recommended and bps == bps_list[-1]})
     return rows
 
@@ -130,13 +133,17 @@ def test_heatmap_cells_equal_whatif_json():
         assert grid[cpus.index(r["cpus"]), caches.index(r["cache_bytes"])] == r["rate_sps"]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["1", "2", "4"]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "50%\n50B", "unlimited"]
-    texts = sorted(float(t.get_text()) for t in ax.texts)
+    texts = sorted(float(t.get_text().split("\n")[0]) for t in ax.texts)
     assert texts == sorted(round(r["rate_sps"]) for r in rows)
+    # a measured cell shows the measured steady figure beside the predicted one
+    boxed = [t.get_text() for t in ax.texts if "\n" in t.get_text()]
+    assert boxed == [f"{200:.0f}\nmeas. {193:.0f}"]
 
     def cells(gid):
         return sorted((round(p.get_x() + p.get_width() / 2), round(p.get_y() + p.get_height() / 2))
                       for p in ax.patches if isinstance(p, Rectangle) and p.get_gid() == gid)
-    assert cells("measured") == [(2, 0), (2, 1)]  # (cache column, cpu row)
+    # (cache column, cpu row); 2 CPUs measured only a cold epoch: not a steady figure, no box
+    assert cells("measured") == [(2, 0)]
     assert cells("recommended") == [(1, 1)]
 
 
@@ -148,7 +155,7 @@ def test_heatmap_has_a_panel_per_bandwidth_on_one_scale():
     rows = whatif_rows(bps_list=(None, 10 * MIB))
     fig = whatif_plots.whatif_heatmap(rows)
     slow, fast = panels(fig)
-    assert slow.get_title() == "disk 10M/s, 1 rank" and fast.get_title() == "disk unthrottled, 1 rank"
+    assert slow.get_title() == "disk 10M/s\n1 rank" and fast.get_title() == "disk unthrottled\n1 rank"
     assert slow.images[0].get_array()[0, 0] == 100.0 + 0 + 10 * MIB / 10
     assert fast.images[0].get_array()[0, 0] == 100.0
     top = max(r["rate_sps"] for r in rows)
@@ -162,8 +169,8 @@ def test_heatmap_has_a_panel_per_bandwidth_on_one_scale():
 def test_heatmap_panels_are_capped_and_keep_the_recommendation():
     rows = whatif_rows(bps_list=(1, 2, 3, 4, 5, None))  # the recommendation is at None
     titles = [ax.get_title() for ax in panels(whatif_plots.whatif_heatmap(rows))]
-    assert titles == ["disk 1B/s, 1 rank", "disk 2B/s, 1 rank", "disk 3B/s, 1 rank",
-                      "disk unthrottled, 1 rank"]
+    assert titles == ["disk 1B/s\n1 rank", "disk 2B/s\n1 rank", "disk 3B/s\n1 rank",
+                      "disk unthrottled\n1 rank"]
 
 
 def test_heatmap_leaves_missing_cells_empty():
@@ -177,19 +184,25 @@ def test_curves_draw_predictions_and_measured_points():
     summary = summary_of(SWEEP)
     fig = whatif_plots.whatif_curves(rows, summary)
     ax_cpu, ax_cache = fig.axes
-    assert ax_cpu.get_title() == "disk unthrottled, 1 rank: vs CPUs (a line per cache)"
+    assert ax_cpu.get_title() == "disk unthrottled, 1 rank\nvs CPUs (a line per cache)"
     lines = {ln.get_label(): list(ln.get_ydata()) for ln in ax_cpu.lines}
     assert lines == {"0": [100.0, 200.0, 400.0], "50% 50B": [150.0, 250.0, 450.0],
                      "unlimited": [200.0, 300.0, 500.0]}
     lines = {ln.get_label(): list(ln.get_ydata()) for ln in ax_cache.lines}
     assert lines["2 CPUs"] == [200.0, 250.0, 300.0]
+    # the measured steady rate of 1 CPU; 2 CPUs measured a cold epoch only: no point
+    (pts,) = [c for c in ax_cpu.collections if c.get_gid() == "measured"]
+    assert pts.get_offsets().tolist() == [[0, 200.0 - 7]]
+    (pts,) = [c for c in ax_cache.collections if c.get_gid() == "measured"]
+    assert pts.get_offsets()[:, 0].tolist() == [2]  # the unlimited-cache column
+    # rows without measured_sps (an older whatif.json): the summary's measured rate
+    old = [{k: v for k, v in r.items() if k != "measured_sps"} for r in rows]
+    (pts,) = [c for c in whatif_plots.whatif_curves(old, summary).axes[0].collections
+              if c.get_gid() == "measured"]
     measured = {(c["cpus"]): c["modes"]["disk"]["rate_sps"] for c in summary["configs"]
                 if c["storage_read_bps"] is None}
-    (pts,) = [c for c in ax_cpu.collections if c.get_gid() == "measured"]
     assert pts.get_offsets().tolist() == [[0, pytest.approx(measured[1])],
                                           [1, pytest.approx(measured[2])]]
-    (pts,) = [c for c in ax_cache.collections if c.get_gid() == "measured"]
-    assert pts.get_offsets()[:, 0].tolist() == [2, 2]  # the unlimited-cache column
 
 
 def test_validation_points_identity_and_errors():
@@ -266,7 +279,9 @@ def test_draw_all_writes_png_and_svg(prefix):
 
 def test_cli_plot_with_a_chosen_run(prefix, capsys):
     assert cli.main(["plot", str(prefix), "--run", "synthetic-cpus2"]) == 0
-    assert f"figure: {prefix / 'timeline.png'}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and out.startswith(f"figures: {prefix}/ (") and "timeline" in out
+    assert (prefix / "timeline.png").is_file()
     assert cli.main(["plot", str(prefix), "--run", "nope"]) == 2
     assert "no run 'nope'" in capsys.readouterr().err
 
@@ -298,7 +313,9 @@ def test_heatmap_cells_equal_the_whatif_json_of_the_real_model(prefix, capsys):
                 r["rate_sps"]
         measured = {(r["cpus"], r["cache_bytes"]) for r in plane if r["measured"]}
         assert measured == {(1, None), (2, None)}
-        assert len([p for p in ax.patches if p.get_gid() == "measured"]) == 2
+        # these runs measured one (cold) epoch: no steady figure to show, so no box
+        assert all(r["measured_sps"] is None for r in plane if r["measured"])
+        assert len([p for p in ax.patches if p.get_gid() == "measured"]) == 0
     assert plots.draw_all(prefix, docs=docs)[-1].name == "validation.svg"
 
 
@@ -326,4 +343,41 @@ def test_harness_draws_the_figures_by_default(small_dataset, tmp_path, capsys):
                    "--no-cgroups") == 0
     out = capsys.readouterr().out
     for name in ("stall_breakdown.png", "stall_breakdown.svg", "timeline.png", "timeline.svg"):
-        assert f"figure: {prefix / name}" in out and (prefix / name).is_file()
+        assert (prefix / name).is_file()
+    # one line names the folder (not one per file)
+    assert "figure: " not in out and f"figures: {prefix}/ (" in out
+
+
+def title_boxes(fig) -> list:
+    """(text, extent in pixels) of every axes title and the suptitle, as the renderer lays
+    them out at the figure's own (default) size."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    texts = [t for ax in fig.axes for t in (ax.title, ax._left_title, ax._right_title)]
+    texts += [fig._suptitle] if fig._suptitle is not None else []
+    return [(t.get_text(), t.get_window_extent(renderer)) for t in texts if t.get_text()]
+
+
+def test_figure_titles_never_overlap():
+    """Three bandwidths, 2 ranks and 4 workers each: the long panel titles of the demo and of
+    a heatmap with every knob named."""
+    rows = whatif_rows(bps_list=(4 * MIB, 8 * MIB, None))
+    rows = [{**r, "nproc": 2, "workers": 4} for r in rows]
+    validation = {"runs": [{"run_id": f"disk-cpus{i}-cachenone-bw8M", "measured_sps": 80.0 + i,
+                            "predicted_sps": 82.0 + i, "error_pct": 2.0} for i in (1, 2)],
+                  "median_abs_error_pct": 2.0, "max_abs_error_pct": 2.0}
+    figures = {"curves": whatif_plots.whatif_curves(rows, summary_of(SWEEP)),
+               "heatmap": whatif_plots.whatif_heatmap(rows),
+               "validation": whatif_plots.validation(validation),
+               "stall_breakdown": plots.stall_breakdown(summary_of(SWEEP))}
+    for name, fig in figures.items():
+        boxes = title_boxes(fig)
+        assert len(boxes) >= 1
+        width = fig.get_size_inches()[0] * fig.dpi
+        for i, (a, box_a) in enumerate(boxes):
+            assert box_a.x0 >= 0 and box_a.x1 <= width, (name, a)
+            for b, box_b in boxes[i + 1:]:
+                assert not box_a.overlaps(box_b), (name, a, b)

@@ -39,7 +39,7 @@ def test_knob_text(knob, cfg, text):
 
 
 @pytest.mark.parametrize("spec,cache_bytes,text", [
-    ("none", None, "none"), ("25%", 44 * MIB, "25% (44M)"), ("2G", 2 << 30, "2G"), ("0", 0, "0"),
+    ("none", None, "unlimited"), ("25%", 44 * MIB, "25% (44M)"), ("2G", 2 << 30, "2G"), ("0", 0, "0"),
     ("1000M", 1000 * MIB, "1000M"),  # as the user wrote it, not re-rounded to 0.977G
 ])
 def test_cache_text_is_the_budget_as_asked(spec, cache_bytes, text):
@@ -123,10 +123,11 @@ def test_html_embeds_the_images_and_escapes_text(tmp_path):
 def test_terminal_table_is_unchanged():
     summary = summary_of(SWEEP)
     lines = report.render_table(summary).splitlines()
-    assert lines[0] == "Stall breakdown per epoch (128 samples); rates in samples/s"
+    assert lines[0] == ("Stall breakdown per epoch (128 samples) on device sim (30 ms per step); "
+                        "rates in samples/s")
     assert lines[1].split() == ["config", "synthetic/s", "cached/s", "disk/s", "epoch", "s",
                                 "compute", "s", "prep", "stall", "fetch", "stall", "verdict"]
-    assert len(lines) == 3 + len(summary["configs"])
+    assert len(lines) == 3 + len(summary["configs"]) + len(report.notes(summary))
     assert report.render_markdown_table(summary).splitlines()[2].startswith("| cpus=1 ")
 
 

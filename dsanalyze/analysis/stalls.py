@@ -242,15 +242,17 @@ def _budget_warnings(disk: RunResult) -> list[str]:
 
 
 def summary(results: list[RunResult]) -> dict[str, Any]:
-    """The `summary.json` document: job, dataset, one entry per configuration."""
-    from dsanalyze.analysis import pernode  # it builds on run_rate
+    """The `summary.json` document: job, dataset, one entry per configuration (its cold
+    first epoch included), what the runs measured against what was asked."""
+    from dsanalyze.analysis import coldepoch, pernode, window  # they build on this module
 
     ok = [r for r in results if r.ok]
     first = (ok or results)[0] if results else None
     return {
         "job": first.spec.job.to_dict() if first else None,
         "dataset": first.dataset if first else None,
-        "configs": [b.to_dict() for b in breakdowns(results)],
+        "configs": [coldepoch.with_cold_epoch(b.to_dict()) for b in breakdowns(results)],
+        "measured": window.window_summary(results),
         "runs": [run_rate(r).to_dict() for r in results],
         "failed_runs": [{"run_id": r.run_id, "status": r.status, "error": r.error}
                         for r in results if not r.ok],

@@ -217,7 +217,7 @@ def draw_all(prefix: str | Path, run_id: str | None = None, docs: WhatIfDocs | N
     runs = store.load_runs(prefix) if runs is None else runs
     summary = stalls.summary(runs)
     figures: dict[str, Figure] = {}
-    if summary["configs"]:
+    if any(c["total_s"] is not None for c in summary["configs"]):  # no figure from no data
         figures["stall_breakdown"] = stall_breakdown(summary)
     run = next((r for r in runs if r.run_id == run_id), None) if run_id else \
         timeline_run(summary, runs)

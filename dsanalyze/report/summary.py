@@ -14,19 +14,39 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dsanalyze.analysis.window import short_text
 from dsanalyze.config import format_bytes
-from dsanalyze.report.text import config_label, fixed_width, knob_text
+from dsanalyze.report.text import config_label, fixed_width, knob_text, number
 
 COLUMNS = ("config", "synthetic/s", "cached/s", "disk/s", "epoch s", "compute s",
            "prep stall", "fetch stall", "verdict")
 
 
 def _num(x: float | None, fmt: str = "{:.1f}") -> str:
-    return "-" if x is None else fmt.format(x)
+    return "-" if x is None else number(x, fmt)
 
 
 def _stall(s: float | None, pct: float | None) -> str:
-    return "-" if s is None else f"{s:.1f}s {pct:.0f}%"
+    return "-" if s is None else f"{number(s)}s {number(pct, '{:.0f}')}%"
+
+
+COLD_LABEL = "  first epoch (cold)"
+
+
+def _verdict(cfg: dict[str, Any]) -> str:
+    """The steady state's verdict, said to be the steady state's when a cold epoch follows."""
+    return f"steady: {cfg['verdict']}" if cfg.get("cold_epoch") else cfg["verdict"]
+
+
+def _cold_rows(cfg: dict[str, Any]) -> list[list[str]]:
+    """A second line under a configuration whose disk run had a cold first epoch."""
+    cold = cfg.get("cold_epoch")
+    if not cold:
+        return []
+    return [[COLD_LABEL, "", "", _num(cold["rate_sps"]), _num(cold["epoch_s"]),
+             _num(cold["compute_s"]), _stall(cold["prep_stall_s"], cold["prep_stall_pct"]),
+             _stall(cold["fetch_stall_s"], cold["fetch_stall_pct"]),
+             f"first epoch: {cold['verdict']}"]]
 
 
 def table_rows(summary: dict[str, Any]) -> list[list[str]]:
@@ -36,7 +56,8 @@ def table_rows(summary: dict[str, Any]) -> list[list[str]]:
         rows.append([config_label(cfg), *rates,
                      _num(cfg["total_s"]), _num(cfg["compute_s"]),
                      _stall(cfg["prep_stall_s"], cfg["prep_stall_pct"]),
-                     _stall(cfg["fetch_stall_s"], cfg["fetch_stall_pct"]), cfg["verdict"]])
+                     _stall(cfg["fetch_stall_s"], cfg["fetch_stall_pct"]), _verdict(cfg)])
+        rows += _cold_rows(cfg)
     return rows
 
 
@@ -54,6 +75,7 @@ def notes(summary: dict[str, Any]) -> list[str]:
             if w not in seen:
                 seen.add(w)
                 out.append(w)
+    out += _window_notes(summary)
     for f in summary.get("failed_runs", []):
         line = f"run {f['run_id']} {f['status']}: {f['error']}"
         if not any(line in s or s in line for s in seen):
@@ -61,10 +83,38 @@ def notes(summary: dict[str, Any]) -> list[str]:
     return out
 
 
+def _window_notes(summary: dict[str, Any]) -> list[str]:
+    """Disk figures of a single (cold) epoch; scripts that ended before the window was full."""
+    out = []
+    cold = [config_label(c) for c in summary["configs"] if c.get("cold_only")]
+    if cold:
+        out.append("disk figures are the cold first epoch (one epoch measured, the page cache "
+                   "empty at its start): measure 2 or more epochs (--epochs 2) for the steady "
+                   "state")
+    measured = summary.get("measured") or {}
+    said: dict[str, list[str]] = {}
+    for s in measured.get("short_runs", []):
+        said.setdefault(short_text(s), []).append(s["run_id"])
+    n_runs = len(summary.get("runs", []))
+    out += [f"{text} ({'every run' if len(ids) == n_runs else ', '.join(ids)})"
+            for text, ids in said.items()]
+    return out
+
+
+def _device_text(summary: dict[str, Any]) -> str:
+    """`sim (40 ms per step)`, or the device a user script used (`cpu`, `cuda`)."""
+    job = summary.get("job") or {}
+    device = (summary.get("measured") or {}).get("device") or job.get("device", "")
+    if device == "sim" and not job.get("script"):
+        return f"sim ({job['sim_step_ms']:g} ms per step)"
+    return device
+
+
 def render_table(summary: dict[str, Any]) -> str:
     """Fixed-width text table with a header, then notes."""
     n = summary["configs"][0]["samples_per_epoch"] if summary["configs"] else None
-    lines = [f"Stall breakdown per epoch ({n} samples); rates in samples/s" if n else
+    device = f" on device {_device_text(summary)}" if summary.get("job") else ""
+    lines = [f"Stall breakdown per epoch ({n} samples){device}; rates in samples/s" if n else
              "Stall breakdown", *fixed_width(COLUMNS, table_rows(summary), left=frozenset({0, 8}))]
     lines += node_lines(summary)
     lines += [f"note: {n_}" for n_ in notes(summary)]
@@ -100,7 +150,8 @@ FIGURE_CAPTIONS = {
     "stall_breakdown": "Seconds per epoch per configuration: compute, prep stall and fetch "
                        "stall, labelled with each stall's share of the epoch.",
     "whatif_heatmap": "Predicted throughput over CPUs and page cache, a panel per storage "
-                      "bandwidth; dashed: measured, orange: the recommendation.",
+                      "bandwidth; dashed: measured, with its measured steady rate (a run of one "
+                      "cold epoch has none: not boxed), orange: the recommendation.",
     "whatif_curves": "Predicted throughput against CPUs and against cache (lines), a row per "
                      "storage bandwidth, with the measured configurations (circles).",
     "validation": "The what-if model's predictions of held-out runs against their measurements.",
@@ -115,17 +166,32 @@ def _job_lines(summary: dict[str, Any]) -> list[str]:
     if job:
         what = f"script `{job['script']}`" if job.get("script") else \
             f"built-in image classification ({job['arch']})"
-        device = job["device"] + (f" ({job['sim_step_ms']:g} ms per step)"
-                                  if job["device"] == "sim" else "")
         ranks = job["nproc_per_node"] * job["nnodes"]
-        window = f"{job['epochs']} epoch(s)" if job.get("epochs") else f"{job['iters']} iterations"
         lines += [f"**Job**: {what}, {job['loader']} loader, {job['workers']} workers per rank, "
-                  f"batch {job['batch_size']} per rank, {ranks} rank(s), device {device}",
-                  f"**Measured**: {window} per run after {job['warmup']} warm-up iteration(s)"]
+                  f"batch {job['batch_size']} per rank, {ranks} rank(s), device "
+                  f"{_device_text(summary)}",
+                  f"**Measured**: {_window_text(summary)} per run after {job['warmup']} "
+                  "warm-up iteration(s)"]
     if ds:
         lines.append(f"**Dataset**: {ds.get('files')} files, {format_bytes(ds.get('bytes'))}, "
                      f"mean {format_bytes(ds.get('mean_file_bytes'))} per file, `{ds.get('root')}`")
     return lines
+
+
+def _window_text(summary: dict[str, Any]) -> str:
+    """What each run measured: as asked, or as far as the script's own length went."""
+    job, measured = summary["job"], summary.get("measured") or {}
+    iters = measured.get("iters_per_run")
+    counted = f"{iters} iterations" if iters is not None else "iterations"
+    if measured.get("short_runs"):
+        asked = f"{job['epochs']} epoch(s)" if job.get("epochs") else f"{job['iters']} iterations"
+        return f"{counted} ({asked} asked; the script ended first)"
+    if job.get("epochs"):
+        return f"{job['epochs']} epoch(s)"
+    if job.get("iters"):
+        return f"{job['iters']} iterations"
+    return f"{counted}, the script's whole length" if iters is not None else \
+        "the script's whole length"
 
 
 def _grid_lines(summary: dict[str, Any]) -> list[str]:
@@ -151,11 +217,11 @@ def _grid_lines(summary: dict[str, Any]) -> list[str]:
 def _verdict_lines(summary: dict[str, Any]) -> list[str]:
     out = []
     for cfg in summary["configs"]:
-        line = f"**{config_label(cfg)}**: {cfg['verdict']}"
-        disk = cfg["modes"].get("disk", {})
-        if disk.get("epoch1_s") is not None and disk.get("time_s") is not None:
-            line += (f"; the first (cold) epoch took {disk['epoch1_s']:.2f} s, "
-                     f"the steady-state epochs {disk['time_s']:.2f} s")
+        line = f"**{config_label(cfg)}**: {_verdict(cfg)}"
+        disk, cold = cfg["modes"].get("disk", {}), cfg.get("cold_epoch")
+        if cold and disk.get("time_s") is not None:
+            line += (f"; first epoch: {cold['verdict']} (the first (cold) epoch took "
+                     f"{cold['epoch_s']:.2f} s, the steady-state epochs {disk['time_s']:.2f} s)")
         out.append(line)
     return out
 
@@ -276,7 +342,7 @@ def write_report(prefix: str | Path) -> list[Path]:
 
     prefix = Path(prefix)
     runs = store.load_runs(prefix)
-    docs = plots.whatif_documents(prefix, runs)
+    docs = plots.whatif_documents(prefix, runs, own_query=True)  # not the last `whatif` query
     pngs = [p for p in plots.draw_all(prefix, docs=docs, runs=runs) if p.suffix == ".png"]
     blocks = report_blocks(stalls.summary(runs), [p.name for p in pngs], docs.recommendation,
                            docs.validation, docs.note, title=f"Data-stall report: {prefix.name}")

@@ -3,12 +3,14 @@ figures and the what-if output name a resource configuration the same way.
 
     cache_text("25%", 44 << 20)  -> "25% (44M)"   the budget as asked, and its bytes
     cache_text("2G", 2 << 30)    -> "2G"          as asked
-    cache_text("none", None)     -> "none"        no memory limit
+    cache_text("none", None)     -> "unlimited"   no memory limit
     bandwidth_text(8 << 20)      -> "8M/s"
+    number(-0.001, "{:.2f}")     -> "0.00"        never a negative zero
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,11 +20,18 @@ from dsanalyze.config import format_bytes
 def cache_text(spec: str, cache_bytes: int | None) -> str:
     """A page-cache budget as the user wrote it; a percentage also in bytes."""
     if cache_bytes is None:
-        return "none"
+        return "unlimited"
     return f"{spec} ({format_bytes(cache_bytes)})" if spec.endswith("%") else spec
 
 
-def bandwidth_text(bps: float | None, unthrottled: str = "none") -> str:
+def number(x: float, fmt: str = "{:.1f}") -> str:
+    """`x` formatted with `fmt`, a negative zero (`-0.00`, from -0.001 or -0.0) written `0.00`."""
+    text = fmt.format(x)
+    return text[1:] if re.fullmatch(r"-[0.]*(%|\D*)", text) and any(c == "0" for c in text) \
+        else text
+
+
+def bandwidth_text(bps: float | None, unthrottled: str = "unthrottled") -> str:
     """A storage read bandwidth; `unthrottled` names the absence of a throttle."""
     return unthrottled if bps is None else f"{format_bytes(bps)}/s"
 

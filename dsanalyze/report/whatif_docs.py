@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from dsanalyze import store
-from dsanalyze.analysis import stalls
 from dsanalyze.errors import DsAnalyzeError
 from dsanalyze.report.text import knob_text
 from dsanalyze.store import RunResult
@@ -39,40 +38,45 @@ class WhatIfDocs:
     validation: dict[str, Any] | None = None  # the `validate --json` document
     recommendation: list[str] = field(default_factory=list)  # the answer in words, per line
     note: str | None = None  # why something is missing
+    advice: Any = None  # analysis.advice.Advice, when the model was fitted here
 
 
-DEFAULT_CACHES = ("0", "25%", "50%", "75%", "100%")  # as `dsanalyze whatif`
-MAX_STALL_PCT = stalls.INPUT_BOUND_PCT  # the recommendation's stall budget
-
-
-def whatif_documents(prefix: str | Path, runs: list[RunResult]) -> WhatIfDocs:
-    """The what-if grid, validation and recommendation of a prefix, when the model is there.
+def whatif_documents(prefix: str | Path, runs: list[RunResult], own_query: bool = False
+                     ) -> WhatIfDocs:
+    """The what-if grid, validation and recommendation of a prefix.
 
     `PREFIX/whatif.json` and `validation.json` as `dsanalyze whatif` and
-    `validate` wrote them, when they are newer than every run; else the model
-    fitted here on the runs, over the measured CPU counts and 2x and 4x the
-    largest, the caches of `dsanalyze whatif`, and the measured bandwidths.
+    `validate` wrote them, when they are newer than every run and not
+    `own_query`; else the advice's own query (`analysis/advice.py`): the
+    model fitted here on the runs over its default grid, its choice marked.
     """
-    from dsanalyze.analysis import recommend, whatif
     prefix = Path(prefix)
-    notes = []
-    rows, recommendation = _stored(prefix, "whatif.json"), []
-    val = _stored(prefix, "validation.json")
-    sizes = dataset_sizes(runs) if rows is None or val is None else None
-    if rows is None:
-        try:
-            rows, recommendation = _fit_grid(whatif, recommend, runs, sizes)
-        except DsAnalyzeError as e:
-            rows, notes = [], [f"What-if: no model fitted on these runs: {e}"]
-    else:
+    rows = None if own_query else _stored(prefix, "whatif.json")
+    val = None if own_query else _stored(prefix, "validation.json")
+    if rows is not None:
         recommendation = [f"Recommended by `dsanalyze whatif` (whatif.json): "
                           f"{_recommended_text(r)}" for r in rows if is_recommended(r)]
-    if val is None:
-        try:
-            val = whatif.validation_document(whatif.validate(runs, sizes))
-        except DsAnalyzeError as e:
-            notes.append(f"Validation: {e}")
-    return WhatIfDocs(rows, val, recommendation, " ".join(notes) or None)
+        note = None
+        if val is None:
+            from dsanalyze.analysis import whatif
+            try:
+                val = whatif.validation_document(whatif.validate(runs, dataset_sizes(runs)))
+            except DsAnalyzeError as e:
+                note = f"Validation: {e}"
+        return WhatIfDocs(rows, val, recommendation, note)
+    return advice_documents(runs)
+
+
+def advice_documents(runs: list[RunResult]) -> WhatIfDocs:
+    """The advice's query of the runs: its grid, validation and answer."""
+    from dsanalyze.analysis.advice import advise
+    from dsanalyze.report.advice import advice_text
+
+    a = advise(runs, dataset_sizes(runs))
+    notes = [] if a.rows else [f"What-if: no model fitted on these runs: {a.note}"]
+    if a.rows and a.validation is None:
+        notes.append(f"Validation: {a.validation_note}")
+    return WhatIfDocs(a.rows, a.validation, [advice_text(a)], " ".join(notes) or None, a)
 
 
 def _stored(prefix: Path, name: str) -> Any:
@@ -97,23 +101,6 @@ def dataset_sizes(runs: list[RunResult]) -> list[int] | None:
     except DsAnalyzeError:
         return None
     return sizes if len(sizes) == ok[0].dataset.get("files") else None
-
-
-def _fit_grid(whatif: Any, recommend: Any, runs: list[RunResult], sizes: list[int] | None
-              ) -> tuple[list[dict[str, Any]], list[str]]:
-    model = whatif.fit(runs, sizes)
-    measured = sorted({whatif.run_cpus(r) for r in runs if r.ok and r.ranks})
-    cpus = sorted(set(measured) | {2 * measured[-1], 4 * measured[-1]})
-    bws = sorted({r.spec.resources.storage_read_bps for r in runs if r.ok and r.mode.value
-                  == "disk"}, key=unlimited_last) or [None]
-    ok = [r for r in runs if r.ok]
-    caches = [*DEFAULT_CACHES, *sorted({r.spec.resources.cache.spec for r in ok
-                                        if r.mode.value == "disk"} - set(DEFAULT_CACHES))]
-    cfgs = whatif.configs(cpus, caches, bws, int(ok[0].dataset["bytes"]))
-    preds = whatif.grid(model, cfgs, runs)
-    rec = recommend.recommend(model, preds, runs, MAX_STALL_PCT)
-    return whatif.whatif_document(preds, rec), [f"Recommendation (a job of one epoch, stalls "
-                                                f"under {MAX_STALL_PCT:g}%): {rec.reason}."]
 
 
 def _recommended_text(row: dict[str, Any]) -> str:

@@ -27,6 +27,7 @@ RECOMMEND_COLOR = "#D55E00"
 
 
 SLICE_KNOBS = ("storage_read_bps", "gpu_speedup", "nproc", "workers")
+MEASURED_OF = {"rate_sps": "measured_sps"}  # a metric -> the row's measured figure of that kind
 METRIC_LABELS = {"rate_sps": "predicted throughput (samples/s)", "epoch_s": "epoch time (s)"}
 
 
@@ -61,7 +62,7 @@ def _cache_axis(rows: list[dict[str, Any]]) -> tuple[list[Any], list[str]]:
     return keys, labels
 
 
-def _slice_title(fixed: dict[str, Any]) -> str:
+def _slice_title(fixed: dict[str, Any], sep: str = ", ") -> str:
     parts = [knob_text("bw", {"storage_read_bps": fixed.get("storage_read_bps")})]
     if fixed.get("gpu_speedup") not in (None, 1, 1.0):
         parts.append(f"GPU x{fixed['gpu_speedup']:g}")
@@ -69,7 +70,7 @@ def _slice_title(fixed: dict[str, Any]) -> str:
         parts.append(f"{fixed['nproc']} rank" + "s" * (fixed["nproc"] > 1))
     if fixed.get("workers") is not None:
         parts.append(f"{fixed['workers']} worker" + "s" * (fixed["workers"] != 1) + " per rank")
-    return ", ".join(parts)
+    return sep.join(parts)
 
 
 def heatmap_grid(rows: list[dict[str, Any]], metric: str = "rate_sps"
@@ -87,7 +88,9 @@ def whatif_heatmap(rows: list[dict[str, Any]], metric: str = "rate_sps") -> Figu
     """Predicted `metric` over CPUs (rows) x cache (columns), one panel per storage bandwidth.
 
     One colour scale from 0 for every panel, each cell labelled with its value;
-    dashed: a measured configuration; orange: the recommendation.
+    dashed: a measured configuration, with its measured figure of the same kind
+    (`measured_sps`, the steady state: a run of one cold epoch has none and is
+    not boxed); orange: the recommendation.
     """
     planes = whatif_planes(rows)
     n_cache = max((len(_cache_axis(p)[0]) for _, p in planes), default=1)
@@ -102,7 +105,7 @@ def whatif_heatmap(rows: list[dict[str, Any]], metric: str = "rate_sps") -> Figu
     drawn: set[str] = set()
     for ax, (fixed, plane) in zip(axes, planes):
         im = _heatmap_panel(ax, plane, metric, norm, styles, drawn)
-        ax.set_title(_slice_title(fixed), fontsize=10)
+        ax.set_title(_slice_title(fixed, "\n"), fontsize=9)  # one knob a line: panels are narrow
     axes[0].set_ylabel("CPUs")
     if planes:
         fig.colorbar(im, ax=list(axes), label=METRIC_LABELS.get(metric, metric))
@@ -119,13 +122,18 @@ def _heatmap_panel(ax: Any, plane: list[dict[str, Any]], metric: str, norm: Norm
                    styles: dict[str, dict[str, Any]], drawn: set[str]) -> Any:
     cpus, caches, grid = heatmap_grid(plane, metric)
     im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis", norm=norm)
+    index = {(c, k): (j, i) for i, c in enumerate(cpus) for j, k in enumerate(caches)}
+    key = MEASURED_OF.get(metric, "")
+    seen = {index[(r["cpus"], r["cache_bytes"])]: r[key] for r in plane
+            if r.get(key) is not None}
     for i, row in enumerate(grid):
         for j, v in enumerate(row):
             if v == v:  # not NaN
-                ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=8,
-                        color="white" if norm(v) < 0.55 else "black")
-    index = {(c, k): (j, i) for i, c in enumerate(cpus) for j, k in enumerate(caches)}
-    for label, pick in (("measured", lambda r: r.get("measured")), ("recommended", is_recommended)):
+                text = f"{v:.0f}" + (f"\nmeas. {seen[(j, i)]:.0f}" if (j, i) in seen else "")
+                ax.text(j, i, text, ha="center", va="center", fontsize=8 if (j, i) not in seen
+                        else 7, color="white" if norm(v) < 0.55 else "black")
+    for label, pick in (("measured", lambda r: r.get(key) is not None),
+                        ("recommended", is_recommended)):
         for r in plane:
             if pick(r):
                 j, i = index[(r["cpus"], r["cache_bytes"])]
@@ -180,8 +188,9 @@ def _curves_row(ax_cpu: Any, ax_cache: Any, plane: list[dict[str, Any]], fixed: 
     cpu_lines = [ax_cache.plot(range(len(caches)), grid[i], marker=".",
                                label=f"{knob_text('cpus', {'cpus': c})}")[0]
                  for i, c in enumerate(cpus)]
-    pts = [(r, r.get("measured_sps") or measured_rate(summary, r["cpus"], r["cache_bytes"],
-                                                      fixed.get("storage_read_bps")))
+    # the steady state, as the lines: a run of one cold epoch has no point (measured_sps None)
+    pts = [(r, r["measured_sps"] if "measured_sps" in r else
+            measured_rate(summary, r["cpus"], r["cache_bytes"], fixed.get("storage_read_bps")))
            for r in plane if r.get("measured")]
     pts = [(cpus.index(r["cpus"]), caches.index(r["cache_bytes"]), m) for r, m in pts
            if m is not None]
@@ -198,9 +207,9 @@ def _curves_row(ax_cpu: Any, ax_cache: Any, plane: list[dict[str, Any]], fixed: 
     where = _slice_title(fixed)
     ax_cpu.set_xticks(cpu_x, ["all" if c is None else str(c) for c in cpus])
     ax_cpu.set(xlabel="CPUs", ylabel="throughput (samples/s)",
-               title=f"{where}: vs CPUs (a line per cache)")
+               title=f"{where}\nvs CPUs (a line per cache)")
     ax_cache.set_xticks(range(len(caches)), cache_labels, fontsize=8)
-    ax_cache.set(xlabel="page cache", title=f"{where}: vs cache (a line per CPU count)")
+    ax_cache.set(xlabel="page cache", title=f"{where}\nvs cache (a line per CPU count)")
     for ax in (ax_cpu, ax_cache):
         ax.title.set_fontsize(10)
 

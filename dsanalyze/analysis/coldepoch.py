@@ -1,0 +1,56 @@
+"""The cold first epoch of a configuration, beside its steady state.
+
+A disk run starts with the dataset evicted, so its first epoch reads every
+file from storage; with a page cache that holds the dataset, the later
+(steady) epochs read nothing, and the steady-state figures of the table show
+no fetch stall at all. The first epoch is therefore split on its own, as the
+steady state is (`analysis/stalls.py`), per epoch of N samples:
+
+    epoch_s       = the disk run's first epoch (`epoch1_s`)
+    compute_s     = N / G                       as in the steady state
+    prep_stall_s  = N / P_cached - N / G        the same loader on the same CPUs
+    fetch_stall_s = epoch_s - N / P_cached      (>= 0)
+    *_pct         = *_stall_s / epoch_s * 100
+
+A disk run that measured a single epoch has no steady state: its figures are
+the cold epoch's (`cold_only`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsanalyze.analysis.stalls import HIGHLY_INPUT_BOUND_PCT, INPUT_BOUND_PCT
+
+
+def cold_verdict(epoch_s: float, prep_s: float, fetch_s: float) -> str:
+    """In words: `fetch-bound, 4.5 s of 5.5 s waiting on storage`."""
+    if 100 * (prep_s + fetch_s) / epoch_s <= INPUT_BOUND_PCT:
+        return f"compute-bound, {prep_s + fetch_s:.1f} s of {epoch_s:.1f} s stalled"
+    kind, stall_s, what = ("fetch", fetch_s, "storage") if fetch_s >= prep_s else \
+        ("prep", prep_s, "pre-processing")
+    level = "highly " if 100 * stall_s / epoch_s > HIGHLY_INPUT_BOUND_PCT else ""
+    return f"{level}{kind}-bound, {stall_s:.1f} s of {epoch_s:.1f} s waiting on {what}"
+
+
+def cold_epoch(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The first epoch of a `summary.json` configuration split as above; None without one."""
+    disk = cfg["modes"].get("disk") or {}
+    epoch_s = disk.get("epoch1_s")
+    cached_s = (cfg["modes"].get("cached") or {}).get("time_s")
+    if epoch_s is None or cached_s is None or epoch_s <= 0:
+        return None
+    prep = cfg["prep_stall_s"] or 0.0
+    fetch = max(0.0, epoch_s - cached_s)
+    return {"epoch_s": epoch_s, "rate_sps": disk.get("epoch1_rate_sps"),
+            "compute_s": cfg["compute_s"], "prep_stall_s": cfg["prep_stall_s"],
+            "fetch_stall_s": fetch, "prep_stall_pct": 100 * prep / epoch_s
+            if cfg["prep_stall_s"] is not None else None,
+            "fetch_stall_pct": 100 * fetch / epoch_s, "verdict": cold_verdict(epoch_s, prep, fetch)}
+
+
+def with_cold_epoch(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The configuration with `cold_epoch` (or None) and `cold_only` (its disk figures are cold)."""
+    disk = cfg["modes"].get("disk") or {}
+    return {**cfg, "cold_epoch": cold_epoch(cfg),
+            "cold_only": disk.get("rate_sps") is not None and disk.get("epoch1_s") is None}

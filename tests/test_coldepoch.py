@@ -1,0 +1,69 @@
+"""The cold first epoch beside the steady state: `analysis/coldepoch.py` and the table."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from conftest import harness, needs_cgroups
+
+from dsanalyze import store
+from dsanalyze.analysis import stalls
+from dsanalyze.analysis.coldepoch import cold_verdict
+from dsanalyze.report import summary as report
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("epoch_s,prep_s,fetch_s,text", [
+    (5.5, 0.2, 4.5, "highly fetch-bound, 4.5 s of 5.5 s waiting on storage"),
+    (10.0, 1.5, 0.5, "prep-bound, 1.5 s of 10.0 s waiting on pre-processing"),
+    (10.0, 0.2, 0.1, "compute-bound, 0.3 s of 10.0 s stalled"),
+])
+def test_cold_verdict(epoch_s, prep_s, fetch_s, text):
+    assert cold_verdict(epoch_s, prep_s, fetch_s) == text
+
+
+def test_a_sweep_of_one_epoch_says_its_disk_figures_are_cold():
+    summary = stalls.summary(store.load_runs(DATA / "report_sweep"))  # --epochs 1
+    assert all(c["cold_only"] and c["cold_epoch"] is None for c in summary["configs"])
+    notes = report.notes(summary)
+    assert any(n.startswith("disk figures are the cold first epoch") and "--epochs 2" in n
+               for n in notes)
+
+
+@pytest.mark.slow
+@needs_cgroups
+def test_two_throttled_epochs_with_unlimited_cache_show_the_cold_fetch_stall(
+        small_dataset, tmp_path, capsys):
+    prefix = tmp_path / "r"
+    old = os.umask(0o022)
+    try:
+        rc = harness("--data", small_dataset, "--prefix", prefix, "--storage-bw", "1M",
+                     "--epochs", 2, "--warmup", 1, "-b", 8, "-j", 2, "--sim-step-ms", 50,
+                     "--no-plots", "--no-advice")
+    finally:
+        os.umask(old)
+    assert rc == 0
+    lines = capsys.readouterr().out.splitlines()
+    (row,) = [s for s in lines if s.startswith("cpus=all cache=unlimited bw=1M/s ")]
+    cold = lines[lines.index(row) + 1]
+    cfg = json.loads((prefix / "summary.json").read_text())["configs"][0]
+    c = cfg["cold_epoch"]
+    # steady epochs come from the page cache; the first reads 9 MB at 1 MB/s (over 8 s)
+    assert c["fetch_stall_pct"] > 40 and c["fetch_stall_s"] > 4
+    assert c["fetch_stall_s"] > 3 * cfg["fetch_stall_s"]
+    assert c["epoch_s"] == pytest.approx(cfg["modes"]["disk"]["epoch1_s"])
+    assert c["fetch_stall_s"] == pytest.approx(c["epoch_s"] - cfg["modes"]["cached"]["time_s"])
+    assert "steady: " in row
+    assert cold.startswith("  first epoch (cold)")
+    assert f"{c['fetch_stall_s']:.1f}s {c['fetch_stall_pct']:.0f}%" in cold
+    assert (f"first epoch: highly fetch-bound, {c['fetch_stall_s']:.1f} s of "
+            f"{c['epoch_s']:.1f} s waiting on storage") in cold
+    # results honour the umask (not mkstemp's 0600); no empty tmp/ left in the prefix
+    for path in [prefix / "summary.json", *store.runs_dir(prefix).glob("*.json")]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+    assert not (prefix / "tmp").exists()

@@ -1,0 +1,85 @@
+"""What a user script measured against what was asked (`analysis/window.py`), and a script
+that stops at once with its own usage error."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import harness
+
+from dsanalyze import cli, store
+from dsanalyze.analysis import stalls, window
+
+pytestmark = pytest.mark.slow
+
+# An ordinary first script: argparse, ImageFolder, a shuffled DataLoader, a small model on the CPU.
+SCRIPT = '''
+import argparse
+import torch
+import torchvision.datasets as datasets
+import torchvision.transforms as T
+
+parser = argparse.ArgumentParser()
+parser.add_argument("data")
+parser.add_argument("--epochs", type=int, default=2)
+parser.add_argument("-b", "--batch-size", type=int, default=16)
+args = parser.parse_args()
+dataset = datasets.ImageFolder(args.data, T.Compose([T.RandomResizedCrop(32), T.ToTensor()]))
+loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
+                                     num_workers=1)
+model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 4))
+optimizer = torch.optim.SGD(model.parameters(), 0.1)
+for epoch in range(args.epochs):
+    for images, target in loader:
+        loss = torch.nn.functional.cross_entropy(model(images.to("cpu")), target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+'''
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent(SCRIPT))
+    return path
+
+
+def test_a_harness_option_after_the_script_stops_the_sweep_at_the_first_run(
+        small_dataset, tmp_path, script, capsys):
+    prefix = tmp_path / "r"
+    rc = harness("--data", small_dataset, "--prefix", prefix, "--iters", 4, script,
+                 small_dataset, "--cpus", "1,2")
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "train.py: error: unrecognized arguments: --cpus 1,2" in err
+    assert "options for the harness go before the script" in err
+    (run,) = store.load_runs(prefix)  # the first of 3 runs, no other
+    assert run.environment["script_exit"]["code"] == 2
+    assert not list(prefix.glob("*.png"))  # no figure drawn from no data
+
+
+def test_iters_beyond_the_script_and_the_device_it_used(small_dataset, tmp_path, script, capsys):
+    prefix = tmp_path / "r"
+    # 96 images, 16 per batch, 2 epochs: the script ends after 12 iterations
+    rc = harness("--data", small_dataset, "--prefix", prefix, "--modes", "cached",
+                 "--iters", 100, "--warmup", 2, "--no-plots", "--no-advice", script,
+                 small_dataset)
+    assert rc == 0
+    said = "the script ended after 12 of 102 iterations (2 warm-up + 100 asked): measured 10"
+    captured = capsys.readouterr()
+    assert "[1/1] cached-cpusall: " in captured.err and said in captured.err  # the run
+    assert f"note: {said} iteration(s) (every run)" in captured.out  # the table's notes
+    assert "per epoch (96 samples) on device cpu;" in captured.out
+    (run,) = store.load_runs(prefix)
+    assert window.short_run(run) == window.ShortRun("cached-cpusall", 100, 12, 10, "iterations", 2)
+    summary = stalls.summary([run])
+    assert summary["measured"] == {"device": "cpu", "iters_per_run": 10,
+                                   "short_runs": [window.short_run(run).to_dict()]}
+    assert cli.main(["report", str(prefix)]) == 0
+    md = (prefix / "report.md").read_text()
+    assert "device cpu" in md and "device sim" not in md
+    assert "**Measured**: 10 iterations (100 iterations asked; the script ended first)" in md
+    assert said in md and "None" not in md
