@@ -215,24 +215,29 @@ class RunSpec:
     job: Job
     mode: Mode
     resources: Resources
+    repeat: int = 1  # 1-based: the N-th measurement of this very run (--repeats, --target-ci)
 
     @property
     def run_id(self) -> str:
         """Synthetic and cached runs do not depend on the cache budget or the
         storage bandwidth (no limit, everything cached), so their id names only
-        the CPUs and they are shared by every configuration of a sweep."""
+        the CPUs and they are shared by every configuration of a sweep. A
+        repeat after the first ends in `-r<N>`."""
         cpus = "all" if self.resources.cpus is None else str(self.resources.cpus)
         if self.mode.cache_independent:
-            return f"{self.mode.value}-cpus{cpus}"
-        return f"{self.mode.value}-{self.resources.key}".replace("%", "pct")
+            base = f"{self.mode.value}-cpus{cpus}"
+        else:
+            base = f"{self.mode.value}-{self.resources.key}".replace("%", "pct")
+        return base if self.repeat == 1 else f"{base}-r{self.repeat}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode.value, "resources": self.resources.to_dict(),
-                "job": self.job.to_dict()}
+                "job": self.job.to_dict(), "repeat": self.repeat}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSpec:
-        return cls(Job.from_dict(d["job"]), Mode(d["mode"]), Resources.from_dict(d["resources"]))
+        return cls(Job.from_dict(d["job"]), Mode(d["mode"]), Resources.from_dict(d["resources"]),
+                   int(d.get("repeat", 1)))
 
 
 @dataclass(frozen=True)

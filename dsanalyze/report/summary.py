@@ -25,8 +25,20 @@ def _num(x: float | None, fmt: str = "{:.1f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
-def _stall(s: float | None, pct: float | None) -> str:
-    return "-" if s is None else f"{s:.1f}s {pct:.0f}%"
+def _stall(cfg: dict[str, Any], kind: str) -> str:
+    """`1.2s 12.3% ±2.1` for a likely stall; `within noise (±2.1%)` when its interval holds 0."""
+    s, pct = cfg[f"{kind}_stall_s"], cfg[f"{kind}_stall_pct"]
+    if s is None:
+        return "-"
+    significance = cfg.get(f"{kind}_stall_significance")
+    if significance is None:  # a summary written before stalls had intervals
+        return f"{s:.1f}s {pct:.0f}%"
+    half = (cfg[f"{kind}_stall_pct_high"] - cfg[f"{kind}_stall_pct_low"]) / 2
+    if significance == "within_noise":
+        return f"within noise (±{half:.1f}%)"
+    if significance == "inverted":  # the slower mode measured faster, beyond noise: see the notes
+        return f"inverted (±{half:.1f}%)"
+    return f"{s:.1f}s {pct:.1f}% ±{half:.1f}"
 
 
 def table_rows(summary: dict[str, Any]) -> list[list[str]]:
@@ -35,8 +47,7 @@ def table_rows(summary: dict[str, Any]) -> list[list[str]]:
         rates = [_num(cfg["modes"].get(m, {}).get("rate_sps")) for m in ("synthetic", "cached", "disk")]
         rows.append([config_label(cfg), *rates,
                      _num(cfg["total_s"]), _num(cfg["compute_s"]),
-                     _stall(cfg["prep_stall_s"], cfg["prep_stall_pct"]),
-                     _stall(cfg["fetch_stall_s"], cfg["fetch_stall_pct"]), cfg["verdict"]])
+                     _stall(cfg, "prep"), _stall(cfg, "fetch"), cfg["verdict"]])
     return rows
 
 

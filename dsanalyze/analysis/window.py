@@ -1,0 +1,43 @@
+"""The steady-state window of a run: which iterations its headline rate counts.
+
+The iterations after the warm-up; for a disk run of two or more epochs, the
+epochs after the first (cold) one, which is reported on its own. Shared by the
+rate (`stalls.run_rate`) and its interval (`uncertainty.rate_interval`), so
+both count the very same iterations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dsanalyze.config import Mode
+from dsanalyze.store import RankRecord, RunResult
+
+
+@dataclass(frozen=True)
+class Window:
+    """Per rank, the indices of its measured iterations; `steady_from` the first steady epoch."""
+
+    ranks: tuple[RankRecord, ...]
+    chosen: tuple[tuple[int, ...], ...]
+    epochs: tuple[int, ...]
+    steady_from: int | None
+
+    def samples(self) -> int:
+        return sum(sum(r.samples[i] for i in c) for r, c in zip(self.ranks, self.chosen))
+
+    def measured_s(self) -> float:
+        """The longest rank's measured time: ranks advance together through DDP."""
+        return max(sum(r.iter_s[i] for i in c) for r, c in zip(self.ranks, self.chosen))
+
+
+def steady_window(result: RunResult) -> Window | None:
+    """The measured window of a completed run, or None when it has no measured iteration."""
+    ranks = tuple(r for r in result.ranks if len(r.iter_s) > r.warmup)
+    if not result.ok or not ranks:
+        return None
+    epochs = tuple(sorted({e for r in ranks for e in r.epoch}))
+    steady_from = epochs[1] if result.mode is Mode.DISK and len(epochs) >= 2 else None
+    chosen = tuple(tuple(i for i in range(r.warmup, len(r.iter_s))
+                         if steady_from is None or r.epoch[i] >= steady_from) for r in ranks)
+    return Window(ranks, chosen, epochs, steady_from)
