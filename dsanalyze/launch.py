@@ -35,7 +35,7 @@ from dsanalyze.config import Job, Mode, RunSpec, format_bytes
 from dsanalyze.errors import ConfigError, ResourceError, RunFailed
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.jobs.datasets import DatasetInfo
-from dsanalyze.monitor import Monitor, diskstats_read_bytes
+from dsanalyze.monitor import InterferenceProbe, Monitor, diskstats_read_bytes
 from dsanalyze.resources import cgroups, pagecache
 from dsanalyze.resources.cachelimit import CacheLimiter
 from dsanalyze.store import RankRecord, RunResult, Status
@@ -260,6 +260,8 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
             wrapper += ["--cpus", ",".join(map(str, limits.cpus))] if limits.cpus else []
             wrapper += ["--"]
         log = stack.enter_context(open(log_path, "w"))
+        probe = InterferenceProbe(limits.cpus, limits.device, cg.dirs.get("cpuacct") if cg else None)
+        probe.start()
         proc = subprocess.Popen(wrapper + job_argv(spec), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s)
@@ -283,6 +285,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
                 limiter.__exit__(None, None, None)
                 enforced.update(limiter.report())
             counters = cg.counters() if cg else {}
+            interference = probe.stop(counters.get("read_bytes"))
             if cg:
                 cg.kill()
         resident_after = pagecache.resident_bytes(ctx.dataset.files)
@@ -303,7 +306,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
           "disk_read_bytes_machine": (disk_after - disk_before) if disk_before is not None
           and disk_after is not None else None,
           "memory_peak_bytes": counters.get("memory_peak_bytes") or monitor.peak("tree_rss_bytes"),
-          "job_memory_peak_bytes": _job_memory_peak(monitor.samples)}
+          "job_memory_peak_bytes": _job_memory_peak(monitor.samples), "interference": interference}
     environment = {"versions": dict(versions()), "threads": threads, "host": socket.gethostname(),
                    "cpus_available": len(os.sched_getaffinity(0)), "gpu": monitor.gpu_status,
                    "cgroup_version": ctx.hierarchy.version if ctx.hierarchy else None,
