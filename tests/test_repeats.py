@@ -49,7 +49,8 @@ class Burners:
         self._lock = threading.Lock()
 
     def __enter__(self) -> Burners:
-        self.procs = [subprocess.Popen(self.argv) for _ in range(self.n)]
+        # each in its own session: with autogroup scheduling a session shares one slice
+        self.procs = [subprocess.Popen(self.argv, start_new_session=True) for _ in range(self.n)]
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -137,12 +138,13 @@ def _stop_when(path: Path, burners: Burners) -> threading.Thread:
 @needs_cgroups
 def test_target_ci_stops_early_on_a_steady_job_and_repeats_a_noisy_one(small_dataset, tmp_path):
     """One image per 100 ms step: one worker keeps up, so cached and synthetic agree
-    run after run and two repeats suffice. Noisy: 12 CPU burners on the run's CPU
-    during the first repeat only starve its loader, so the first cached run stalls
-    far more than the second: the interval stays wide and a third repeat is run."""
+    run after run and two repeats bring the prep stall within ±8%. Noisy: 12 CPU
+    burners on the run's CPU during the first repeat only starve its loader, so the
+    first cached run stalls far more than the second: the interval stays wider than
+    ±8% and a third repeat is run (the most --max-repeats allows)."""
     argv = ["--data", small_dataset, "--modes", "synthetic,cached", "--cpus", 1, "-b", 1,
-            "-j", 1, "--iters", 25, "--warmup", 3, "--sim-step-ms", 100, "--no-plots",
-            "--target-ci", "5%", "--max-repeats", 3]
+            "-j", 1, "--iters", 40, "--warmup", 3, "--sim-step-ms", 100, "--no-plots",
+            "--target-ci", "8%", "--max-repeats", 3]
     steady, noisy = tmp_path / "steady", tmp_path / "noisy"
     assert harness(*argv, "--prefix", steady) == 0
     burners = Burners(launch.cpu_ids(1)[0], 12, 0).__enter__()
@@ -154,10 +156,10 @@ def test_target_ci_stops_early_on_a_steady_job_and_repeats_a_noisy_one(small_dat
         stopper.join()
     assert _repeats(steady) == 2
     narrow = json.loads((steady / "summary.json").read_text())["configs"][0]
-    assert (narrow["prep_stall_pct_high"] - narrow["prep_stall_pct_low"]) / 2 <= 5
+    assert (narrow["prep_stall_pct_high"] - narrow["prep_stall_pct_low"]) / 2 <= 8
     assert _repeats(noisy) == 3
     wide = json.loads((noisy / "summary.json").read_text())["configs"][0]
-    assert (wide["prep_stall_pct_high"] - wide["prep_stall_pct_low"]) / 2 > 5
+    assert (wide["prep_stall_pct_high"] - wide["prep_stall_pct_low"]) / 2 > 8
     # the monitor saw the burners: the first cached run was disturbed on its CPU
     first = stalls.run_rate(store.read_run(store.run_path(noisy, "cached-cpus1")))
     assert "cpu" in first.disturbed and first.others_cpu_pct > 80
