@@ -78,6 +78,13 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lock-wait", dest="lock_wait", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for another harness measuring the same dataset (0: "
                         "refuse at once)")
+    g.add_argument("--repeats", type=int,
+                   help="run every configuration N times, interleaved across modes (1)")
+    g.add_argument("--target-ci", dest="target_ci",
+                   help="repeat a configuration until its stall intervals are within ± this "
+                        "share of the epoch, e.g. 5%%; at least 2 runs each")
+    g.add_argument("--max-repeats", dest="max_repeats", type=int,
+                   help="most runs per configuration with --target-ci (5)")
 
 
 def harness_parser() -> argparse.ArgumentParser:
@@ -116,7 +123,8 @@ def build_sweep(ns: argparse.Namespace) -> Sweep:
     except TypeError as e:
         raise ConfigError(f"bad job settings: {e}") from None
     sw: dict[str, Any] = dict(data.get("sweep", {}))
-    for key in ("prefix", "modes", "cpus", "cache", "storage_bw", "resume", "use_cgroups", "plots"):
+    for key in ("prefix", "modes", "cpus", "cache", "storage_bw", "resume", "use_cgroups", "plots",
+                "repeats", "target_ci", "max_repeats"):
         value = getattr(ns, key, None)
         if value is not None:
             sw[key] = value
@@ -138,6 +146,11 @@ def build_sweep(ns: argparse.Namespace) -> Sweep:
     for key in ("resume", "use_cgroups", "plots"):
         if key in sw:
             kwargs[key] = bool(sw[key])
+    for key in ("repeats", "max_repeats"):
+        if key in sw:
+            kwargs[key] = int(sw[key])
+    if "target_ci" in sw:
+        kwargs["target_ci_pct"] = config.parse_target_ci(sw["target_ci"])
     return Sweep(**kwargs)
 
 

@@ -215,24 +215,29 @@ class RunSpec:
     job: Job
     mode: Mode
     resources: Resources
+    repeat: int = 1  # 1-based: the N-th measurement of this very run (--repeats, --target-ci)
 
     @property
     def run_id(self) -> str:
         """Synthetic and cached runs do not depend on the cache budget or the
         storage bandwidth (no limit, everything cached), so their id names only
-        the CPUs and they are shared by every configuration of a sweep."""
+        the CPUs and they are shared by every configuration of a sweep. A
+        repeat after the first ends in `-r<N>`."""
         cpus = "all" if self.resources.cpus is None else str(self.resources.cpus)
         if self.mode.cache_independent:
-            return f"{self.mode.value}-cpus{cpus}"
-        return f"{self.mode.value}-{self.resources.key}".replace("%", "pct")
+            base = f"{self.mode.value}-cpus{cpus}"
+        else:
+            base = f"{self.mode.value}-{self.resources.key}".replace("%", "pct")
+        return base if self.repeat == 1 else f"{base}-r{self.repeat}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode.value, "resources": self.resources.to_dict(),
-                "job": self.job.to_dict()}
+                "job": self.job.to_dict(), "repeat": self.repeat}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSpec:
-        return cls(Job.from_dict(d["job"]), Mode(d["mode"]), Resources.from_dict(d["resources"]))
+        return cls(Job.from_dict(d["job"]), Mode(d["mode"]), Resources.from_dict(d["resources"]),
+                   int(d.get("repeat", 1)))
 
 
 @dataclass(frozen=True)
@@ -249,6 +254,15 @@ class Sweep:
     resume: bool = False
     use_cgroups: bool = True
     plots: bool = True
+    repeats: int = 1  # every run this many times, interleaved: all modes, then again
+    target_ci_pct: float | None = None  # or repeat until each stall is within ± this many points
+    max_repeats: int = 5  # the bound on --target-ci's repeats
+
+    def __post_init__(self) -> None:
+        if self.repeats < 1 or self.max_repeats < 1:
+            raise ConfigError("--repeats and --max-repeats must be at least 1")
+        if self.target_ci_pct is not None and self.target_ci_pct <= 0:
+            raise ConfigError(f"--target-ci must be positive, got {self.target_ci_pct:g}%")
 
     def resource_grid(self, dataset_bytes: int) -> list[Resources]:
         """Every resource configuration: `combos` if given, else the cross product."""
@@ -271,6 +285,14 @@ class Sweep:
                 spec = RunSpec(self.job, mode, Resources(res.cpus) if mode.cache_independent else res)
                 specs.setdefault(spec.run_id, spec)
         return list(specs.values())
+
+
+def parse_target_ci(text: str | float) -> float:
+    """`5%` or `5` -> 5.0: the half-width, in points of the epoch, each stall's interval must reach."""
+    try:
+        return float(str(text).strip().rstrip("%"))
+    except ValueError:
+        raise ConfigError(f"cannot read --target-ci {text!r}: write a percentage such as 5%") from None
 
 
 def parse_cpus_list(text: str) -> tuple[int | None, ...]:
@@ -314,7 +336,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     if bad:
         raise ConfigError(f"{path}: unknown [job] key(s) {sorted(bad)}")
     sweep_keys = {"prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "plots",
-                  "use_cgroups"}
+                  "use_cgroups", "repeats", "target_ci", "max_repeats"}
     bad = set(data.get("sweep", {})) - sweep_keys
     if bad:
         raise ConfigError(f"{path}: unknown [sweep] key(s) {sorted(bad)}")

@@ -38,7 +38,7 @@ from dsanalyze.config import Job, Mode, RunSpec, format_bytes
 from dsanalyze.errors import ConfigError, FailureKind
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.jobs.datasets import DatasetInfo
-from dsanalyze.monitor import Monitor, diskstats_read_bytes
+from dsanalyze.monitor import InterferenceProbe, Monitor, diskstats_read_bytes
 from dsanalyze.resources import cgroups, pagecache, storage
 from dsanalyze.resources.cachelimit import CacheLimiter
 from dsanalyze.resources.libmaps import MapsRecorder, tree_pids
@@ -264,6 +264,8 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
         log = stack.enter_context(open(log_path, "w"))
         if ctx.start_gate is not None:
             ctx.start_gate()
+        probe = InterferenceProbe(limits.cpus, limits.device, cg.dirs.get("cpuacct") if cg else None)
+        probe.start()
         proc = subprocess.Popen(wrapper + job_argv(spec), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         line.watch_group(proc.pid)
@@ -287,6 +289,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
                 limiter.__exit__(None, None, None)
                 enforced.update(limiter.report())
             counters = cg.counters() if cg else {}
+            interference = probe.stop(counters.get("read_bytes"))
             if cg:
                 cg.kill()
         resident_after = pagecache.resident_bytes(ctx.dataset.files)
@@ -308,7 +311,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
           "disk_read_bytes_machine": (disk_after - disk_before) if disk_before is not None
           and disk_after is not None else None,
           "memory_peak_bytes": counters.get("memory_peak_bytes") or monitor.peak("tree_rss_bytes"),
-          "job_memory_peak_bytes": _job_memory_peak(monitor.samples)}
+          "job_memory_peak_bytes": _job_memory_peak(monitor.samples), "interference": interference}
     if maps is not None:
         io["mapped_files"] = maps.files
     environment = {"versions": dict(versions()), "threads": threads, "host": socket.gethostname(),

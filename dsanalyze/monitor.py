@@ -4,13 +4,17 @@ The cgroup's own counters (CPU time, bytes read, memory) are preferred: psutil
 misses processes that lived between two samples (DataLoader workers of a short
 epoch). psutil adds per-process detail; NVML adds GPU utilisation and memory
 where there is a GPU (without one, `gpu` is recorded as absent, not an error).
+`InterferenceProbe` measures what other processes did on the run's CPUs and
+disk meanwhile (`analysis/interference.py` judges it).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -122,3 +126,74 @@ class Monitor:
 
     def peak(self, key: str) -> float:
         return max((float(s.get(key, 0)) for s in self.samples), default=0.0)
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_busy_s(cpu_ids: tuple[int, ...]) -> float:
+    """Seconds the given CPUs spent busy since boot, from /proc/stat (all processes).
+
+    Busy: user, nice, system, irq, softirq and steal; idle and iowait are not.
+    (guest time is already counted in user.)
+    """
+    wanted = {f"cpu{i}" for i in cpu_ids}
+    busy = 0
+    with open("/proc/stat") as f:
+        for line in f:
+            parts = line.split()
+            if parts and parts[0] in wanted:
+                user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, parts[1:9])
+                busy += user + nice + system + irq + softirq + steal
+    return busy / _CLK_TCK
+
+
+def cgroup_cpu_s(cpuacct_dir: Path, cpu_ids: tuple[int, ...]) -> float | None:
+    """Seconds the cgroup's processes ran on the given CPUs (cpuacct.usage_percpu, v1)."""
+    try:
+        per_cpu = [int(x) for x in (cpuacct_dir / "cpuacct.usage_percpu").read_text().split()]
+    except (OSError, ValueError):
+        return None
+    return sum(per_cpu[i] for i in cpu_ids if i < len(per_cpu)) / 1e9
+
+
+class InterferenceProbe:
+    """CPU time and disk reads of processes outside a run's cgroup, while the run goes.
+
+    Others' CPU seconds = busy time of the run's CPUs (/proc/stat) minus the
+    cgroup's own usage on them (cpuacct); others' reads = bytes read from the
+    dataset's whole disk (/proc/diskstats) minus the cgroup's (blkio). Both
+    over the run's wall time, from `start()` to `stop()`. The harness's own
+    sampling threads run outside the cgroup and count as others (about 1%).
+    """
+
+    def __init__(self, cpu_ids: tuple[int, ...] | None, device: str | None,
+                 cpuacct_dir: Path | None) -> None:
+        self.cpu_ids = tuple(cpu_ids) if cpu_ids else tuple(sorted(os.sched_getaffinity(0)))
+        self.device = device
+        self.cpuacct_dir = cpuacct_dir
+        self._start: tuple[float, float, float | None, int | None] | None = None
+
+    def _now(self) -> tuple[float, float, float | None, int | None]:
+        own = cgroup_cpu_s(self.cpuacct_dir, self.cpu_ids) if self.cpuacct_dir else None
+        return time.monotonic(), cpu_busy_s(self.cpu_ids), own, diskstats_read_bytes(self.device)
+
+    def start(self) -> None:
+        self._start = self._now()
+
+    def stop(self, cgroup_read_bytes: int | None) -> dict[str, Any]:
+        """What others did since `start()`; `cgroup_read_bytes` the cgroup's reads since it was made."""
+        t1, busy1, own1, disk1 = self._now()
+        t0, busy0, own0, disk0 = self._start or (t1, busy1, own1, disk1)
+        window_s = t1 - t0
+        out: dict[str, Any] = {"cpus": list(self.cpu_ids), "window_s": window_s,
+                               "cpu_busy_s": busy1 - busy0, "device": self.device}
+        if own1 is not None and own0 is not None and window_s > 0:
+            own_s = own1 - own0
+            others_s = max(0.0, busy1 - busy0 - own_s)
+            out.update(cgroup_cpu_s=own_s, others_cpu_s=others_s,
+                       others_cpu_pct=100 * others_s / (window_s * len(self.cpu_ids)))
+        if disk0 is not None and disk1 is not None and cgroup_read_bytes is not None:
+            out.update(disk_read_bytes=disk1 - disk0, cgroup_read_bytes=cgroup_read_bytes,
+                       others_read_bytes=max(0, disk1 - disk0 - cgroup_read_bytes))
+        return out

@@ -3,6 +3,10 @@
 Runs of one prefix belong to one job. Cached runs come before disk runs of
 the same CPU count, because a disk run's memory limit is its cache budget
 plus the job memory the cached run measured.
+
+Repeats (`--repeats`, `--target-ci`) run the whole list again, in the same
+order, so that drift affects every mode alike; each repeat is its own run
+file (`<run id>-r<N>`) and resumes like the others.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from dsanalyze import launch, nodes, store
-from dsanalyze.analysis import stalls, window
+from dsanalyze.analysis import measured as measured_window
+from dsanalyze.analysis import stalls
 from dsanalyze.config import Mode, RunSpec, Sweep
 from dsanalyze.errors import ConfigError, DatasetError, FailureKind, NodeLost, ResourceError
 from dsanalyze.fingerprint import Fingerprint, check_consistent, check_resumable, check_unchanged
@@ -105,33 +110,28 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
     group = None
     try:
         if sweep.job.nnodes > 1:
+            if sweep.target_ci_pct is not None:
+                # each node would judge its own ranks' intervals: they could disagree
+                raise ConfigError("--target-ci needs one node: with several, give --repeats N")
             group = nodes.NodeGroup.join(sweep.job, specs)
-        for i, spec in enumerate(specs, 1):
-            done = store.completed(prefix, spec) if sweep.resume else None
-            if group is not None and not group.agree_skip(i, done is not None, spec.job.timeout_s):
-                done = None  # another node lacks it: every node runs it again
-            if done is not None:
-                outcome.skipped.append(spec.run_id)
-                _remember_memory(ctx, done)
-                continue
-            check_unchanged(dataset.root, fp)
-            result = _run(spec, ctx, group, i)
-            result = dataclasses.replace(result, dataset={**result.dataset,
-                                                          "fingerprint": fp.to_dict()})
-            store.write_run(prefix, result)
-            outcome.results.append(result)
-            _remember_memory(ctx, result)
-            measured += 1
-            if progress:
-                progress(_progress_line(i, len(specs), spec, result, measured,
-                                        time.monotonic() - t_start, len(specs) - i))
-            _stop_on_usage_error(result, sweep)
-            if result.failure is FailureKind.CORRUPT_SAMPLE:
-                # every other run would read the same file: stop here
-                raise DatasetError(result.error)
-            if group is not None and group.lost_node() is not None:
-                raise NodeLost(f"{spec.run_id}: {result.error}; restart every node's harness "
-                               "with --resume")
+        repeat, todo, seq = 1, specs, 0
+        while todo:
+            for i, spec in enumerate(todo, 1):
+                seq += 1  # the same on every node: the sweep and its repeats are the same
+                result = _measure(spec, ctx, outcome, sweep.resume, fp, group, seq)
+                if result is None:
+                    continue
+                measured += 1
+                if progress:
+                    line = _progress_line(spec, result, measured, time.monotonic() - t_start,
+                                          len(todo) - i)
+                    progress(f"[{i}/{len(todo)}] {line}{_repeat_tag(sweep, repeat)}")
+                _stop_on_usage_error(result, sweep)
+                if group is not None and group.lost_node() is not None:
+                    raise NodeLost(f"{spec.run_id}: {result.error}; restart every node's "
+                                   "harness with --resume")
+            repeat += 1
+            todo = next_repeat(sweep, specs, repeat, progress)
     finally:
         if group is not None:
             group.close()
@@ -171,6 +171,67 @@ def _stop_on_usage_error(result: RunResult, sweep: Sweep) -> None:
                       f"{result.log_path})")
 
 
+def _measure(spec: RunSpec, ctx: launch.LaunchContext, outcome: SweepOutcome, resume: bool,
+             fp: Fingerprint, group: nodes.NodeGroup | None, seq: int) -> RunResult | None:
+    """One run, stored as soon as it ends; None when `resume` finds it complete (on every
+    node, with several)."""
+    done = store.completed(ctx.prefix, spec) if resume else None
+    if group is not None and not group.agree_skip(seq, done is not None, spec.job.timeout_s):
+        done = None  # another node lacks it: every node runs it again
+    if done is not None:
+        outcome.skipped.append(spec.run_id)
+        _remember_memory(ctx, done)
+        return None
+    check_unchanged(ctx.dataset.root, fp)
+    result = _run(spec, ctx, group, seq)
+    result = dataclasses.replace(result, dataset={**result.dataset, "fingerprint": fp.to_dict()})
+    store.write_run(ctx.prefix, result)
+    outcome.results.append(result)
+    _remember_memory(ctx, result)
+    if result.failure is FailureKind.CORRUPT_SAMPLE:
+        # every other run would read the same file: stop here
+        raise DatasetError(result.error)
+    return result
+
+
+def next_repeat(sweep: Sweep, specs: list[RunSpec], repeat: int,
+                progress: Callable[[str], None] | None = None) -> list[RunSpec]:
+    """The runs of repeat number `repeat` (1-based), in the order of the first: none when done.
+
+    `--repeats N`: all of them up to N. `--target-ci`: at least 2 (one run says
+    nothing about run-to-run drift) and at most `max_repeats`; beyond 2, only
+    the runs of configurations whose stall intervals are still wider than the
+    target (the synthetic and cached runs of their CPU count, and their disk run).
+    """
+    again = [dataclasses.replace(s, repeat=repeat) for s in specs]
+    if sweep.target_ci_pct is None:
+        return again if repeat <= sweep.repeats else []
+    if repeat > sweep.max_repeats:
+        return []
+    if repeat <= max(sweep.repeats, 2):
+        return again
+    wide = [b for b in stalls.breakdowns(store.load_runs(sweep.prefix))
+            if (w := b.widest_pct()) is not None and w > sweep.target_ci_pct]
+    if progress:
+        for b in wide:
+            progress(f"after {repeat - 1} repeats: {b.key} stalls ±{b.widest_pct():.1f}% > "
+                     f"target ±{sweep.target_ci_pct:g}%: repeating")
+    return [s for s in again if any(_serves(s, b) for b in wide)]
+
+
+def _serves(spec: RunSpec, b: stalls.Breakdown) -> bool:
+    """Whether the run is one of the configuration's (shared synthetic/cached runs included)."""
+    if spec.resources.cpus != b.cpus:
+        return False
+    return spec.mode.cache_independent or spec.resources.key == b.key
+
+
+def _repeat_tag(sweep: Sweep, repeat: int) -> str:
+    if sweep.target_ci_pct is not None:
+        return f", repeat {repeat} (at most {sweep.max_repeats}, until stalls ±{sweep.target_ci_pct:g}%)"
+    return f", repeat {repeat}/{sweep.repeats}" if sweep.repeats > 1 else ""
+
+
 def write_summary(prefix: Path) -> dict[str, Any] | None:
     if not store.runs_dir(prefix).is_dir():
         return None
@@ -193,13 +254,18 @@ def _remember_memory(ctx: launch.LaunchContext, result: RunResult) -> None:
         ctx.library_files = tuple(result.io.get("mapped_files") or ctx.library_files)
 
 
-def _progress_line(i: int, n: int, spec: RunSpec, result: RunResult, measured: int,
-                   elapsed_s: float, remaining: int) -> str:
-    rate = stalls.run_rate(result).rate_sps
-    what = f"{rate:.1f} samples/s" if rate else f"{result.status}: {result.error}"
-    short = window.short_run(result)
+def _progress_line(spec: RunSpec, result: RunResult, measured: int, elapsed_s: float,
+                   remaining: int) -> str:
+    """`cached-cpus1: 40.0 samples/s [38.2, 41.5] (12 s), ETA 0m30s`."""
+    rate = stalls.run_rate(result, interval=True)
+    what = f"{result.status}: {result.error}"
+    if rate.rate_sps:
+        what = f"{rate.rate_sps:.1f} samples/s"
+        if rate.rate_sps_low is not None:
+            what += f" [{rate.rate_sps_low:.1f}, {rate.rate_sps_high:.1f}]"
+    short = measured_window.short_run(result)
     if short is not None:
-        what += f"; {window.short_text(short)}"
+        what += f"; {measured_window.short_text(short)}"
     eta_s = elapsed_s / measured * remaining
-    return (f"[{i}/{n}] {spec.run_id}: {what} ({result.duration_s:.0f} s), "
+    return (f"{spec.run_id}: {what} ({result.duration_s:.0f} s), "
             f"ETA {eta_s // 60:.0f}m{eta_s % 60:02.0f}s")

@@ -60,6 +60,6 @@ def test_cached_prep_stall(small_dataset, tmp_path, workers, batch, step_ms, bou
     assert rc == 0
     cfg = summary_of(prefix)["configs"][0]
     if bound == "prep":
-        assert cfg["prep_stall_pct"] > 50 and cfg["verdict"].startswith("highly prep-bound")
+        assert cfg["prep_stall_pct"] > 50 and cfg["verdict"].startswith("likely highly prep-bound")
     else:
         assert cfg["prep_stall_pct"] < 3 and cfg["verdict"].startswith("compute-bound")

@@ -147,7 +147,7 @@ def test_write_report(prefix, capsys):
     embedded = [base64.b64decode(d) for d in
                 re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)]
     assert embedded == [(prefix / name).read_bytes() for name in linked]
-    assert "highly fetch-bound: 66% of time is fetch stall" in md
+    assert "likely highly fetch-bound: 66% ±17 of time is fetch stall" in md
 
 
 def test_headline_names_the_most_and_least_stalled():

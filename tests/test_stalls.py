@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dsanalyze.analysis.stalls import breakdowns, run_rate, summary, verdict
+from dsanalyze.analysis.uncertainty import Significance, StallInterval
 from dsanalyze.config import CacheBudget, Job, Mode, Resources, RunSpec
 from dsanalyze.store import RankRecord, RunResult
 
@@ -22,9 +23,9 @@ def make_run(mode: Mode, iter_s: float, wait_s: float = 0.0, n: int = 20, warmup
 
 @pytest.mark.parametrize("g_iter,c_iter,d_iter,prep_pct,fetch_pct,word", [
     (0.1, 0.1, 0.1, 0.0, 0.0, "compute-bound"),       # no stall at all
-    (0.1, 0.2, 0.2, 50.0, 0.0, "highly prep-bound"),  # cached twice as slow
-    (0.1, 0.1, 0.4, 0.0, 75.0, "highly fetch-bound"),
-    (0.1, 0.11, 0.12, 100 * 0.01 / 0.12, 100 * 0.01 / 0.12, "prep-bound"),
+    (0.1, 0.2, 0.2, 50.0, 0.0, "likely highly prep-bound"),  # cached twice as slow
+    (0.1, 0.1, 0.4, 0.0, 75.0, "likely highly fetch-bound"),
+    (0.1, 0.11, 0.12, 100 * 0.01 / 0.12, 100 * 0.01 / 0.12, "likely prep-bound"),
 ])
 def test_breakdown(g_iter, c_iter, d_iter, prep_pct, fetch_pct, word):
     runs = [make_run(Mode.SYNTHETIC, g_iter), make_run(Mode.CACHED, c_iter),
@@ -63,14 +64,26 @@ def test_failed_run_is_reported_not_rated():
     assert cfg["prep_stall_s"] is None and cfg["modes"]["cached"]["rate_sps"] is None
 
 
+def stall(pct: float, half: float) -> StallInterval:
+    """A stall of `pct`% ± `half` of a 10 s epoch."""
+    lo, hi = pct - half, pct + half
+    sig = Significance.LIKELY if lo > 0 else \
+        Significance.INVERTED if hi < 0 else Significance.WITHIN_NOISE
+    return StallInterval(pct / 10, lo / 10, hi / 10, pct, lo, hi, sig)
+
+
 @pytest.mark.parametrize("prep,fetch,text", [
-    (41.0, 2.0, "highly prep-bound: 41% of time is prep stall"),
-    (10.0, 12.0, "fetch-bound: 12% of time is fetch stall, 10% prep stall"),
-    (2.0, 2.0, "compute-bound: stalls are 4% of time"),
+    ((41, 3), (2, 1), "likely highly prep-bound: 41% ±3 of time is prep stall"),
+    ((10, 2), (12, 2), "likely fetch-bound: 12% ±2 of time is fetch stall, 10% ±2 prep stall"),
+    ((2, 1), (2, 1), "compute-bound: stalls are 4% of time"),
+    ((1, 2), (0, 1), "compute-bound: stalls are 1% of time (within noise)"),
+    ((15, 20), (2, 1), "within noise: prep stall 15% ±20 cannot be told from 0; repeat the runs "
+                       "(--repeats, --target-ci)"),
+    ((30, 3), (12, 20), "likely highly prep-bound: 30% ±3 of time is prep stall"),
     (None, None, "unknown: no synthetic and cached runs to compare"),
 ])
 def test_verdict(prep, fetch, text):
-    assert verdict(prep, fetch) == text
+    assert verdict(prep and stall(*prep), fetch and stall(*fetch)) == text
 
 
 @pytest.mark.parametrize("dataset_bytes,cache,warned", [

@@ -23,10 +23,10 @@ def result(mode: Mode, cpus: int = 1, job: Job = JOB, **io) -> RunResult:
     (1, 4, 1, 10.0, 3, "ETA 0m30s"),
     (3, 9, 2, 100.0, 6, "ETA 5m00s"),
 ])
-def test_progress_line_has_position_rate_and_eta(i, n, measured, elapsed, remaining, eta):
+def test_progress_line_has_rate_interval_and_eta(i, n, measured, elapsed, remaining, eta):
     r = result(Mode.CACHED)
-    line = sweep._progress_line(i, n, r.spec, r, measured, elapsed, remaining)
-    assert line.startswith(f"[{i}/{n}] cached-cpus1: 40.0 samples/s (12 s)") and line.endswith(eta)
+    line = sweep._progress_line(r.spec, r, measured, elapsed, remaining)
+    assert line.startswith("cached-cpus1: 40.0 samples/s [40.0, 40.0] (12 s)") and line.endswith(eta)
 
 
 def test_prefix_of_another_job_is_refused_with_the_difference(tmp_path):

@@ -3,10 +3,16 @@
 For one resource configuration, with N samples per epoch:
 
     compute_s     = N / G                 G: synthetic rate (samples/s)
-    prep_stall_s  = N / P_cached - N / G  (>= 0)
-    fetch_stall_s = N / P_disk - N / P_cached  (>= 0)
+    prep_stall_s  = N / P_cached - N / G
+    fetch_stall_s = N / P_disk - N / P_cached
     total_s       = N / P_disk  (N / P_cached when there is no disk run)
     *_pct         = *_stall_s / total_s * 100
+
+Each rate has a confidence interval and each stall an interval propagated
+from the two rates it subtracts (`uncertainty.py`). A stall whose interval
+contains 0 is within noise: the verdict says "likely" only of a stall whose
+whole interval is above 0. The stored `*_stall_s` and `*_stall_pct` are
+clamped at 0 for drawing; the interval and the significance say the rest.
 
 A run's rate is its steady state: the iterations after the warm-up, and for a
 disk run of two or more epochs, the epochs after the first (cold) one, which
@@ -16,12 +22,17 @@ the longest rank's measured time (ranks advance together through DDP).
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
+from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dsanalyze.analysis import interference, uncertainty
+from dsanalyze.analysis.uncertainty import RateSamples, Significance, StallInterval
+from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import Mode
-from dsanalyze.store import RankRecord, RunResult
+from dsanalyze.store import RunResult
 
 INPUT_BOUND_PCT = 5.0  # TF profiler: input-bound when > 5% of step time waits for data
 HIGHLY_INPUT_BOUND_PCT = 20.0
@@ -30,7 +41,7 @@ WIDE_SPREAD_PCT = 10.0  # torch.utils.benchmark warns when IQR/median > 10%
 
 @dataclass(frozen=True)
 class RunRate:
-    """Headline numbers of one run."""
+    """Headline numbers of one run; the interval only when asked (`run_rate(r, interval=True)`)."""
 
     run_id: str
     mode: str
@@ -46,16 +57,19 @@ class RunRate:
     steady_epochs: int = 0
     samples_per_epoch: int | None = None
     error: str | None = None
+    rate_sps_low: float | None = None  # confidence interval of rate_sps (uncertainty.py)
+    rate_sps_high: float | None = None
+    rate_method: str | None = None
+    rate_level: float | None = None
+    repeat: int = 1
+    others_cpu_pct: float | None = None  # CPU time of other processes on the run's CPUs
+    others_read_bytes: int | None = None  # bytes others read from the dataset's disk
+    disturbed: tuple[str, ...] = ()  # Interference kinds beyond their threshold
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _measured(rank: RankRecord, steady_from_epoch: int | None) -> list[int]:
-    idx = range(rank.warmup, len(rank.iter_s))
-    if steady_from_epoch is None:
-        return list(idx)
-    return [i for i in idx if rank.epoch[i] >= steady_from_epoch]
+        d = asdict(self)
+        d["disturbed"] = list(self.disturbed)
+        return d
 
 
 def samples_per_epoch(result: RunResult) -> int | None:
@@ -69,46 +83,55 @@ def samples_per_epoch(result: RunResult) -> int | None:
     return result.dataset.get("files")
 
 
-def run_rate(result: RunResult) -> RunRate:
-    """Steady-state rate, wait share, spread and cold epoch of one run."""
-    base = RunRate(result.run_id, result.mode.value, result.status, error=result.error)
-    ranks = [r for r in result.ranks if len(r.iter_s) > r.warmup]
-    if not result.ok or not ranks:
+def run_rate(result: RunResult, interval: bool = False) -> RunRate:
+    """Steady-state rate, wait share, spread, cold epoch and interference of one run.
+
+    `interval=True` adds the rate's confidence interval (a bootstrap: keep it
+    out of loops that only need the rate).
+    """
+    base = RunRate(result.run_id, result.mode.value, result.status, error=result.error,
+                   repeat=result.spec.repeat, **interference.of_run(result))
+    window = steady_window(result)
+    if window is None:
         return base
-    epochs = sorted({e for r in ranks for e in r.epoch})
-    steady_from = None
+    ranks, chosen = window.ranks, window.chosen
     epoch1_s = epoch1_rate = None
-    if result.mode is Mode.DISK and len(epochs) >= 2:
-        steady_from = epochs[1]
-        first = [[i for i, e in enumerate(r.epoch) if e == epochs[0]] for r in ranks]
+    if window.steady_from is not None:
+        first = [[i for i, e in enumerate(r.epoch) if e == window.epochs[0]] for r in ranks]
         epoch1_s = max(sum(r.iter_s[i] for i in f) for r, f in zip(ranks, first))
         epoch1_samples = sum(sum(r.samples[i] for i in f) for r, f in zip(ranks, first))
         epoch1_rate = epoch1_samples / epoch1_s if epoch1_s > 0 else None
-    chosen = [_measured(r, steady_from) for r in ranks]
-    samples = sum(sum(r.samples[i] for i in c) for r, c in zip(ranks, chosen))
+    samples = window.samples()
     times = [sum(r.iter_s[i] for i in c) for r, c in zip(ranks, chosen)]
     waits = [sum(r.wait_s[i] for i in c) for r, c in zip(ranks, chosen)]
-    measured_s = max(times)
+    measured_s = window.measured_s()
     iters = sorted(r.iter_s[i] for r, c in zip(ranks, chosen) for i in c)
     med = statistics.median(iters) if iters else None
     iqr_pct = None
     if len(iters) >= 4 and med:
         q = statistics.quantiles(iters, n=4)
         iqr_pct = (q[2] - q[0]) / med * 100
-    return RunRate(
-        result.run_id, result.mode.value, result.status,
-        rate_sps=samples / measured_s if measured_s > 0 else None,
+    ci = uncertainty.rate_interval(result) if interval else None
+    return dataclasses.replace(
+        base, rate_sps=samples / measured_s if measured_s > 0 else None,
         measured_samples=samples, measured_s=measured_s,
         wait_pct=100 * sum(waits) / sum(times) if sum(times) > 0 else None,
         iter_median_s=med, iter_iqr_pct=iqr_pct, epoch1_s=epoch1_s, epoch1_rate_sps=epoch1_rate,
-        steady_epochs=len(epochs) - 1 if steady_from is not None else 0,
+        steady_epochs=len(window.epochs) - 1 if window.steady_from is not None else 0,
         samples_per_epoch=samples_per_epoch(result),
-    )
+        rate_sps_low=ci.low_sps if ci else None, rate_sps_high=ci.high_sps if ci else None,
+        rate_method=ci.method if ci else None, rate_level=ci.level if ci else None)
 
 
 @dataclass(frozen=True)
 class Breakdown:
-    """Per resource configuration: each mode's rate and the stall split (per epoch)."""
+    """Per resource configuration: each mode's rate and the stall split (per epoch).
+
+    `prep_stall_s` and `fetch_stall_s` are clamped at 0 (what a bar can draw);
+    the `*_low`/`*_high` interval and `*_significance` (a `Significance`
+    value) say whether the stall is a finding or noise. With repeats, a mode's
+    rate is the mean over its repeats.
+    """
 
     key: str
     cpus: int | None
@@ -116,7 +139,7 @@ class Breakdown:
     cache_bytes: int | None
     storage_read_bps: int | None
     samples_per_epoch: int | None
-    modes: dict[str, dict[str, Any]]  # mode -> rate_sps, time_s, wait_pct, run_id, status
+    modes: dict[str, dict[str, Any]]  # mode -> rate_sps (+ interval), time_s, wait_pct, run_id(s)
     enforced: dict[str, Any]
     compute_s: float | None
     prep_stall_s: float | None
@@ -126,60 +149,100 @@ class Breakdown:
     fetch_stall_pct: float | None
     verdict: str
     warnings: tuple[str, ...] = ()
+    prep_stall_s_low: float | None = None
+    prep_stall_s_high: float | None = None
+    prep_stall_pct_low: float | None = None
+    prep_stall_pct_high: float | None = None
+    prep_stall_significance: str | None = None
+    fetch_stall_s_low: float | None = None
+    fetch_stall_s_high: float | None = None
+    fetch_stall_pct_low: float | None = None
+    fetch_stall_pct_high: float | None = None
+    fetch_stall_significance: str | None = None
+    level: float = uncertainty.DEFAULT_LEVEL
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["warnings"] = list(self.warnings)
         return d
 
+    def widest_pct(self) -> float | None:
+        """The larger half-width of the two stall intervals (points of the epoch)."""
+        widths = [(hi - lo) / 2 for lo, hi in ((self.prep_stall_pct_low, self.prep_stall_pct_high),
+                                              (self.fetch_stall_pct_low, self.fetch_stall_pct_high))
+                  if lo is not None and hi is not None]
+        return max(widths) if widths else None
 
-def verdict(prep_pct: float | None, fetch_pct: float | None) -> str:
-    """In words: `prep-bound: 41% of time is prep stall`."""
-    if prep_pct is None and fetch_pct is None:
+
+def _likely_text(kind: str, stall: StallInterval) -> str:
+    return f"{stall.pct:.0f}% ±{stall.half_width_pct:.0f} of time is {kind} stall"
+
+
+def verdict(prep: StallInterval | None, fetch: StallInterval | None) -> str:
+    """In words: `likely prep-bound: 41% ±3 of time is prep stall`, or `within noise: ...`."""
+    if prep is None and fetch is None:
         return "unknown: no synthetic and cached runs to compare"
-    prep, fetch = prep_pct or 0.0, fetch_pct or 0.0
-    if prep + fetch <= INPUT_BOUND_PCT:
-        return f"compute-bound: stalls are {prep + fetch:.0f}% of time"
-    kind, pct, other, other_pct = ("prep", prep, "fetch", fetch) if prep >= fetch else \
-        ("fetch", fetch, "prep", prep)
-    level = "highly " if pct > HIGHLY_INPUT_BOUND_PCT else ""
-    text = f"{level}{kind}-bound: {pct:.0f}% of time is {kind} stall"
-    if other_pct > INPUT_BOUND_PCT:
-        text += f", {other_pct:.0f}% {other} stall"
-    return text
+    stalls = {k: s for k, s in (("prep", prep), ("fetch", fetch)) if s is not None}
+    likely = sorted(((s.pct, k) for k, s in stalls.items()
+                     if s.significance is Significance.LIKELY and s.pct > INPUT_BOUND_PCT),
+                    reverse=True)
+    if likely:
+        (pct, kind), *rest = likely
+        level = "highly " if pct > HIGHLY_INPUT_BOUND_PCT else ""
+        text = f"likely {level}{kind}-bound: {_likely_text(kind, stalls[kind])}"
+        for _, other in rest:
+            text += f", {stalls[other].pct:.0f}% ±{stalls[other].half_width_pct:.0f} {other} stall"
+        return text
+    if all(s.pct_high <= INPUT_BOUND_PCT for s in stalls.values()):
+        total = sum(max(s.pct, 0.0) for s in stalls.values())
+        noise = all(s.significance is not Significance.LIKELY for s in stalls.values())
+        return f"compute-bound: stalls are {total:.0f}% of time" + (" (within noise)" if noise else "")
+    kind, s = max(stalls.items(), key=lambda ks: ks[1].pct_high)
+    return (f"within noise: {kind} stall {s.pct:.0f}% ±{s.half_width_pct:.0f} cannot be told "
+            "from 0; repeat the runs (--repeats, --target-ci)")
 
 
-def _mode_entry(rate: RunRate, n: int | None) -> dict[str, Any]:
-    time_s = n / rate.rate_sps if (n and rate.rate_sps) else None
-    return {"run_id": rate.run_id, "status": rate.status, "rate_sps": rate.rate_sps,
-            "time_s": time_s, "wait_pct": rate.wait_pct, "iter_iqr_pct": rate.iter_iqr_pct,
-            "epoch1_s": rate.epoch1_s, "epoch1_rate_sps": rate.epoch1_rate_sps,
-            "error": rate.error}
+def _mode_entry(rates: list[RunRate], samples: RateSamples | None, n: int | None,
+                level: float) -> dict[str, Any]:
+    first = rates[0]
+    rate = samples.rate_sps if samples else first.rate_sps
+    ci = samples.interval(level) if samples else None
+    time_s = n / rate if (n and rate) else None
+    return {"run_id": first.run_id, "run_ids": [r.run_id for r in rates], "repeats": len(rates),
+            "status": first.status, "rate_sps": rate,
+            "rate_sps_low": ci.low_sps if ci else None, "rate_sps_high": ci.high_sps if ci else None,
+            "rate_method": ci.method if ci else None, "rate_level": level,
+            "time_s": time_s, "wait_pct": first.wait_pct, "iter_iqr_pct": first.iter_iqr_pct,
+            "epoch1_s": first.epoch1_s, "epoch1_rate_sps": first.epoch1_rate_sps,
+            "disturbed": sorted({k for r in rates for k in r.disturbed}),
+            "error": first.error}
 
 
-def breakdowns(results: list[RunResult]) -> list[Breakdown]:
+def breakdowns(results: list[RunResult], level: float = uncertainty.DEFAULT_LEVEL) -> list[Breakdown]:
     """One Breakdown per resource configuration found among the runs.
 
     Configurations come from the disk runs (each pairs with the synthetic and
     cached runs of the same CPU count); without disk runs, one per CPU count.
+    Repeats of a run (`RunSpec.repeat`) are pooled into their configuration.
     """
-    by_mode_cpus: dict[tuple[Mode, int | None], RunResult] = {}
-    disk_runs = []
-    for r in results:
+    by_mode_cpus: dict[tuple[Mode, int | None], list[RunResult]] = defaultdict(list)
+    disk_runs: dict[str, list[RunResult]] = defaultdict(list)
+    for r in sorted(results, key=lambda r: r.spec.repeat):
         if r.mode is Mode.DISK:
-            disk_runs.append(r)
+            disk_runs[r.spec.resources.key].append(r)
         else:
-            by_mode_cpus[(r.mode, r.spec.resources.cpus)] = r
-    anchors = disk_runs or [r for r in results if r.mode is Mode.CACHED] or \
-        [r for r in results if r.mode is Mode.SYNTHETIC]
+            by_mode_cpus[(r.mode, r.spec.resources.cpus)].append(r)
+    anchors = list(disk_runs.values()) or \
+        [v for (m, _), v in by_mode_cpus.items() if m is Mode.CACHED] or \
+        [v for (m, _), v in by_mode_cpus.items() if m is Mode.SYNTHETIC]
     out = []
-    for anchor in sorted(anchors, key=_order_key):
-        cpus = anchor.spec.resources.cpus
-        group = {Mode.DISK: anchor} if anchor.mode is Mode.DISK else {}
+    for anchor in sorted(anchors, key=lambda runs: _order_key(runs[0])):
+        cpus = anchor[0].spec.resources.cpus
+        group = {Mode.DISK: anchor} if anchor[0].mode is Mode.DISK else {}
         for mode in (Mode.SYNTHETIC, Mode.CACHED, Mode.LOADER):
             if (mode, cpus) in by_mode_cpus:
                 group[mode] = by_mode_cpus[(mode, cpus)]
-        out.append(_breakdown(anchor, group))
+        out.append(_breakdown(anchor[0], group, level))
     return out
 
 
@@ -190,41 +253,55 @@ def _order_key(r: RunResult) -> tuple:
             -(res.storage_read_bps or 1 << 62))
 
 
-def _breakdown(anchor: RunResult, group: dict[Mode, RunResult]) -> Breakdown:
-    rates = {m: run_rate(r) for m, r in group.items()}
-    n = next((r.samples_per_epoch for r in rates.values() if r.samples_per_epoch), None)
-    g = rates.get(Mode.SYNTHETIC)
-    c = rates.get(Mode.CACHED)
-    d = rates.get(Mode.DISK)
+def _stall_fields(kind: str, stall: StallInterval | None) -> dict[str, Any]:
+    if stall is None:
+        return {f"{kind}_stall_s": None, f"{kind}_stall_pct": None}
+    return {f"{kind}_stall_s": max(0.0, stall.s), f"{kind}_stall_pct": max(0.0, stall.pct),
+            f"{kind}_stall_s_low": stall.s_low, f"{kind}_stall_s_high": stall.s_high,
+            f"{kind}_stall_pct_low": stall.pct_low, f"{kind}_stall_pct_high": stall.pct_high,
+            f"{kind}_stall_significance": stall.significance.value}
 
-    def t(rate: RunRate | None) -> float | None:
-        return n / rate.rate_sps if (rate and rate.rate_sps and n) else None
 
-    t_g, t_c, t_d = t(g), t(c), t(d)
-    compute = t_g
-    prep = max(0.0, t_c - t_g) if (t_c is not None and t_g is not None) else None
-    fetch = max(0.0, t_d - t_c) if (t_d is not None and t_c is not None) else None
+def _breakdown(anchor: RunResult, group: dict[Mode, list[RunResult]], level: float) -> Breakdown:
+    rates = {m: [run_rate(r) for r in runs] for m, runs in group.items()}
+    ok = {m: [r for r in runs if r.ok] for m, runs in group.items()}
+    boot = {m: uncertainty.combined_samples(runs) for m, runs in ok.items()}
+    n = next((r.samples_per_epoch for rs in rates.values() for r in rs if r.samples_per_epoch),
+             None)
+    times = {m: uncertainty.epoch_time(n, b) for m, b in boot.items() if b is not None and n}
+    t_g, t_c, t_d = (times.get(m) for m in (Mode.SYNTHETIC, Mode.CACHED, Mode.DISK))
     total = t_d if t_d is not None else t_c
-
-    def pct(x: float | None) -> float | None:
-        return 100 * x / total if (x is not None and total) else None
-
-    warnings = [f"{m.value}: iteration times spread widely (IQR {r.iter_iqr_pct:.0f}% of median)"
-                for m, r in rates.items() if r.iter_iqr_pct and r.iter_iqr_pct > WIDE_SPREAD_PCT
-                and m is Mode.SYNTHETIC]
-    warnings += [f"{m.value} run {r.run_id} {r.status}: {r.error}" for m, r in rates.items()
-                 if r.status != "ok"]
-    enforced = {k: v for r in group.values() for k, v in r.enforced.items()}
-    warnings += _budget_warnings(anchor)
+    prep = uncertainty.stall_interval(t_c, t_g, total, level) if t_c and t_g else None
+    fetch = uncertainty.stall_interval(t_d, t_c, total, level) if t_d and t_c else None
     res = anchor.spec.resources
     return Breakdown(
         key=res.key if anchor.mode is Mode.DISK else f"cpus{res.cpus or 'all'}",
         cpus=res.cpus, cache_spec=res.cache.spec, cache_bytes=res.cache.cache_bytes,
         storage_read_bps=res.storage_read_bps, samples_per_epoch=n,
-        modes={m.value: _mode_entry(r, n) for m, r in rates.items()}, enforced=enforced,
-        compute_s=compute, prep_stall_s=prep, fetch_stall_s=fetch, total_s=total,
-        prep_stall_pct=pct(prep), fetch_stall_pct=pct(fetch),
-        verdict=verdict(pct(prep), pct(fetch)), warnings=tuple(warnings))
+        modes={m.value: _mode_entry(rs, boot.get(m), n, level) for m, rs in rates.items()},
+        enforced={k: v for runs in group.values() for r in runs for k, v in r.enforced.items()},
+        compute_s=t_g[0] if t_g else None, total_s=total[0] if total else None,
+        **_stall_fields("prep", prep), **_stall_fields("fetch", fetch),
+        verdict=verdict(prep, fetch), warnings=tuple(_warnings(anchor, rates, prep, fetch)),
+        level=level)
+
+
+def _warnings(anchor: RunResult, rates: dict[Mode, list[RunRate]], prep: StallInterval | None,
+              fetch: StallInterval | None) -> list[str]:
+    out = [f"{m.value}: iteration times spread widely (IQR {r.iter_iqr_pct:.0f}% of median)"
+           for m, rs in rates.items() for r in rs[:1]
+           if r.iter_iqr_pct and r.iter_iqr_pct > WIDE_SPREAD_PCT and m is Mode.SYNTHETIC]
+    out += [f"{m.value} run {r.run_id} {r.status}: {r.error}" for m, rs in rates.items()
+            for r in rs if r.status != "ok"]
+    out += [w for m, rs in rates.items() for r in rs
+            if (w := interference.warning(r.run_id, m, asdict(r))) is not None]
+    for kind, slower, faster, stall in (("prep", "cached", "synthetic", prep),
+                                        ("fetch", "disk", "cached", fetch)):
+        if stall is not None and stall.significance is Significance.INVERTED:
+            out.append(f"{kind} stall {stall.pct:.1f}% ±{stall.half_width_pct:.1f}: the {slower} "
+                       f"run measured faster than the {faster} run beyond noise (drift or "
+                       "interference between the runs); repeat with --repeats")
+    return out + _budget_warnings(anchor)
 
 
 def _budget_warnings(disk: RunResult) -> list[str]:
@@ -244,7 +321,7 @@ def _budget_warnings(disk: RunResult) -> list[str]:
 def summary(results: list[RunResult]) -> dict[str, Any]:
     """The `summary.json` document: job, dataset, one entry per configuration (its cold
     first epoch included), what the runs measured against what was asked."""
-    from dsanalyze.analysis import coldepoch, pernode, window  # they build on this module
+    from dsanalyze.analysis import coldepoch, measured, pernode  # they build on this module
 
     ok = [r for r in results if r.ok]
     first = (ok or results)[0] if results else None
@@ -252,8 +329,8 @@ def summary(results: list[RunResult]) -> dict[str, Any]:
         "job": first.spec.job.to_dict() if first else None,
         "dataset": first.dataset if first else None,
         "configs": [coldepoch.with_cold_epoch(b.to_dict()) for b in breakdowns(results)],
-        "measured": window.window_summary(results),
-        "runs": [run_rate(r).to_dict() for r in results],
+        "measured": measured.window_summary(results),
+        "runs": [run_rate(r, interval=True).to_dict() for r in results],
         "failed_runs": [{"run_id": r.run_id, "status": r.status, "error": r.error}
                         for r in results if not r.ok],
         "nodes": pernode.breakdown(results),

@@ -1,83 +1,43 @@
-"""What the runs measured against what was asked: the window and the device.
+"""The steady-state window of a run: which iterations its headline rate counts.
 
-A user script decides its own length: asked for `--iters 100`, a script of
-two short epochs ends after 13; asked for `--epochs 4`, one of two epochs
-stops after 2. Each such run is listed (`short_runs`), so that the table, the
-run's progress line and the report say so instead of a silent cut. A user
-script also decides its own device: `job_device` is the one its ranks used
-(`extra["device"]`: where the replayed batch lives, else the rank's torch
-state), not the built-in job's `--device` setting.
+The iterations after the warm-up; for a disk run of two or more epochs, the
+epochs after the first (cold) one, which is reported on its own. Shared by the
+rate (`stalls.run_rate`) and its interval (`uncertainty.rate_interval`), so
+both count the very same iterations.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
-from dsanalyze.store import RunResult
+from dsanalyze.config import Mode
+from dsanalyze.store import RankRecord, RunResult
 
 
 @dataclass(frozen=True)
-class ShortRun:
-    """A run whose script ended before the measured window was full (per rank 0)."""
+class Window:
+    """Per rank, the indices of its measured iterations; `steady_from` the first steady epoch."""
 
-    run_id: str
-    asked: int  # iterations (after the warm-up) or epochs asked for
-    ran: int  # iterations or epochs the script ran (warm-up included)
-    measured: int  # iterations measured (after the warm-up)
-    unit: str  # "iterations" or "epochs"
-    warmup: int = 0  # warm-up iterations, before the asked iterations
+    ranks: tuple[RankRecord, ...]
+    chosen: tuple[tuple[int, ...], ...]
+    epochs: tuple[int, ...]
+    steady_from: int | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def samples(self) -> int:
+        return sum(sum(r.samples[i] for i in c) for r, c in zip(self.ranks, self.chosen))
+
+    def measured_s(self) -> float:
+        """The longest rank's measured time: ranks advance together through DDP."""
+        return max(sum(r.iter_s[i] for i in c) for r, c in zip(self.ranks, self.chosen))
 
 
-def short_run(result: RunResult) -> ShortRun | None:
-    """The run as a ShortRun if its script ended before `--iters` or `--epochs` were reached."""
-    job = result.spec.job
-    if not result.ok or not result.ranks or job.script is None:
+def steady_window(result: RunResult) -> Window | None:
+    """The measured window of a completed run, or None when it has no measured iteration."""
+    ranks = tuple(r for r in result.ranks if len(r.iter_s) > r.warmup)
+    if not result.ok or not ranks:
         return None
-    rank = result.ranks[0]
-    measured = max(0, len(rank.iter_s) - rank.warmup)
-    if job.iters is not None and measured < job.iters:
-        return ShortRun(result.run_id, job.iters, len(rank.iter_s), measured, "iterations",
-                        rank.warmup)
-    epochs = len(set(rank.epoch))
-    if job.epochs is not None and epochs < job.epochs:
-        return ShortRun(result.run_id, job.epochs, epochs, measured, "epochs", rank.warmup)
-    return None
-
-
-def short_text(s: ShortRun | dict[str, Any]) -> str:
-    """`the script ended after 13 of 105 iterations (5 warm-up + 100 asked): measured 8`."""
-    d = s.to_dict() if isinstance(s, ShortRun) else s
-    if d["unit"] == "iterations":
-        asked = f"{d['warmup'] + d['asked']} iterations ({d['warmup']} warm-up + {d['asked']} asked)"
-    else:
-        asked = f"{d['asked']} epochs"
-    return (f"the script ended after {d['ran']} of {asked}: measured {d['measured']} "
-            "iteration(s)")
-
-
-def measured_iters(results: list[RunResult]) -> int | None:
-    """Iterations measured per rank (after the warm-up) when every completed run measured as
-    many; None when they differ or none completed."""
-    counts = {max(0, len(r.ranks[0].iter_s) - r.ranks[0].warmup) for r in results
-              if r.ok and r.ranks}
-    return counts.pop() if len(counts) == 1 else None
-
-
-def job_device(results: list[RunResult]) -> str:
-    """The device the job trained on: `cpu`, `cuda` (the ranks' own record), else `--device`."""
-    used = {str(r.ranks[0].extra.get("device", "")).split(":")[0] for r in results
-            if r.ok and r.ranks and r.ranks[0].extra.get("device")}
-    job = results[0].spec.job if results else None
-    if job is not None and job.script is None:
-        return job.device
-    return ",".join(sorted(used)) if used else "unknown (no completed run)"
-
-
-def window_summary(results: list[RunResult]) -> dict[str, Any]:
-    """The `measured` entry of `summary.json`: device, iterations per run, short runs."""
-    return {"device": job_device(results), "iters_per_run": measured_iters(results),
-            "short_runs": [s.to_dict() for r in results if (s := short_run(r)) is not None]}
+    epochs = tuple(sorted({e for r in ranks for e in r.epoch}))
+    steady_from = epochs[1] if result.mode is Mode.DISK and len(epochs) >= 2 else None
+    chosen = tuple(tuple(i for i in range(r.warmup, len(r.iter_s))
+                         if steady_from is None or r.epoch[i] >= steady_from) for r in ranks)
+    return Window(ranks, chosen, epochs, steady_from)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dsanalyze.analysis.window import short_text
+from dsanalyze.analysis.measured import short_text
 from dsanalyze.config import format_bytes
 from dsanalyze.report.text import config_label, fixed_width, knob_text, number
 
@@ -26,7 +26,23 @@ def _num(x: float | None, fmt: str = "{:.1f}") -> str:
     return "-" if x is None else number(x, fmt)
 
 
-def _stall(s: float | None, pct: float | None) -> str:
+def _stall(cfg: dict[str, Any], kind: str) -> str:
+    """`1.2s 12.3% ±2.1` for a likely stall; `within noise (±2.1%)` when its interval holds 0."""
+    s, pct = cfg[f"{kind}_stall_s"], cfg[f"{kind}_stall_pct"]
+    if s is None:
+        return "-"
+    significance = cfg.get(f"{kind}_stall_significance")
+    if significance is None:  # a summary written before stalls had intervals
+        return _plain_stall(s, pct)
+    half = (cfg[f"{kind}_stall_pct_high"] - cfg[f"{kind}_stall_pct_low"]) / 2
+    if significance == "within_noise":
+        return f"within noise (±{half:.1f}%)"
+    if significance == "inverted":  # the slower mode measured faster, beyond noise: see the notes
+        return f"inverted (±{half:.1f}%)"
+    return f"{number(s)}s {number(pct)}% ±{half:.1f}"
+
+
+def _plain_stall(s: float | None, pct: float | None) -> str:
     return "-" if s is None else f"{number(s)}s {number(pct, '{:.0f}')}%"
 
 
@@ -44,8 +60,8 @@ def _cold_rows(cfg: dict[str, Any]) -> list[list[str]]:
     if not cold:
         return []
     return [[COLD_LABEL, "", "", _num(cold["rate_sps"]), _num(cold["epoch_s"]),
-             _num(cold["compute_s"]), _stall(cold["prep_stall_s"], cold["prep_stall_pct"]),
-             _stall(cold["fetch_stall_s"], cold["fetch_stall_pct"]),
+             _num(cold["compute_s"]), _plain_stall(cold["prep_stall_s"], cold["prep_stall_pct"]),
+             _plain_stall(cold["fetch_stall_s"], cold["fetch_stall_pct"]),
              f"first epoch: {cold['verdict']}"]]
 
 
@@ -55,8 +71,7 @@ def table_rows(summary: dict[str, Any]) -> list[list[str]]:
         rates = [_num(cfg["modes"].get(m, {}).get("rate_sps")) for m in ("synthetic", "cached", "disk")]
         rows.append([config_label(cfg), *rates,
                      _num(cfg["total_s"]), _num(cfg["compute_s"]),
-                     _stall(cfg["prep_stall_s"], cfg["prep_stall_pct"]),
-                     _stall(cfg["fetch_stall_s"], cfg["fetch_stall_pct"]), _verdict(cfg)])
+                     _stall(cfg, "prep"), _stall(cfg, "fetch"), _verdict(cfg)])
         rows += _cold_rows(cfg)
     return rows
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import harness
 
 from dsanalyze import cli, store
-from dsanalyze.analysis import stalls, window
+from dsanalyze.analysis import measured, stalls
 
 pytestmark = pytest.mark.slow
 
@@ -74,10 +74,10 @@ def test_iters_beyond_the_script_and_the_device_it_used(small_dataset, tmp_path,
     assert f"note: {said} iteration(s) (every run)" in captured.out  # the table's notes
     assert "per epoch (96 samples) on device cpu;" in captured.out
     (run,) = store.load_runs(prefix)
-    assert window.short_run(run) == window.ShortRun("cached-cpusall", 100, 12, 10, "iterations", 2)
+    assert measured.short_run(run) == measured.ShortRun("cached-cpusall", 100, 12, 10, "iterations", 2)
     summary = stalls.summary([run])
     assert summary["measured"] == {"device": "cpu", "iters_per_run": 10,
-                                   "short_runs": [window.short_run(run).to_dict()]}
+                                   "short_runs": [measured.short_run(run).to_dict()]}
     assert cli.main(["report", str(prefix)]) == 0
     md = (prefix / "report.md").read_text()
     assert "device cpu" in md and "device sim" not in md

@@ -1,0 +1,237 @@
+"""Intervals for rates and for the stalls that subtract them.
+
+A run's rate is `samples / measured time` over its steady window. Iteration
+times are autocorrelated (a slow decode, a page-cache miss streak, a noisy
+neighbour last for several iterations), so an i.i.d. bootstrap would be too
+narrow. We use the circular block bootstrap (Politis & Romano 1992): resample
+the series of iterations as blocks of `b` consecutive iterations, wrapping at
+the end, recompute the rate, and take the percentiles of the replicates.
+
+Block length: twice the Politis-White (2004) rule for the circular block
+bootstrap, `b = 2 (1.5 (G/g)^2)^(1/3) n^(1/3)`, with G/g = 2 rho / (1 - rho^2)
+the AR(1) plug-in from the lag-1 autocorrelation rho of the iteration times,
+clipped to [1, n/3]: blocks of 1 for uncorrelated series, longer ones when the
+series remembers more. Twice, because on series of a few hundred iterations
+the plug-in underestimates rho and the shorter blocks undercover. The
+replicates' spread rests on about n/b blocks, so it is widened by t/z for
+n/b - 1 degrees of freedom, as a Student interval would be. On 200 simulated
+AR(1) series (rho 0, 0.5, 0.8; n 100, 200) the 95% intervals cover the true
+rate 90-96% of the time (tests/test_uncertainty.py).
+
+A configuration run several times (`--repeats`) adds the spread between
+repeats, by a two-stage bootstrap: each replicate draws the repeats with
+replacement, then one block-bootstrap replicate of each drawn repeat, and
+averages their rates. With one run the interval says nothing about
+run-to-run drift; the method string says how many repeats it rests on.
+
+A stall is a difference of the times per epoch of two modes (N / rate), so
+its interval is propagated by pairing the replicates of the two rates (the
+runs are independent) and taking percentiles of the difference; its share of
+the epoch divides by the replicate's epoch time the same way. A stall whose
+interval contains 0 is within noise.
+
+Replicates use numpy's Generator seeded from each run's id: the same runs
+give the same intervals.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from dsanalyze.analysis.window import steady_window
+from dsanalyze.store import RunResult
+
+DEFAULT_LEVEL = 0.95
+N_RESAMPLES = 1000
+BLOCK_SCALE = 2.0  # times the Politis-White length (see above)
+METHOD = "circular block bootstrap over iterations"
+
+
+@dataclass(frozen=True)
+class RateInterval:
+    """A rate (samples/s) and its confidence interval at `level` (0.95: 95%)."""
+
+    rate_sps: float
+    low_sps: float
+    high_sps: float
+    method: str
+    level: float = DEFAULT_LEVEL
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RateInterval:
+        return cls(float(d["rate_sps"]), float(d["low_sps"]), float(d["high_sps"]),
+                   str(d["method"]), float(d.get("level", DEFAULT_LEVEL)))
+
+
+@dataclass(frozen=True)
+class RateSamples:
+    """A rate's point estimate and its bootstrap replicates (samples/s)."""
+
+    rate_sps: float
+    replicates: np.ndarray
+    method: str
+
+    def interval(self, level: float = DEFAULT_LEVEL) -> RateInterval:
+        low, high = percentiles(self.replicates, level)
+        return RateInterval(self.rate_sps, low, high, self.method, level)
+
+
+class Significance(str, enum.Enum):
+    """Where a stall's interval lies with respect to 0."""
+
+    LIKELY = "likely"  # the whole interval is above 0
+    WITHIN_NOISE = "within_noise"  # the interval contains 0
+    INVERTED = "inverted"  # the whole interval is below 0: the slower mode measured faster
+
+
+@dataclass(frozen=True)
+class StallInterval:
+    """One stall per epoch: seconds and share of the epoch, each with its interval.
+
+    `s` and `pct` are the plain differences of the point rates, not clamped:
+    a negative value is a measurement, worded as noise or inversion at the edge.
+    """
+
+    s: float
+    s_low: float
+    s_high: float
+    pct: float
+    pct_low: float
+    pct_high: float
+    significance: Significance
+
+    @property
+    def half_width_pct(self) -> float:
+        """Half the interval's width, in points of the epoch: the `±` printed."""
+        return (self.pct_high - self.pct_low) / 2
+
+
+def percentiles(x: np.ndarray, level: float) -> tuple[float, float]:
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(x, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def block_length(x: np.ndarray) -> int:
+    """Politis-White block length for the circular block bootstrap, AR(1) plug-in."""
+    n = len(x)
+    if n < 4 or float(np.std(x)) == 0.0:
+        return 1
+    d = x - x.mean()
+    rho = float(np.dot(d[1:], d[:-1]) / np.dot(d, d))
+    rho = min(max(rho, 0.0), 0.95)  # negative correlation: blocks of 1 are conservative enough
+    ratio = 2 * rho / (1 - rho * rho)
+    b = BLOCK_SCALE * (1.5 * ratio * ratio) ** (1 / 3) * n ** (1 / 3)
+    return int(min(max(1, math.ceil(b)), max(1, n // 3)))
+
+
+def small_sample_factor(blocks: int, level: float = DEFAULT_LEVEL) -> float:
+    """t / z for `blocks - 1` degrees of freedom (Cornish-Fisher expansion of Student's t).
+
+    The bootstrap spread rests on about n/b independent blocks, so, like the
+    standard error of a mean of few values, it is itself uncertain: widening by
+    t/z keeps the coverage near nominal when the blocks are few.
+    """
+    df = max(blocks - 1, 1)
+    z = float(np.sqrt(2) * _erfinv(level))
+    t = z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df * df)
+    return t / z
+
+
+def _erfinv(y: float) -> float:
+    """Inverse error function by Newton's method on math.erf (enough for a quantile)."""
+    x = 0.0
+    for _ in range(50):
+        x -= (math.erf(x) - y) / (2 / math.sqrt(math.pi) * math.exp(-x * x))
+    return x
+
+
+def block_indices(n: int, b: int, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """`n_resamples` rows of n indices: blocks of b consecutive iterations, wrapping at n."""
+    blocks = math.ceil(n / b)
+    starts = rng.integers(0, n, size=(n_resamples, blocks))
+    idx = (starts[:, :, None] + np.arange(b)[None, None, :]) % n
+    return idx.reshape(n_resamples, blocks * b)[:, :n]
+
+
+def _seed(run_id: str) -> int:
+    return zlib.crc32(run_id.encode())
+
+
+def run_samples(result: RunResult, n_resamples: int = N_RESAMPLES) -> RateSamples | None:
+    """The steady rate of one run and its block-bootstrap replicates; None without a window.
+
+    Ranks are resampled with the same indices (iteration i of every rank is
+    one DDP step); ranks of unequal length are cut to the shortest for the
+    replicates, whose spread is applied relative to the full-window rate.
+    """
+    window = steady_window(result)
+    if window is None or window.measured_s() <= 0:
+        return None
+    rate = window.samples() / window.measured_s()
+    n = min(len(c) for c in window.chosen)
+    iters = np.array([[r.iter_s[i] for i in c[:n]] for r, c in zip(window.ranks, window.chosen)])
+    samples = np.array([[r.samples[i] for i in c[:n]] for r, c in zip(window.ranks, window.chosen)])
+    b = block_length(iters.max(axis=0))
+    idx = block_indices(n, b, n_resamples, np.random.default_rng(_seed(result.run_id)))
+    # (ranks, resamples, n) -> per resample: all ranks' samples / the longest rank's time
+    rep = samples[:, idx].sum(axis=(0, 2)) / iters[:, idx].sum(axis=2).max(axis=0)
+    hat = samples.sum() / iters.sum(axis=1).max()
+    rep = hat + (rep - hat) * small_sample_factor(n // b)
+    return RateSamples(rate, rate * rep / hat, f"{METHOD} (block {b} of {n})")
+
+
+def rate_interval(result: RunResult, level: float = DEFAULT_LEVEL) -> RateInterval | None:
+    """The steady rate of one run with its confidence interval; None for a run with no window."""
+    s = run_samples(result)
+    return s.interval(level) if s is not None else None
+
+
+def combined_samples(runs: Sequence[RunResult],
+                     n_resamples: int = N_RESAMPLES) -> RateSamples | None:
+    """One configuration's mode over its repeats: mean rate, two-stage bootstrap replicates."""
+    per_run = [s for s in (run_samples(r, n_resamples) for r in runs) if s is not None]
+    if not per_run:
+        return None
+    if len(per_run) == 1:
+        return per_run[0]
+    k = len(per_run)
+    rng = np.random.default_rng(_seed("+".join(sorted(r.run_id for r in runs))))
+    reps = np.stack([s.replicates for s in per_run])  # (repeats, resamples)
+    which = rng.integers(0, k, size=(n_resamples, k))
+    column = rng.integers(0, reps.shape[1], size=(n_resamples, k))
+    rep = reps[which, column].mean(axis=1)
+    rate = float(np.mean([s.rate_sps for s in per_run]))
+    return RateSamples(rate, rep, f"{per_run[0].method.split(' (')[0]} and over {k} repeats")
+
+
+def epoch_time(samples_per_epoch: int, rate: RateSamples) -> tuple[float, np.ndarray]:
+    """Seconds per epoch: point and replicates."""
+    return samples_per_epoch / rate.rate_sps, samples_per_epoch / rate.replicates
+
+
+def stall_interval(slower: tuple[float, np.ndarray], faster: tuple[float, np.ndarray],
+                   total: tuple[float, np.ndarray], level: float = DEFAULT_LEVEL) -> StallInterval:
+    """slower - faster (seconds per epoch) and its share of `total`, paired replicate by replicate."""
+    s = slower[0] - faster[0]
+    reps = slower[1] - faster[1]
+    pct_reps = 100 * reps / total[1]
+    s_low, s_high = percentiles(reps, level)
+    pct_low, pct_high = percentiles(pct_reps, level)
+    if s_low > 0:
+        sig = Significance.LIKELY
+    elif s_high < 0:
+        sig = Significance.INVERTED
+    else:
+        sig = Significance.WITHIN_NOISE
+    return StallInterval(s, s_low, s_high, 100 * s / total[0], pct_low, pct_high, sig)

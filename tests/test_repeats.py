@@ -1,0 +1,171 @@
+"""Repeats and interference: the order of repeats, `--target-ci` on real runs, the probe.
+
+The end-to-end tests run the real harness (sim device, real JPEGs, real
+cgroups) and inject noise with CPU-burning processes pinned to the run's CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import copy_of, harness, needs_cgroups
+
+from dsanalyze import launch, store, sweep
+from dsanalyze.analysis import stalls
+from dsanalyze.config import Job, Mode, RunSpec, Sweep
+from dsanalyze.monitor import InterferenceProbe
+from dsanalyze.resources import cgroups
+
+# Burns CPU `cpu` in phases: busy for 0.3-`longest` s, idle for as long, from a
+# seeded schedule (all burners of one seed switch together); `longest` 0: always busy.
+BURNER = """
+import os, random, sys, time
+cpu, seed, longest = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+os.sched_setaffinity(0, {cpu})
+rng = random.Random(seed)
+while True:
+    end = time.monotonic() + (rng.uniform(0.3, longest) if longest else 3600)
+    while time.monotonic() < end:
+        pass
+    time.sleep(rng.uniform(0.3, longest))
+"""
+
+
+class Burners:
+    """`n` burner processes on one CPU, stopped (by their own pids) on exit."""
+
+    def __init__(self, cpu: int, n: int, longest_s: float, seed: int = 0) -> None:
+        self.argv = [sys.executable, "-c", BURNER, str(cpu), str(seed), str(longest_s)]
+        self.n = n
+        self.procs: list[subprocess.Popen] = []
+        self.stopped = threading.Event()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Burners:
+        # each in its own session: with autogroup scheduling a session shares one slice
+        self.procs = [subprocess.Popen(self.argv, start_new_session=True) for _ in range(self.n)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:  # from the test and from the thread that stops them
+            for p in self.procs:
+                p.kill()
+                p.wait()
+            self.stopped.set()
+
+
+def test_repeats_are_interleaved_across_modes():
+    job = Job(data_dir="/d")
+    sw = Sweep(job, modes=(Mode.SYNTHETIC, Mode.CACHED, Mode.DISK), cpus=(1, 2), repeats=2)
+    specs = sw.run_specs(1000)
+    second = sweep.next_repeat(sw, specs, 2)
+    assert [s.run_id for s in second] == [f"{s.run_id}-r2" for s in specs]
+    assert [s.mode for s in second] == [s.mode for s in specs]  # synthetic, cached, disk again
+    assert sweep.next_repeat(sw, specs, 3) == []
+    spec = second[0]
+    assert RunSpec.from_dict(spec.to_dict()) == spec and spec.repeat == 2
+
+
+@pytest.mark.parametrize("target,again", [(5.0, False), (1.0, True)])
+def test_target_ci_repeats_only_configurations_still_too_wide(tmp_path, target, again):
+    """The committed pair has stall intervals of about ±2.3 points: narrower than 5, not than 1."""
+    prefix = copy_of("uncertainty_pair", tmp_path)
+    runs = store.load_runs(prefix)
+    for r in runs:  # a second repeat, so that --target-ci may stop
+        store.write_run(prefix, dataclasses.replace(r, spec=dataclasses.replace(r.spec, repeat=2)))
+    sw = Sweep(runs[0].spec.job, prefix=str(prefix), target_ci_pct=target, max_repeats=4)
+    specs = [r.spec for r in runs]
+    assert len(sweep.next_repeat(sw, specs, 2)) == 3  # at least two repeats, whatever the width
+    third = sweep.next_repeat(sw, specs, 3)
+    assert [s.run_id for s in third] == ([f"{r.run_id}-r3" for r in runs] if again else [])
+    assert sweep.next_repeat(sw, specs, 5) == []  # --max-repeats 4
+
+
+def test_a_repeat_resumes_like_any_run(tmp_path):
+    prefix = copy_of("uncertainty_pair", tmp_path)
+    (run,) = [r for r in store.load_runs(prefix) if r.mode is Mode.CACHED]
+    spec2 = RunSpec(run.spec.job, run.spec.mode, run.spec.resources, 2)
+    assert store.completed(prefix, spec2) is None
+    store.write_run(prefix, dataclasses.replace(run, spec=spec2))
+    assert store.completed(prefix, spec2).run_id == "cached-cpus1-r2"
+    assert store.completed(prefix, run.spec).run_id == "cached-cpus1"
+
+
+@needs_cgroups
+def test_probe_sees_cpu_time_of_processes_outside_the_cgroup():
+    cpu = launch.cpu_ids(1)[0]
+    with cgroups.RunCgroup.create("probe-test", cgroups.Limits(cpus=(cpu,))) as cg:
+        probe = InterferenceProbe((cpu,), None, cg.dirs.get("cpuacct"))
+        probe.start()
+        inside = subprocess.Popen(cg.join_argv() + [sys.executable, "-c", BURNER, str(cpu), "0",
+                                                    "0"])
+        with Burners(cpu, 3, 0):
+            time.sleep(2.0)
+        inside.kill()
+        inside.wait()
+        found = probe.stop(None)
+    # four busy processes share the CPU (with whatever else runs on this machine): the
+    # one inside gets at most about a quarter of it, the burners the rest
+    assert 0 < found["cgroup_cpu_s"] < 0.4 * found["window_s"]
+    assert found["others_cpu_pct"] > 50
+    assert found["others_cpu_s"] + found["cgroup_cpu_s"] == pytest.approx(found["cpu_busy_s"])
+    assert found["cpu_busy_s"] == pytest.approx(found["window_s"], rel=0.2)
+
+
+def _repeats(prefix: Path) -> int:
+    return sum(1 for r in store.load_runs(prefix) if r.mode is Mode.CACHED)
+
+
+def _burn_between(first: Path, last: Path, burners: Burners) -> threading.Thread:
+    """Start the burners once run file `first` exists, stop them once `last` does."""
+    def wait() -> None:
+        while not first.exists() and not burners.stopped.wait(0.2):
+            pass
+        if not burners.stopped.is_set():
+            burners.__enter__()
+        while not last.exists() and not burners.stopped.wait(0.2):
+            pass
+        burners.__exit__()
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.slow
+@needs_cgroups
+def test_target_ci_stops_early_on_a_steady_job_and_repeats_a_noisy_one(small_dataset, tmp_path):
+    """One image per 100 ms step: one worker keeps up, so cached and synthetic agree
+    run after run and two repeats bring the prep stall within ±8%. Noisy: 12 CPU
+    burners on the run's CPU during the first repeat only starve its loader, so the
+    first cached run stalls far more than the second: the interval stays wider than
+    ±8% and a third repeat is run (the most --max-repeats allows)."""
+    argv = ["--data", small_dataset, "--modes", "synthetic,cached", "--cpus", 1, "-b", 1,
+            "-j", 1, "--iters", 40, "--warmup", 3, "--sim-step-ms", 100, "--no-plots",
+            "--target-ci", "8%", "--max-repeats", 3]
+    steady, noisy = tmp_path / "steady", tmp_path / "noisy"
+    assert harness(*argv, "--prefix", steady) == 0
+    burners = Burners(launch.cpu_ids(1)[0], 12, 0)
+    # during the first cached run only (after the first synthetic one)
+    stopper = _burn_between(store.run_path(noisy, "synthetic-cpus1"),
+                            store.run_path(noisy, "cached-cpus1"), burners)
+    try:
+        assert harness(*argv, "--prefix", noisy) == 0
+    finally:
+        burners.__exit__()
+        stopper.join()
+    assert _repeats(steady) == 2
+    narrow = json.loads((steady / "summary.json").read_text())["configs"][0]
+    assert (narrow["prep_stall_pct_high"] - narrow["prep_stall_pct_low"]) / 2 <= 8
+    assert _repeats(noisy) == 3
+    wide = json.loads((noisy / "summary.json").read_text())["configs"][0]
+    assert (wide["prep_stall_pct_high"] - wide["prep_stall_pct_low"]) / 2 > 8
+    # the monitor saw the burners: the first cached run was disturbed on its CPU
+    first = stalls.run_rate(store.read_run(store.run_path(noisy, "cached-cpus1")))
+    assert "cpu" in first.disturbed and first.others_cpu_pct > 80
