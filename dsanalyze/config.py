@@ -232,7 +232,8 @@ class RunSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode.value, "resources": self.resources.to_dict(),
-                "job": self.job.to_dict(), "repeat": self.repeat}
+                "job": self.job.to_dict(),
+                **({"repeat": self.repeat} if self.repeat != 1 else {})}  # old files unchanged
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSpec:
