@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dsanalyze import launch, store
+from dsanalyze import datafind, launch, store
 from dsanalyze.analysis import stalls
 from dsanalyze.config import Mode, RunSpec, Sweep
 from dsanalyze.errors import ConfigError, DatasetError, ResourceError
-from dsanalyze.jobs.datasets import DatasetInfo, scan_dataset
+from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.resources import cgroups
 from dsanalyze.store import RunResult
 
@@ -70,9 +70,7 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
               dataset: DatasetInfo | None = None) -> SweepOutcome:
     """Measure every run of the sweep that is not already complete; write summary.json."""
     prefix = Path(sweep.prefix)
-    if sweep.job.data_dir is None:
-        raise ConfigError("no dataset: pass --data DIR (the files the job reads)")
-    dataset = dataset or scan_dataset(sweep.job.data_dir)
+    dataset = dataset or datafind.dataset_for(sweep.job, prefix)[0]
     specs = sweep.run_specs(dataset.total_bytes)
     for spec in specs:
         launch.cpu_ids(spec.resources.cpus)  # fail early on --cpus beyond the machine

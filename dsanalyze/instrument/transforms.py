@@ -80,8 +80,8 @@ class TimedStep:
         return repr(self.fn)
 
 
-class _Accumulator:
-    """Per-process totals: key -> [calls, nanoseconds]."""
+class ProcessTotals:
+    """Per-process totals: key -> [calls, nanoseconds], written under a sink directory."""
 
     def __init__(self) -> None:
         self.pid = -1
@@ -133,7 +133,7 @@ class _Accumulator:
             pass  # the run directory is gone: the harness has finished with this run
 
 
-_ACC = _Accumulator()
+_ACC = ProcessTotals()
 os.register_at_fork(after_in_child=_ACC.forget)
 
 
@@ -218,9 +218,9 @@ def shutdown_workers(loader: Any) -> None:
         stop()
 
 
-def collect(sink: str | None) -> list[dict[str, Any]]:
-    """Sum this process's totals and every file under `sink` into the step table."""
-    _ACC.flush()
+def sum_totals(sink: str | None, acc: ProcessTotals) -> dict[str, list[int]]:
+    """`acc`'s totals in this process plus every process's file under `sink`, summed by key."""
+    acc.flush()
     totals: dict[str, list[int]] = {}
     sources = []
     if sink is not None and Path(sink).is_dir():
@@ -229,14 +229,19 @@ def collect(sink: str | None) -> list[dict[str, Any]]:
                 sources.append(json.loads(f.read_text())["totals"])
             except (OSError, ValueError, KeyError):
                 continue  # a file being replaced: its process wrote it again, or never will
-    if sink is None and _ACC.pid == os.getpid() and _ACC.sink is None:
-        sources.append(_ACC.totals)  # nowhere to write: this process's own totals
+    if sink is None and acc.pid == os.getpid() and acc.sink is None:
+        sources.append(acc.totals)  # nowhere to write: this process's own totals
     for src in sources:
         for key, (calls, ns) in src.items():
             t = totals.setdefault(key, [0, 0])
             t[0] += calls
             t[1] += ns
-    return step_table(totals)
+    return totals
+
+
+def collect(sink: str | None) -> list[dict[str, Any]]:
+    """Sum this process's totals and every file under `sink` into the step table."""
+    return step_table(sum_totals(sink, _ACC))
 
 
 def finish(loader: Any, sink: str | None) -> list[dict[str, Any]]:
