@@ -265,7 +265,7 @@ class Session:
             self.training.role, self._timed = "other", None
         self.training, info.role = info, "training"
         info.shuffles, info.batches = shuffles(loader), _length(loader)
-        dataset = getattr(loader, "dataset", None)
+        dataset = getattr(loader, "dataset", None) or steps.graph_dataset(loader)
         if self.settings.mode != "synthetic" and dataset is not None:
             steps.instrument_dataset(dataset, self.sink)  # before iter() forks the workers
         if self.settings.discover and self.audit is None and rankenv.run_dir() is not None:

@@ -13,7 +13,7 @@
    `torchdata.nodes.Loader` and timm's `PrefetchLoader` (`EXTRA_LOADERS`),
    each patched when, and only if, the script imports it (an import hook: a
    script that does not use DALI does not pay for importing it). webdataset's
-   `gopen` is wrapped to count and time the reads of each shard
+   `gopen` and `StreamingOpen` are wrapped to count and time the reads of each shard
    (`filereads.py`).
 2. The script runs as `python train.py ARGS` would run it: `runpy.run_path`
    with `run_name="__main__"`, `sys.argv = [train.py, ARGS...]`, the script's
@@ -118,9 +118,11 @@ def install(session: api.Session) -> Callable[[], None]:
         name: lambda module, attr=attr, kind=kind: restore.extend(
             _instrument_class(getattr(module, attr), session, kind))
         for name, (attr, kind) in EXTRA_LOADERS.items()}
-    # webdataset opens its shards through gopen: count and time their reads (filereads.py)
+    # where webdataset opens its shards: count and time their reads (filereads.py)
     patches[filereads.WEBDATASET_GOPEN] = lambda module: restore.append(
         filereads.patch_gopen(module, session.files_sink))
+    patches[filereads.WEBDATASET_CACHE] = lambda module: restore.append(
+        filereads.patch_streaming_open(module, session.files_sink))
     hooks = []
     for name, patch in patches.items():
         if name in sys.modules:

@@ -1,9 +1,10 @@
 """Bytes read and time blocked reading, per data file (webdataset shards), in every worker.
 
 A streaming loader reads a few large files (shards) sequentially, so the
-file, not the sample, is the unit of fetch. webdataset opens each shard
-through `webdataset.gopen.gopen(url)`; while a rank is profiled that function
-returns the stream wrapped in a `CountingReader`, which adds to per-file
+file, not the sample, is the unit of fetch. webdataset opens each shard in
+`webdataset.cache.StreamingOpen` (`WebDataset`) or `webdataset.gopen.gopen`
+(`tarfile_to_samples` pipelines); while a rank is profiled both hand out the
+stream of a local file wrapped in a `CountingReader`, which adds to per-file
 totals of its process:
 
 - `opens`: times the file was opened;
@@ -31,7 +32,8 @@ from typing import Any
 from dsanalyze.instrument.loader import patch_attr
 from dsanalyze.instrument.transforms import ProcessTotals, sum_totals
 
-WEBDATASET_GOPEN = "webdataset.gopen"
+WEBDATASET_GOPEN = "webdataset.gopen"  # gopen(url): tariterators.url_opener's way
+WEBDATASET_CACHE = "webdataset.cache"  # StreamingOpen: WebDataset's way (local files: open())
 
 _TOTALS = ProcessTotals()
 os.register_at_fork(after_in_child=_TOTALS.forget)
@@ -104,6 +106,21 @@ def patch_gopen(module: Any, sink: str | None) -> Callable[[], None]:
         return CountingReader(stream, path, sink)
     gopen.__doc__ = original.__doc__
     return patch_attr(module, "gopen", gopen)
+
+
+def patch_streaming_open(module: Any, sink: str | None) -> Callable[[], None]:
+    """Count reads of the local shards `module.StreamingOpen` opens; returns the undo."""
+    cls = module.StreamingOpen
+    original = cls.__call__
+
+    def __call__(self: Any, urls: Any) -> Any:
+        for item in original(self, urls):
+            path = local_path(item.get("local_path") or item.get("url"))
+            if path is not None and "stream" in item:
+                item["stream"] = CountingReader(item["stream"], path, sink)
+            yield item
+    __call__.__doc__ = original.__doc__
+    return patch_attr(cls, "__call__", __call__)
 
 
 def table(sink: str | None) -> list[dict[str, Any]]:
