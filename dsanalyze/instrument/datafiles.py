@@ -13,7 +13,7 @@ harness's discovery run (`DSANALYZE_DISCOVER=1`, see `dsanalyze/datafind.py`):
   an audit hook (`sys.addaudithook`, event `open`), installed when the
   training loader is chosen, before its workers start. Python's own files
   (the interpreter's prefix, site-packages, `.py`/`.pyc`/`.so`) and
-  `/proc`, `/sys`, `/dev` are left out. Each process writes its set to
+  `/proc`, `/sys`, `/dev` and the run directory are left out. Each process writes its set to
   `<sink>/opened-<pid>.txt` (at most every half second, and at exit).
 """
 
@@ -113,7 +113,8 @@ class OpenAudit:
 
     def __init__(self, sink: str) -> None:
         self.sink, self.pid, self.opened = sink, -1, set()
-        self.skip = (*_python_dirs(), *SKIP_DIRS, os.path.join(os.path.abspath(sink), ""))
+        run_dir = os.path.dirname(os.path.abspath(sink))  # the harness's own files
+        self.skip = (*_python_dirs(), *SKIP_DIRS, os.path.join(run_dir, ""))
         self.last_flush_s, self.busy = 0.0, False
 
     def hook(self, event: str, args: tuple[Any, ...]) -> None:
