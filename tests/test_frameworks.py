@@ -122,6 +122,7 @@ def test_lightning_sanity_check_and_validation_are_not_measured(tmp_path, small_
 
 @pytest.mark.slow
 def test_lightning_cli_with_a_datamodule(tmp_path, small_dataset):
+    pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse (the test extra)")
     runs = profile(tmp_path / "r", "train_lightning_cli.py", "fit",
                    "--data.data_dir", small_dataset, "--data.batch_size", BATCH,
                    "--trainer.accelerator", "cpu", "--trainer.logger", "false",
@@ -183,6 +184,9 @@ def test_webdataset_shards(tmp_path, shard_dir, world, given, capsys):
     assert disk.io["cache_state"]["resident_before_bytes"] <= 0.01 * sum(sizes.values())
     table = shards.shard_table(cached, disk)
     assert table and all(r["file"] in sizes for r in table)
-    for r in table:  # read (whole, unless the run stopped inside it) by one worker
-        assert 0 < r["disk_read_bytes"] <= 2 * sizes[r["file"]] and r["disk_read_s"] > 0
+    read = [r for r in table if r["disk_read_bytes"]]  # shard order is shuffled in each run
+    assert sum(r["disk_read_bytes"] for r in read) >= (ITERS + WARMUP) * BATCH * world * min(
+        sizes.values()) / 12  # at least the measured samples' bytes (12 samples a shard)
+    for r in read:  # read whole (unless the run stopped inside it), by one worker
+        assert r["disk_read_bytes"] <= 2 * sizes[r["file"]] and r["disk_read_s"] > 0
     assert sum(r["fetch_share"] for r in table) == pytest.approx(1.0)

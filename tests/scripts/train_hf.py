@@ -35,7 +35,7 @@ def main():
         output_dir=args.output_dir, per_device_train_batch_size=args.batch_size,
         max_steps=args.max_steps, dataloader_num_workers=args.workers, use_cpu=True,
         report_to=[], save_strategy="no", logging_strategy="no", eval_strategy="no",
-        ddp_backend="gloo", disable_tqdm=True)
+        disable_tqdm=True)
     Trainer(model=ViTForImageClassification(config), args=training_args,
             train_dataset=Images(args.data_dir)).train()
 
