@@ -75,10 +75,11 @@ def check_runs(runs: dict[str, store.RunResult], world: int, kind: str = "DataLo
 
 
 def check_prep_bound(runs: dict[str, store.RunResult]) -> None:
-    """No workers, real decoding: the step alone is faster than the loader, which bounds cached."""
+    """Few workers, real decoding, a tiny model: the step alone is faster than the loader,
+    and the loader alone bounds the cached rate."""
     rate = {m: stalls.run_rate(r).rate_sps for m, r in runs.items()}
     assert rate["synthetic"] > 1.5 * rate["cached"], rate
-    assert rate["cached"] < 1.3 * rate["loader"], rate
+    assert rate["cached"] < 1.5 * rate["loader"], rate  # at most the loader's own rate, + noise
 
 
 @pytest.mark.slow
@@ -175,6 +176,8 @@ def test_webdataset_shards(tmp_path, shard_dir, world, given, capsys):
     runs = profile(tmp_path / "r", "train_webdataset.py", shard_dir / SHARDS, "-b", BATCH,
                    "-j", 1, world=world, data=shard_dir if given else None)
     check_runs(runs, world, steps=("RandomResizedCrop", "ToTensor"))
+    if world == 1:
+        check_prep_bound(runs)
     err = capsys.readouterr().err
     assert "data: 8 files" in err
     assert (f"(--data {shard_dir})" if given else "SimpleShardList.urls") in err
