@@ -31,6 +31,11 @@ What the training loader does, in each harness mode (`DSANALYZE_MODE`):
 - `loader`: the loader alone, no compute: the loop is driven here, then the
   script is stopped.
 
+Also in the rank record's `extra`: `files`, per data file read through
+webdataset, opens, bytes and time blocked reading (`filereads.py`); and, in
+the harness's discovery run (`DSANALYZE_DISCOVER=1`), `data`: the files the
+training loader declares and those it opened (`datafiles.py`).
+
 Outside the harness (no `DSANALYZE_*` variables) it times every iteration and
 never stops the loop; `loader.recorder.to_dict()` holds the timings.
 
@@ -265,11 +270,14 @@ class Session:
             self.training.role, self._timed = "other", None
         self.training, info.role = info, "training"
         info.shuffles, info.batches = shuffles(loader), _length(loader)
-        dataset = getattr(loader, "dataset", None) or steps.graph_dataset(loader)
+        dataset = getattr(loader, "dataset", None)
+        if dataset is None:
+            dataset = steps.graph_dataset(loader)
         if self.settings.mode != "synthetic" and dataset is not None:
             steps.instrument_dataset(dataset, self.sink)  # before iter() forks the workers
-        if self.settings.discover and self.audit is None and rankenv.run_dir() is not None:
-            self.audit = datafiles.start_audit(str(rankenv.run_dir() / f"opened-rank{self.settings.rank}"))
+        run_dir = rankenv.run_dir()
+        if self.settings.discover and self.audit is None and run_dir is not None:
+            self.audit = datafiles.start_audit(str(run_dir / f"opened-rank{self.settings.rank}"))
         return info
 
     def iterate(self, loader: Any, original: Callable[[], Iterator[Any]]) -> Iterator[Any]:
@@ -336,10 +344,11 @@ class Session:
         loader = self.training.ref()
         if self.settings.mode != "synthetic":
             table = steps.finish(loader, self.sink)
-        extra: dict[str, Any] = {"batches_per_epoch": self.training.batches, "world_size": rankenv.world_size(),
-                 "torch_threads": torch.get_num_threads(), "device": self._device(),
-                 "training_loader": self.training.index, "stopped": self.stop_reason,
-                 "loaders": [i.to_dict() for i in self.loaders], "transforms": table}
+        extra: dict[str, Any] = {
+            "batches_per_epoch": self.training.batches, "world_size": rankenv.world_size(),
+            "torch_threads": torch.get_num_threads(), "device": self._device(),
+            "training_loader": self.training.index, "stopped": self.stop_reason,
+            "loaders": [i.to_dict() for i in self.loaders], "transforms": table}
         files = filereads.table(self.files_sink)
         if files:
             extra["files"] = files
