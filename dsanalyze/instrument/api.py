@@ -215,6 +215,20 @@ class _TrainingIterator:
             raise
 
 
+class _Draining:
+    """Loader mode: the first `next()` drains the loader, then raises `StopProfiling`."""
+
+    def __init__(self, drain: Callable[[], None]) -> None:
+        self._drain = drain
+
+    def __iter__(self) -> _Draining:
+        return self
+
+    def __next__(self) -> Any:
+        self._drain()
+        raise StopProfiling("loader mode: loader drained")
+
+
 class Session:
     """The instrumentation of one rank: its loaders, the training loader, its timings."""
 
@@ -305,7 +319,9 @@ class Session:
         if self._timed is None:
             self._timed = TimedLoader(self._source(original), self.recorder)
         if self.settings.mode == "loader":
-            self._drain()
+            # At the first next(), not inside iter(): a framework (Lightning's
+            # CombinedLoader) finishes building its iterator before it is stopped.
+            return _Draining(self._drain)
         return _TrainingIterator(iter(self._timed), self.recorder)
 
     def _source(self, original: Callable[[], Iterator[Any]]) -> Any:

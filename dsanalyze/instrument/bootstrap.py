@@ -45,6 +45,7 @@ children are not instrumented; run them under torchrun instead.
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import os
@@ -74,7 +75,10 @@ def _instrument_class(cls: type, session: api.Session, kind: str) -> list[Callab
     def __iter__(self: Any) -> Any:
         return session.iterate(self, lambda: iterate(self))
 
-    __init__.__doc__, __iter__.__doc__ = init.__doc__, iterate.__doc__
+    # The originals' names, docs and signatures (`__wrapped__`): Lightning re-creates a
+    # DataLoader from the arguments it reads through inspect.signature(cls.__init__).
+    functools.update_wrapper(__init__, init)
+    functools.update_wrapper(__iter__, iterate)
     return [patch_attr(cls, "__init__", __init__), patch_attr(cls, "__iter__", __iter__)]
 
 
