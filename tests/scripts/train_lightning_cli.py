@@ -4,4 +4,5 @@ from lightning.pytorch.cli import LightningCLI
 from train_lightning import Classifier, ImageData
 
 if __name__ == "__main__":
-    LightningCLI(Classifier, ImageData)
+    # Each harness mode runs the script again: let the saved config.yaml be overwritten.
+    LightningCLI(Classifier, ImageData, save_config_kwargs={"overwrite": True})
