@@ -107,10 +107,15 @@ def test_lightning_sanity_check_and_validation_are_not_measured(tmp_path, small_
                    "--val-log", val_log, world=world, data=small_dataset, iters=iters)
     check_runs(runs, world, steps=("read+decode", "RandomResizedCrop"), iters=iters)
     for mode, run in runs.items():
-        # Lightning asks for the training loader after its sanity check: found all the same.
-        assert [d["role"] for d in run.ranks[0].extra["loaders"]] == ["other", "training"]
+        # One training loader (under DDP Lightning re-creates each loader with its sampler):
+        # the validation loaders, iterated first in the sanity check, are left alone.
+        loaders = run.ranks[0].extra["loaders"]
+        training = [d for d in loaders if d["role"] == "training"]
+        assert len(training) == 1 and training[0]["shuffles"] and training[0]["epochs"] == 2
+        assert {d["role"] for d in loaders} == {"training", "other"} | (
+            {"never iterated"} if world > 1 else set())
         assert run.ranks[0].extra["batches_per_epoch"] == per_epoch
-        epochs = run.ranks[0].epoch
+        epochs = list(run.ranks[0].epoch)
         assert epochs == [0] * per_epoch + [1] * (iters + WARMUP - per_epoch), mode
     passes = [tuple(map(int, line.split())) for line in val_log.read_text().splitlines()]
     val_batches = -(-IMAGES // world // 5)  # VAL_BATCH = 5
