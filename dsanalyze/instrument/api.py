@@ -134,6 +134,19 @@ def _length(loader: Any) -> int | None:
         return None
 
 
+def _samplers(loader: Any, depth: int = 4) -> list[Any]:
+    """The loader's sampler and batch sampler, and those they wrap (accelerate's
+    BatchSamplerShard holds the script's BatchSampler, which holds its RandomSampler)."""
+    out = []
+    for name in ("sampler", "batch_sampler"):
+        inner = getattr(loader, name, None)
+        if inner is not None and inner is not loader:
+            out.append(inner)
+            if depth > 0:
+                out += _samplers(inner, depth - 1)
+    return out
+
+
 def _graph_samplers(loader: Any) -> list[Any]:
     """The samplers of a torchdata.nodes graph (`Loader.root`, then each node's `source`)."""
     node, out = getattr(loader, "root", None), []
@@ -154,9 +167,7 @@ def shuffles(loader: Any) -> bool | None:
         except AttributeError:
             return None
         return any(a.get("random_shuffle") or a.get("shuffle_after_epoch") for a in args)
-    samplers = [getattr(loader, "sampler", None),
-                getattr(getattr(loader, "batch_sampler", None), "sampler", None),
-                *_graph_samplers(loader)]
+    samplers = [*_samplers(loader), *_graph_samplers(loader)]
     random = (torch.utils.data.RandomSampler, torch.utils.data.SubsetRandomSampler,
               torch.utils.data.WeightedRandomSampler)
     return any(isinstance(s, random) or getattr(s, "shuffle", False) is True for s in samplers)
