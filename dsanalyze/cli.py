@@ -31,7 +31,9 @@ class _Parser(argparse.ArgumentParser):
 
 def _job_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("job")
-    g.add_argument("--data", dest="data_dir", help="dataset directory (an ImageFolder)")
+    g.add_argument("--data", dest="data_dir",
+                   help="the built-in job's ImageFolder; for a script, the files it reads: a "
+                   "directory, a glob, a file list (default: found by a discovery run)")
     g.add_argument("-a", "--arch", help="torchvision model of the built-in job (resnet18)")
     g.add_argument("-b", "--batch-size", dest="batch_size", type=int, help="batch size per rank (32)")
     g.add_argument("-j", "--workers", type=int,
@@ -164,12 +166,17 @@ def harness_main(argv: list[str] | None = None) -> int:
 
 
 def _harness(argv: list[str] | None) -> int:
+    from dsanalyze.datafind import dataset_for
     from dsanalyze.report.summary import render_table
     from dsanalyze.sweep import run_sweep
 
     ns = harness_parser().parse_args(argv)
     sweep = build_sweep(ns)
-    outcome = run_sweep(sweep, progress=_progress_printer(), lock_wait_s=ns.lock_wait)
+    dataset, chosen = dataset_for(sweep.job, Path(sweep.prefix))
+    if chosen:
+        print(chosen, file=sys.stderr, flush=True)
+    outcome = run_sweep(sweep, progress=_progress_printer(), dataset=dataset,
+                        lock_wait_s=ns.lock_wait)
     for line in outcome.unreadable:
         print(f"warning: unreadable run file {line}: measured again", file=sys.stderr)
     if outcome.cgroup_note and outcome.cgroup_note != "--no-cgroups":

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dsanalyze import launch, nodes, store
+from dsanalyze import datafind, launch, nodes, store
 from dsanalyze.analysis import measured as measured_window
 from dsanalyze.analysis import stalls
 from dsanalyze.config import Mode, RunSpec, Sweep
 from dsanalyze.errors import ConfigError, DatasetError, FailureKind, NodeLost, ResourceError
 from dsanalyze.fingerprint import Fingerprint, check_consistent, check_resumable, check_unchanged
-from dsanalyze.jobs.datasets import DatasetInfo, scan_dataset
+from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.resources import cgroups
 from dsanalyze.resources.datalock import DataLock
 from dsanalyze.store import RunResult
@@ -90,9 +90,7 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
 
     The dataset stays locked against other harnesses for the whole sweep."""
     prefix = Path(sweep.prefix)
-    if sweep.job.data_dir is None:
-        raise ConfigError("no dataset: pass --data DIR (the files the job reads)")
-    dataset = dataset or scan_dataset(sweep.job.data_dir)
+    dataset = dataset or datafind.dataset_for(sweep.job, prefix)[0]
     specs = sweep.run_specs(dataset.total_bytes)
     for spec in specs:
         launch.cpu_ids(spec.resources.cpus)  # fail early on --cpus beyond the machine

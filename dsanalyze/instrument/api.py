@@ -31,6 +31,11 @@ What the training loader does, in each harness mode (`DSANALYZE_MODE`):
 - `loader`: the loader alone, no compute: the loop is driven here, then the
   script is stopped.
 
+Also in the rank record's `extra`: `files`, per data file read through
+webdataset, opens, bytes and time blocked reading (`filereads.py`); and, in
+the harness's discovery run (`DSANALYZE_DISCOVER=1`), `data`: the files the
+training loader declares and those it opened (`datafiles.py`).
+
 Outside the harness (no `DSANALYZE_*` variables) it times every iteration and
 never stops the loop; `loader.recorder.to_dict()` holds the timings.
 
@@ -42,6 +47,7 @@ unfinished step would be charged to the next `next()` as data wait.
 from __future__ import annotations
 
 import os
+import sys
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -50,6 +56,7 @@ from typing import Any
 import torch
 
 from dsanalyze.errors import DsAnalyzeError
+from dsanalyze.instrument import datafiles, filereads
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.instrument import transforms as steps
 from dsanalyze.instrument.loader import DeviceCache, IterationRecorder, ReplayLoader, TimedLoader
@@ -78,6 +85,7 @@ class Settings:
     epochs: int | None = None
     loader_index: int | None = None
     rank: int = 0
+    discover: bool = False  # report the files the training loader reads (datafiles.py)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -90,7 +98,8 @@ class Settings:
         if mode not in MODES:
             raise InstrumentError(f"{rankenv.ENV_MODE}={mode!r}: use one of {', '.join(MODES)}")
         return cls(mode, num(rankenv.ENV_ITERS), num(rankenv.ENV_WARMUP) or 0,
-                   num(rankenv.ENV_EPOCHS), num(rankenv.ENV_LOADER_INDEX), rankenv.rank())
+                   num(rankenv.ENV_EPOCHS), num(rankenv.ENV_LOADER_INDEX), rankenv.rank(),
+                   env.get(rankenv.ENV_DISCOVER) == "1")
 
 
 @dataclass
@@ -125,6 +134,30 @@ def _length(loader: Any) -> int | None:
         return None
 
 
+def _samplers(loader: Any, depth: int = 4) -> list[Any]:
+    """The loader's sampler and batch sampler, and those they wrap (accelerate's
+    BatchSamplerShard holds the script's BatchSampler, which holds its RandomSampler)."""
+    out = []
+    for name in ("sampler", "batch_sampler"):
+        inner = getattr(loader, name, None)
+        if inner is not None and inner is not loader:
+            out.append(inner)
+            if depth > 0:
+                out += _samplers(inner, depth - 1)
+    return out
+
+
+def _graph_samplers(loader: Any) -> list[Any]:
+    """The samplers of a torchdata.nodes graph (`Loader.root`, then each node's `source`)."""
+    node, out = getattr(loader, "root", None), []
+    for _ in range(16):
+        if node is None or isinstance(node, (str, os.PathLike)):
+            break
+        out.append(getattr(node, "sampler", None))
+        node = getattr(node, "source", None)
+    return out
+
+
 def shuffles(loader: Any) -> bool | None:
     """Whether a loader draws its samples in random order (None: cannot tell)."""
     pipes = getattr(loader, "_pipes", None)
@@ -134,11 +167,29 @@ def shuffles(loader: Any) -> bool | None:
         except AttributeError:
             return None
         return any(a.get("random_shuffle") or a.get("shuffle_after_epoch") for a in args)
-    samplers = [getattr(loader, "sampler", None),
-                getattr(getattr(loader, "batch_sampler", None), "sampler", None)]
+    samplers = [*_samplers(loader), *_graph_samplers(loader)]
     random = (torch.utils.data.RandomSampler, torch.utils.data.SubsetRandomSampler,
               torch.utils.data.WeightedRandomSampler)
     return any(isinstance(s, random) or getattr(s, "shuffle", False) is True for s in samplers)
+
+
+# A loader first iterated inside one of these is an evaluation loader, never the training
+# one: the script's own validate(), Hugging Face's evaluation_loop, Lightning's sanity check
+# and evaluation loop (which run before the training loader exists).
+EVAL_FUNCTIONS = frozenset({"validate", "validation", "evaluate", "evaluation_loop",
+                            "prediction_loop", "predict", "test", "_run_sanity_check"})
+EVAL_FILES = ("evaluation_loop.py", "prediction_loop.py")
+
+
+def in_evaluation() -> bool:
+    """Whether the caller runs inside an evaluation function (see EVAL_FUNCTIONS)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name in EVAL_FUNCTIONS or code.co_filename.endswith(EVAL_FILES):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _cuda_sync() -> None:
@@ -175,6 +226,20 @@ class _TrainingIterator:
             raise
 
 
+class _Draining:
+    """Loader mode: the first `next()` drains the loader, then raises `StopProfiling`."""
+
+    def __init__(self, drain: Callable[[], None]) -> None:
+        self._drain = drain
+
+    def __iter__(self) -> _Draining:
+        return self
+
+    def __next__(self) -> Any:
+        self._drain()
+        raise StopProfiling("loader mode: loader drained")
+
+
 class Session:
     """The instrumentation of one rank: its loaders, the training loader, its timings."""
 
@@ -187,6 +252,8 @@ class Session:
         self.training: LoaderInfo | None = None
         self.explicit: set[int] = set()  # ids of loaders wrapped by instrument()
         self.sink = steps.sink_dir(rankenv.run_dir(), settings.rank)
+        self.files_sink = filereads.sink_dir(rankenv.run_dir(), settings.rank)
+        self.audit: datafiles.OpenAudit | None = None  # discovery run: files opened
         self.replay: Any = None  # synthetic mode: the device cache of the replayed batch
         self.stop_reason = "the script ended"
         self._timed: TimedLoader | None = None
@@ -208,6 +275,8 @@ class Session:
             return False
         if self.settings.loader_index is not None:
             return info.index == self.settings.loader_index
+        if in_evaluation():
+            return False
         if info.shuffles:
             return True
         # Not shuffled: the training loader unless a shuffled one exists, not yet iterated.
@@ -227,8 +296,13 @@ class Session:
         self.training, info.role = info, "training"
         info.shuffles, info.batches = shuffles(loader), _length(loader)
         dataset = getattr(loader, "dataset", None)
+        if dataset is None:
+            dataset = steps.graph_dataset(loader)
         if self.settings.mode != "synthetic" and dataset is not None:
             steps.instrument_dataset(dataset, self.sink)  # before iter() forks the workers
+        run_dir = rankenv.run_dir()
+        if self.settings.discover and self.audit is None and run_dir is not None:
+            self.audit = datafiles.start_audit(str(run_dir / f"opened-rank{self.settings.rank}"))
         return info
 
     def iterate(self, loader: Any, original: Callable[[], Iterator[Any]]) -> Iterator[Any]:
@@ -256,7 +330,9 @@ class Session:
         if self._timed is None:
             self._timed = TimedLoader(self._source(original), self.recorder)
         if self.settings.mode == "loader":
-            self._drain()
+            # At the first next(), not inside iter(): a framework (Lightning's
+            # CombinedLoader) finishes building its iterator before it is stopped.
+            return _Draining(self._drain)
         return _TrainingIterator(iter(self._timed), self.recorder)
 
     def _source(self, original: Callable[[], Iterator[Any]]) -> Any:
@@ -295,10 +371,17 @@ class Session:
         loader = self.training.ref()
         if self.settings.mode != "synthetic":
             table = steps.finish(loader, self.sink)
-        extra = {"batches_per_epoch": self.training.batches, "world_size": rankenv.world_size(),
-                 "torch_threads": torch.get_num_threads(), "device": self._device(),
-                 "training_loader": self.training.index, "stopped": self.stop_reason,
-                 "loaders": [i.to_dict() for i in self.loaders], "transforms": table}
+        extra: dict[str, Any] = {
+            "batches_per_epoch": self.training.batches, "world_size": rankenv.world_size(),
+            "torch_threads": torch.get_num_threads(), "device": self._device(),
+            "training_loader": self.training.index, "stopped": self.stop_reason,
+            "loaders": [i.to_dict() for i in self.loaders], "transforms": table}
+        files = filereads.table(self.files_sink)
+        if files:
+            extra["files"] = files
+        if self.settings.discover:
+            extra["data"] = {"declared": datafiles.declared(loader),
+                             "opened": datafiles.opened(self.audit) if self.audit else []}
         return self.recorder.to_dict(), extra
 
     def _device(self) -> str:

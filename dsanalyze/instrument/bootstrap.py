@@ -10,8 +10,11 @@
    `torch.utils.data.DataLoader.__init__` registers each loader in creation
    order, `DataLoader.__iter__` hands every epoch to the session; the same two
    for DALI iterators (`nvidia.dali.plugin.base_iterator._DaliBaseIterator`),
-   patched when, and only if, the script imports DALI (an import hook: a
-   script that does not use DALI does not pay for importing it).
+   `torchdata.nodes.Loader` and timm's `PrefetchLoader` (`EXTRA_LOADERS`),
+   each patched when, and only if, the script imports it (an import hook: a
+   script that does not use DALI does not pay for importing it). webdataset's
+   `gopen` and `StreamingOpen` are wrapped to count and time the reads of each shard
+   (`filereads.py`).
 2. The script runs as `python train.py ARGS` would run it: `runpy.run_path`
    with `run_name="__main__"`, `sys.argv = [train.py, ARGS...]`, the script's
    directory first on `sys.path`, torchrun's environment (RANK, WORLD_SIZE,
@@ -42,6 +45,7 @@ children are not instrumented; run them under torchrun instead.
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import os
@@ -52,7 +56,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from dsanalyze.instrument import api
+from dsanalyze.instrument import api, filereads
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.instrument.loader import patch_attr
 
@@ -71,7 +75,10 @@ def _instrument_class(cls: type, session: api.Session, kind: str) -> list[Callab
     def __iter__(self: Any) -> Any:
         return session.iterate(self, lambda: iterate(self))
 
-    __init__.__doc__, __iter__.__doc__ = init.__doc__, iterate.__doc__
+    # The originals' names, docs and signatures (`__wrapped__`): Lightning re-creates a
+    # DataLoader from the arguments it reads through inspect.signature(cls.__init__).
+    functools.update_wrapper(__init__, init)
+    functools.update_wrapper(__iter__, iterate)
     return [patch_attr(cls, "__init__", __init__), patch_attr(cls, "__iter__", __iter__)]
 
 
@@ -96,24 +103,42 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+# Loader classes of other libraries, patched when (and only if) the script imports them.
+EXTRA_LOADERS = {
+    DALI_MODULE: ("_DaliBaseIterator", "DALI iterator"),
+    "torchdata.nodes.loader": ("Loader", "torchdata.nodes Loader"),
+    # timm's PrefetchLoader moves and normalises batches on the device: the batch that
+    # comes out of it is the one synthetic mode replays.
+    "timm.data.loader": ("PrefetchLoader", "timm PrefetchLoader"),
+}
+
+
 def install(session: api.Session) -> Callable[[], None]:
     """Install the patches; returns the function that removes them all."""
     from torch.utils.data import DataLoader
 
     restore = _instrument_class(DataLoader, session, "DataLoader")
-
-    def patch_dali(module: types.ModuleType) -> None:
-        restore.extend(_instrument_class(module._DaliBaseIterator, session, "DALI iterator"))
-
-    hook = _AfterImport(DALI_MODULE, patch_dali)
-    if DALI_MODULE in sys.modules:
-        patch_dali(sys.modules[DALI_MODULE])
-    else:
-        sys.meta_path.insert(0, hook)
+    patches: dict[str, Callable[[types.ModuleType], None]] = {
+        name: lambda module, attr=attr, kind=kind: restore.extend(
+            _instrument_class(getattr(module, attr), session, kind))
+        for name, (attr, kind) in EXTRA_LOADERS.items()}
+    # where webdataset opens its shards: count and time their reads (filereads.py)
+    patches[filereads.WEBDATASET_GOPEN] = lambda module: restore.append(
+        filereads.patch_gopen(module, session.files_sink))
+    patches[filereads.WEBDATASET_CACHE] = lambda module: restore.append(
+        filereads.patch_streaming_open(module, session.files_sink))
+    hooks = []
+    for name, patch in patches.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
+        else:
+            hooks.append(_AfterImport(name, patch))
+            sys.meta_path.insert(0, hooks[-1])
 
     def uninstall() -> None:
-        if hook in sys.meta_path:
-            sys.meta_path.remove(hook)
+        for hook in hooks:
+            if hook in sys.meta_path:
+                sys.meta_path.remove(hook)
         while restore:
             restore.pop()()
         session.close()

@@ -28,6 +28,7 @@ ENV_WARMUP = "DSANALYZE_WARMUP"
 ENV_THREADS = "DSANALYZE_THREADS"  # the CPU budget's thread count for this rank
 ENV_EPOCHS = "DSANALYZE_EPOCHS"  # user scripts: stop after this many training epochs
 ENV_LOADER_INDEX = "DSANALYZE_LOADER_INDEX"  # user scripts: the training loader, by creation
+ENV_DISCOVER = "DSANALYZE_DISCOVER"  # "1": report the files the training loader reads
 
 
 def rank() -> int:

@@ -10,7 +10,10 @@ and v2 `transforms.v2.Compose`) found among the dataset's attributes (its
 `transform`, `target_transform`, `transforms`, or any other attribute holding a
 Compose), a single non-Compose `transform`, and a `DatasetFolder`'s `loader`
 (file read + image decode, named `read+decode`). Wrapped datasets are followed
-through `.dataset` (Subset) and `.datasets` (ConcatDataset). Only the top level
+through `.dataset` (Subset) and `.datasets` (ConcatDataset). A webdataset
+pipeline's stages are searched for a Compose among their bound arguments
+(`.map_tuple(Compose(...), ...)`: stage `pipeline[i]`), and a torchdata.nodes
+graph for the dataset whose `__getitem__` it maps (`graph_dataset`). Only the top level
 of a pipeline is broken down: a nested Compose is one step.
 
 How, without a patched PyTorch or torchvision: each step is replaced, in place
@@ -80,8 +83,8 @@ class TimedStep:
         return repr(self.fn)
 
 
-class _Accumulator:
-    """Per-process totals: key -> [calls, nanoseconds]."""
+class ProcessTotals:
+    """Per-process totals: key -> [calls, nanoseconds], written under a sink directory."""
 
     def __init__(self) -> None:
         self.pid = -1
@@ -133,7 +136,7 @@ class _Accumulator:
             pass  # the run directory is gone: the harness has finished with this run
 
 
-_ACC = _Accumulator()
+_ACC = ProcessTotals()
 os.register_at_fork(after_in_child=_ACC.forget)
 
 
@@ -186,6 +189,27 @@ def _wrap_compose(compose: Any, stage: str, sink: str | None) -> list[str]:
     return [f"{stage}/{n}" for n in names]
 
 
+def _stage_arguments(stage: Any) -> list[Any]:
+    """The arguments bound in a pipeline stage: functools.partial, webdataset's RestCurried."""
+    args = getattr(stage, "args", None)
+    kwargs = getattr(stage, "keywords", None) or getattr(stage, "kw", None)
+    return [*(args if isinstance(args, tuple) else ()),
+            *(kwargs.values() if isinstance(kwargs, dict) else ())]
+
+
+def graph_dataset(loader: Any) -> Any:
+    """The map-style dataset a torchdata.nodes graph maps over (`map_fn=dataset.__getitem__`)."""
+    node = getattr(loader, "root", None)
+    for _ in range(16):
+        owner = getattr(getattr(node, "map_fn", None), "__self__", None)
+        if owner is not None and hasattr(owner, "__getitem__"):
+            return owner
+        node = getattr(node, "source", None)
+        if node is None:
+            return None
+    return None
+
+
 def instrument_dataset(dataset: Any, sink: str | None) -> list[str]:
     """Time the preprocessing steps of `dataset` in place; returns `stage/name` of each.
 
@@ -200,6 +224,10 @@ def instrument_dataset(dataset: Any, sink: str | None) -> list[str]:
         if callable(load) and hasattr(ds, "samples") and not isinstance(load, TimedStep):
             ds.loader = TimedStep(load, LOADER_STAGE, 0, READ_DECODE, sink)
             wrapped.append(f"{LOADER_STAGE}/{READ_DECODE}")
+        for i, stage in enumerate(getattr(ds, "pipeline", None) or ()):
+            for value in _stage_arguments(stage):  # webdataset: .map_tuple(Compose, ...)
+                if _is_compose(value):
+                    wrapped += _wrap_compose(value, f"pipeline[{i}]", sink)
         for attr, value in list(getattr(ds, "__dict__", {}).items()):
             if _is_compose(value):
                 wrapped += _wrap_compose(value, attr, sink)
@@ -218,9 +246,9 @@ def shutdown_workers(loader: Any) -> None:
         stop()
 
 
-def collect(sink: str | None) -> list[dict[str, Any]]:
-    """Sum this process's totals and every file under `sink` into the step table."""
-    _ACC.flush()
+def sum_totals(sink: str | None, acc: ProcessTotals) -> dict[str, list[int]]:
+    """`acc`'s totals in this process plus every process's file under `sink`, summed by key."""
+    acc.flush()
     totals: dict[str, list[int]] = {}
     sources = []
     if sink is not None and Path(sink).is_dir():
@@ -229,14 +257,19 @@ def collect(sink: str | None) -> list[dict[str, Any]]:
                 sources.append(json.loads(f.read_text())["totals"])
             except (OSError, ValueError, KeyError):
                 continue  # a file being replaced: its process wrote it again, or never will
-    if sink is None and _ACC.pid == os.getpid() and _ACC.sink is None:
-        sources.append(_ACC.totals)  # nowhere to write: this process's own totals
+    if sink is None and acc.pid == os.getpid() and acc.sink is None:
+        sources.append(acc.totals)  # nowhere to write: this process's own totals
     for src in sources:
         for key, (calls, ns) in src.items():
             t = totals.setdefault(key, [0, 0])
             t[0] += calls
             t[1] += ns
-    return step_table(totals)
+    return totals
+
+
+def collect(sink: str | None) -> list[dict[str, Any]]:
+    """Sum this process's totals and every file under `sink` into the step table."""
+    return step_table(sum_totals(sink, _ACC))
 
 
 def finish(loader: Any, sink: str | None) -> list[dict[str, Any]]:

@@ -1,0 +1,201 @@
+"""Framework scripts profile unmodified: timm, Lightning, Hugging Face, accelerate,
+torchdata.nodes, webdataset (tests/scripts/), end to end through the real harness."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+from conftest import harness
+
+from dsanalyze import store
+from dsanalyze.analysis import shards, stalls
+
+SCRIPTS = Path(__file__).parent / "scripts"
+ALL = "synthetic,cached,disk,loader"
+ITERS, WARMUP, BATCH = 4, 1, 8
+IMAGES = 96  # small_dataset
+
+
+@pytest.fixture(autouse=True)
+def one_thread_per_rank(monkeypatch):
+    # Two cores shared by ranks, workers and other tests: OpenMP spinning would swamp timings.
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session")
+def shard_dir(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 96 JPEGs as 8 webdataset shards: `<key>.jpg` and `<key>.cls` per sample."""
+    out = tmp_path_factory.mktemp("shards")
+    files = sorted(small_dataset.glob("*/*.jpg"))
+    classes = sorted(p.name for p in small_dataset.iterdir())
+    for s in range(8):
+        with tarfile.open(out / f"shard-{s:06d}.tar", "w") as tar:
+            for f in files[s::8]:
+                tar.add(f, arcname=f"{f.stem}.jpg")
+                label = str(classes.index(f.parent.name)).encode()
+                info = tarfile.TarInfo(f"{f.stem}.cls")
+                info.size = len(label)
+                tar.addfile(info, io.BytesIO(label))
+    return out
+
+
+SHARDS = "shard-{000000..000007}.tar"
+
+
+def profile(prefix: Path, script: str, *args: object, world: int = 1, data: object = None,
+            modes: str = ALL, iters: int = ITERS) -> dict[str, store.RunResult]:
+    """Run the harness on a script of tests/scripts; the runs by mode."""
+    data_opt = ["--data", data] if data is not None else []
+    rc = harness(*data_opt, "--prefix", prefix, "--nproc_per_node", world, "--iters", iters,
+                 "--warmup", WARMUP, "--modes", modes, "--no-plots", SCRIPTS / script, *args)
+    assert rc == 0
+    return {r.mode.value: r for r in store.load_runs(prefix)}
+
+
+def check_runs(runs: dict[str, store.RunResult], world: int, kind: str = "DataLoader",
+               steps: tuple[str, ...] = (), iters: int = ITERS, modes: str = ALL) -> None:
+    """Every mode ran, every rank stopped at the window, measured training batches only."""
+    assert sorted(runs) == sorted(modes.split(","))
+    for mode, run in runs.items():
+        assert run.ok, run.error
+        assert [len(r.iter_s) for r in run.ranks] == [iters + WARMUP] * world, mode
+        assert all(set(r.samples) == {BATCH} for r in run.ranks), mode
+        extra = run.ranks[0].extra
+        assert extra["stopped"] == f"{iters} iterations measured"
+        assert [d["kind"] for d in extra["loaders"] if d["role"] == "training"] == [kind]
+        names = [t["name"] for t in extra["transforms"]]
+        if mode == "synthetic":
+            assert names == []
+        else:
+            assert set(steps) <= set(names) and names, (mode, names)
+        assert stalls.run_rate(run).rate_sps > 0
+
+
+def check_prep_bound(runs: dict[str, store.RunResult]) -> None:
+    """Few workers, real decoding, a tiny model: the step alone is faster than the loader,
+    and the loader alone bounds the cached rate."""
+    rate = {m: stalls.run_rate(r).rate_sps for m, r in runs.items()}
+    assert rate["synthetic"] > 1.5 * rate["cached"], rate
+    assert rate["cached"] < 1.5 * rate["loader"], rate  # at most the loader's own rate, + noise
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prefetcher,world", [(True, 1), (False, 1), (True, 2)])
+def test_timm_create_loader(tmp_path, small_dataset, prefetcher, world):
+    args = ["--prefetcher"] if prefetcher else []
+    runs = profile(tmp_path / "r", "train_timm.py", small_dataset, "-j", 0, "-b", BATCH, *args,
+                   world=world, data=small_dataset)
+    kind = "timm PrefetchLoader" if prefetcher else "DataLoader"
+    check_runs(runs, world, kind, steps=("RandomResizedCropAndInterpolation", "ColorJitter"))
+    if world == 1:
+        check_prep_bound(runs)
+    for run in runs.values():  # the prefetcher's inner DataLoader is left alone
+        assert len(run.ranks[0].extra["loaders"]) == (2 if prefetcher else 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [1, 2])
+def test_lightning_sanity_check_and_validation_are_not_measured(tmp_path, small_dataset, world):
+    """Trainer.fit, loaders on the LightningModule, DDP under torchrun at 2 ranks."""
+    val_log = tmp_path / "val.log"
+    per_epoch = IMAGES // world // BATCH
+    iters = per_epoch + 3  # the window spans one validation pass after the first epoch
+    runs = profile(tmp_path / "r", "train_lightning.py", small_dataset, "-b", BATCH,
+                   "--val-log", val_log, world=world, data=small_dataset, iters=iters)
+    check_runs(runs, world, steps=("read+decode", "RandomResizedCrop"), iters=iters)
+    for mode, run in runs.items():
+        # One training loader (under DDP Lightning re-creates each loader with its sampler):
+        # the validation loaders, iterated first in the sanity check, are left alone.
+        loaders = run.ranks[0].extra["loaders"]
+        training = [d for d in loaders if d["role"] == "training"]
+        assert len(training) == 1 and training[0]["shuffles"] and training[0]["epochs"] == (
+            1 if mode == "loader" else 2)
+        assert {d["role"] for d in loaders} == {"training", "other"} | (
+            {"never iterated"} if world > 1 else set())
+        assert run.ranks[0].extra["batches_per_epoch"] == per_epoch
+        epochs = list(run.ranks[0].epoch)
+        assert epochs == [0] * per_epoch + [1] * (iters + WARMUP - per_epoch), mode
+    passes = [tuple(map(int, line.split())) for line in val_log.read_text().splitlines()]
+    val_batches = -(-IMAGES // world // 5)  # VAL_BATCH = 5
+    sanity = [p for p in passes if p[1] == 1]
+    full = [p for p in passes if p[1] == 0]
+    assert len(sanity) == 4 * world and all(b == 2 for _, _, b in sanity)
+    # one full pass after the first epoch, in every mode that steps (not loader mode)
+    assert len(full) == 3 * world and all(b == val_batches for _, _, b in full)
+
+
+@pytest.mark.slow
+def test_lightning_cli_with_a_datamodule(tmp_path, small_dataset):
+    pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse (the test extra)")
+    runs = profile(tmp_path / "r", "train_lightning_cli.py", "fit",
+                   "--data.data_dir", small_dataset, "--data.batch_size", BATCH,
+                   "--trainer.accelerator", "cpu", "--trainer.logger", "false",
+                   "--trainer.enable_checkpointing", "false",
+                   "--trainer.enable_progress_bar", "false",
+                   "--trainer.default_root_dir", tmp_path, data=small_dataset)
+    check_runs(runs, 1, steps=("read+decode", "RandomResizedCrop", "Normalize"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("limit,value,measured", [("--max-steps", 3, 3), ("--max-epochs", 1, 12)])
+def test_lightning_ending_before_the_window(tmp_path, small_dataset, limit, value, measured):
+    """max_steps/max_epochs shorter than --iters: the script ends itself, the run is kept."""
+    runs = profile(tmp_path / "r", "train_lightning.py", small_dataset, "--datamodule",
+                   "-b", BATCH, limit, value, data=small_dataset, modes="cached", iters=20)
+    run = runs["cached"]
+    assert run.ok, run.error
+    assert len(run.ranks[0].iter_s) == measured
+    assert run.ranks[0].extra["stopped"] == "the script ended"
+
+
+@pytest.mark.slow
+def test_huggingface_trainer(tmp_path, small_dataset):
+    runs = profile(tmp_path / "r", "train_hf.py", small_dataset, "-b", BATCH,
+                   "--output-dir", tmp_path / "out", data=small_dataset)
+    check_runs(runs, 1, steps=("read+decode", "RandomResizedCrop", "ToTensor"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [1, 2])
+def test_accelerate_loop(tmp_path, small_dataset, world):
+    runs = profile(tmp_path / "r", "train_accelerate.py", small_dataset, "-b", BATCH,
+                   world=world, data=small_dataset)
+    check_runs(runs, world, steps=("read+decode", "RandomResizedCrop"))
+
+
+@pytest.mark.slow
+def test_torchdata_nodes_without_data(tmp_path, small_dataset, capsys):
+    """No --data: the discovery run sees the graph open JPEGs and widens to all of them."""
+    runs = profile(tmp_path / "r", "train_torchdata.py", small_dataset, "-b", BATCH, "-j", 1)
+    check_runs(runs, 1, kind="torchdata.nodes Loader", steps=("read+decode", "ToTensor"))
+    assert {r.dataset["files"] for r in runs.values()} == {IMAGES}
+    assert "widened to every .jpg file under" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world,given", [(1, False), (2, True)])
+def test_webdataset_shards(tmp_path, shard_dir, world, given, capsys):
+    """Shards found from WebDataset's urls (or --data wins); warmed, evicted, read per shard."""
+    runs = profile(tmp_path / "r", "train_webdataset.py", shard_dir / SHARDS, "-b", BATCH,
+                   "-j", 1, world=world, data=shard_dir if given else None)
+    check_runs(runs, world, steps=("RandomResizedCrop", "ToTensor"))
+    if world == 1:
+        check_prep_bound(runs)
+    err = capsys.readouterr().err
+    assert "data: 8 files" in err
+    assert (f"(--data {shard_dir})" if given else "SimpleShardList.urls") in err
+    sizes = {str(p): p.stat().st_size for p in shard_dir.glob("*.tar")}
+    cached, disk = runs["cached"], runs["disk"]
+    assert cached.io["cache_state"]["resident_before_bytes"] == sum(sizes.values())
+    assert disk.io["cache_state"]["resident_before_bytes"] <= 0.01 * sum(sizes.values())
+    table = shards.shard_table(cached, disk)
+    assert table and all(r["file"] in sizes for r in table)
+    read = [r for r in table if r["disk_read_bytes"]]  # shard order is shuffled in each run
+    assert sum(r["disk_read_bytes"] for r in read) >= (ITERS + WARMUP) * BATCH * world * min(
+        sizes.values()) / 12  # at least the measured samples' bytes (12 samples a shard)
+    for r in read:  # read whole (unless the run stopped inside it), by one worker
+        assert r["disk_read_bytes"] <= 2 * sizes[r["file"]] and r["disk_read_s"] > 0
+    assert sum(r["fetch_share"] for r in table) == pytest.approx(1.0)
