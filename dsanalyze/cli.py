@@ -174,7 +174,7 @@ def _harness(argv: list[str] | None) -> int:
     sweep = build_sweep(ns)
     dataset, chosen = dataset_for(sweep.job, Path(sweep.prefix))
     if chosen:
-        print(chosen, file=sys.stderr, flush=True)
+        print(chosen, flush=True)  # part of the answer: which files were measured
     outcome = run_sweep(sweep, progress=_progress_printer(), dataset=dataset,
                         lock_wait_s=ns.lock_wait)
     for line in outcome.unreadable:

@@ -59,6 +59,15 @@ def dataset_for(job: Job, prefix: Path) -> tuple[DatasetInfo, str]:
                   f"{time.perf_counter() - t0:.0f} s; pass --data to choose the files)")
 
 
+def rescan(job: Job, data: DatasetInfo) -> DatasetInfo:
+    """The sweep's data scanned again, the way it was found: the ImageFolder or the `--data`
+    file set (files added or removed show); a discovered set: the same files (rewritten or
+    removed ones show, added ones do not)."""
+    if job.script is None:
+        return scan_dataset(job.data_dir)
+    return scan_files(job.data_dir if job.data_dir is not None else list(data.files))
+
+
 def describe(data: DatasetInfo) -> str:
     return f"{data.num_files} files, {format_bytes(data.total_bytes)} under {data.root}"
 

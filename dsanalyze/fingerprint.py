@@ -79,11 +79,13 @@ def check_resumable(stored: list[Any], now: Fingerprint, rerun_ids: set[str],
                            "another --prefix, or delete those runs to measure them again")
 
 
-def check_unchanged(root: str, start: Fingerprint) -> Fingerprint:
-    """The data's fingerprint now; DatasetError if it moved since the sweep started."""
-    now = Fingerprint.of_root(root)
+def check_unchanged(current: DatasetInfo, start: Fingerprint) -> Fingerprint:
+    """The fingerprint of the data scanned again now (`current`); DatasetError if it moved
+    since the sweep started."""
+    now = Fingerprint.of(current)
     if now != start:
-        raise DatasetError(f"the dataset {root} changed during the sweep (was {start.describe()}; "
+        raise DatasetError(f"the dataset {current.root} changed during the sweep (was "
+                           f"{start.describe()}; "
                            f"now {now.describe()}): runs measured so far are kept; restore the "
                            "data, or start again with another --prefix")
     return now

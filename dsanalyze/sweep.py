@@ -180,7 +180,7 @@ def _measure(spec: RunSpec, ctx: launch.LaunchContext, outcome: SweepOutcome, re
         outcome.skipped.append(spec.run_id)
         _remember_memory(ctx, done)
         return None
-    check_unchanged(ctx.dataset.root, fp)
+    check_unchanged(datafind.rescan(spec.job, ctx.dataset), fp)
     result = _run(spec, ctx, group, seq)
     result = dataclasses.replace(result, dataset={**result.dataset, "fingerprint": fp.to_dict()})
     store.write_run(ctx.prefix, result)

@@ -13,7 +13,7 @@ from conftest import harness
 from dsanalyze import cli
 from dsanalyze.errors import DatasetError
 from dsanalyze.fingerprint import Fingerprint, check_unchanged
-from dsanalyze.jobs.datasets import make_dataset
+from dsanalyze.jobs.datasets import make_dataset, scan_dataset
 from dsanalyze.store import load_runs, run_path
 
 CACHED, DISK = "cached-cpusall", "disk-cpusall-cachenone-bwnone"
@@ -24,7 +24,7 @@ RUN = ("-b", 4, "-j", 1, "--iters", 4, "--warmup", 1, "--sim-step-ms", 10, "--no
 def test_fingerprint_moves_with_any_change_and_the_sweep_stops(tmp_path, change):
     data = tmp_path / "data"
     make_dataset(data, images=6, classes=2, size=(64, 48), seed=0, workers=1)
-    start = check_unchanged(str(data), Fingerprint.of_root(str(data)))  # unchanged: passes
+    start = check_unchanged(scan_dataset(str(data)), Fingerprint.of_root(str(data)))  # passes
     victim = data / "class_000" / "img_000000.jpg"
     if change == "add":
         shutil.copy(victim, data / "class_001" / "new.jpg")
@@ -36,7 +36,7 @@ def test_fingerprint_moves_with_any_change_and_the_sweep_stops(tmp_path, change)
         os.utime(victim, ns=(0, victim.stat().st_mtime_ns + 1))
     with pytest.raises(DatasetError, match=rf"the dataset {data} changed during the sweep \(was "
                        rf"{start.describe()}; now "):
-        check_unchanged(str(data), start)
+        check_unchanged(scan_dataset(str(data)), start)
 
 
 @pytest.fixture(scope="module")

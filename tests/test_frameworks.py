@@ -172,7 +172,7 @@ def test_torchdata_nodes_without_data(tmp_path, small_dataset, capsys):
     runs = profile(tmp_path / "r", "train_torchdata.py", small_dataset, "-b", BATCH, "-j", 1)
     check_runs(runs, 1, kind="torchdata.nodes Loader", steps=("read+decode", "ToTensor"))
     assert {r.dataset["files"] for r in runs.values()} == {IMAGES}
-    assert "widened to every .jpg file under" in capsys.readouterr().err
+    assert "widened to every .jpg file under" in capsys.readouterr().out
 
 
 @pytest.mark.slow
@@ -184,9 +184,9 @@ def test_webdataset_shards(tmp_path, shard_dir, world, given, capsys):
     check_runs(runs, world, steps=("RandomResizedCrop", "ToTensor"))
     if world == 1:
         check_prep_bound(runs)
-    err = capsys.readouterr().err
-    assert "data: 8 files" in err
-    assert (f"(--data {shard_dir})" if given else "SimpleShardList.urls") in err
+    out = capsys.readouterr().out
+    assert "data: 8 files" in out
+    assert (f"(--data {shard_dir})" if given else "SimpleShardList.urls") in out
     sizes = {str(p): p.stat().st_size for p in shard_dir.glob("*.tar")}
     cached, disk = runs["cached"], runs["disk"]
     assert cached.io["cache_state"]["resident_before_bytes"] == sum(sizes.values())

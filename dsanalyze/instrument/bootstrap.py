@@ -35,9 +35,10 @@
    the loaders seen, the per-transform table in `extra`), then, if the script
    initialised `torch.distributed`, waits at a barrier (no rank tears its
    sockets down while a peer is still in the last step's all-reduce) and
-   destroys the process group. It exits 0; if a thread the script started
-   keeps the interpreter alive, the process exits anyway after
-   `EXIT_GRACE_S`.
+   destroys the process group. It runs the exit handlers and exits 0
+   without finalizing the interpreter (`_finish`): a thread the script
+   started must not keep the rank alive, and a loader's threads stopped
+   mid-epoch must not abort it.
 
 Not covered: scripts that start their own processes (`mp.spawn`): their
 children are not instrumented; run them under torchrun instead.
@@ -45,7 +46,9 @@ children are not instrumented; run them under torchrun instead.
 
 from __future__ import annotations
 
+import atexit
 import functools
+import gc
 import importlib.abc
 import importlib.machinery
 import os
@@ -187,6 +190,10 @@ def main(argv: list[str] | None = None) -> bool:
     uninstall = install(session)
     try:
         stopped = run_script(argv[0], argv[1:])
+        # The script's loaders die with its frames now, not at interpreter exit: a
+        # torchdata ParallelMapper still running its threads then aborts the process
+        # ("terminate called without an active exception").
+        gc.collect()
         record, extra = session.record()
         extra["script"] = os.path.abspath(argv[0])
         rankenv.write_record(record, extra)
@@ -197,9 +204,20 @@ def main(argv: list[str] | None = None) -> bool:
     return stopped
 
 
-if __name__ == "__main__":
-    rankenv.run_reporting_errors(main)
-    # A thread the script left running must not keep the rank (and torchrun) alive.
+def _finish() -> None:
+    """Exit 0 once the record is written: the script's exit handlers run (logging flushed,
+    DataLoader worker processes ended), then the process ends without finalizing the
+    interpreter. A thread the script left running must not keep the rank (and torchrun)
+    alive, and finalizing while a loader's threads still decode (torchdata's
+    ParallelMapper, stopped mid-epoch) aborts the process with "terminate called
+    without an active exception". A hanging exit handler gets `EXIT_GRACE_S`."""
     timer = threading.Timer(EXIT_GRACE_S, _exit_anyway)
     timer.daemon = True
     timer.start()
+    atexit._run_exitfuncs()
+    _exit_anyway()
+
+
+if __name__ == "__main__":
+    rankenv.run_reporting_errors(main)
+    _finish()
