@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DATA := results/demo/data
 
-.PHONY: demo test test-gpu lint install clean
+.PHONY: demo test test-gpu test-extended lint install clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,9 @@ test: lint
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -ra -m gpu tests/test_gpu.py
+
+test-extended: $(STAMP)
+	$(PY) -m pytest -q -ra -m extended
 
 clean:
 	rm -rf $(VENV) results/demo

@@ -18,6 +18,10 @@ ALL = "synthetic,cached,disk,loader"
 ITERS, WARMUP, BATCH = 4, 1, 8
 IMAGES = 96  # small_dataset
 
+# Variants that repeat a pattern already covered: `make test-extended` runs them (the
+# default suite must stay within ~15 minutes on 2 cores).
+EXTENDED = pytest.mark.extended
+
 
 @pytest.fixture(autouse=True)
 def one_thread_per_rank(monkeypatch):
@@ -83,7 +87,8 @@ def check_prep_bound(runs: dict[str, store.RunResult]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("prefetcher,world", [(True, 1), (False, 1), (True, 2)])
+@pytest.mark.parametrize("prefetcher,world", [
+    (True, 1), pytest.param(False, 1, marks=EXTENDED), pytest.param(True, 2, marks=EXTENDED)])
 def test_timm_create_loader(tmp_path, small_dataset, prefetcher, world):
     args = ["--prefetcher"] if prefetcher else []
     runs = profile(tmp_path / "r", "train_timm.py", small_dataset, "-j", 0, "-b", BATCH, *args,
@@ -140,7 +145,8 @@ def test_lightning_cli_with_a_datamodule(tmp_path, small_dataset):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("limit,value,measured", [("--max-steps", 3, 3), ("--max-epochs", 1, 12)])
+@pytest.mark.parametrize("limit,value,measured", [
+    ("--max-steps", 3, 3), pytest.param("--max-epochs", 1, 12, marks=EXTENDED)])
 def test_lightning_ending_before_the_window(tmp_path, small_dataset, limit, value, measured):
     """max_steps/max_epochs shorter than --iters: the script ends itself, the run is kept."""
     runs = profile(tmp_path / "r", "train_lightning.py", small_dataset, "--datamodule",
@@ -159,7 +165,7 @@ def test_huggingface_trainer(tmp_path, small_dataset):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("world", [1, pytest.param(2, marks=EXTENDED)])
 def test_accelerate_loop(tmp_path, small_dataset, world):
     runs = profile(tmp_path / "r", "train_accelerate.py", small_dataset, "-b", BATCH,
                    world=world, data=small_dataset)
