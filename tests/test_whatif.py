@@ -14,6 +14,7 @@ sim device, 64 JPEGs of about 100 KB, batch 4, 2 workers, one epoch), trimmed
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -492,3 +493,30 @@ def test_a_multi_node_prefix_is_not_fitted() -> None:
             for r in runs_of("prep")]
     with pytest.raises(ConfigError, match="--nnodes"):
         whatif.fit(runs)
+
+
+def test_no_negative_zero_in_the_whatif_table() -> None:
+    """A hit rate of -0.0001 (float noise) is printed 0.00, never -0.00."""
+    from dsanalyze.report import whatif_text
+
+    runs = runs_of("prep")
+    model = whatif.fit(runs)
+    pred = replace(whatif.predict(model, whatif.Config(1)), hit_rate=-0.0001, fetch_stall_s=-0.0)
+    text = "\n".join(whatif_text.whatif_lines([pred], None))
+    assert "-0.00" not in text and "0.00" in text
+
+
+def test_measured_noise_weighs_the_fit_and_floors_the_intervals() -> None:
+    """The block bootstrap's sigma of each run is the fit's weight; a prediction's interval
+    is never narrower than the fit runs' median measured noise."""
+    from dsanalyze.analysis import uncertainty
+
+    runs = runs_of("prep")
+    sigmas = uncertainty.rel_sigmas(runs)
+    assert set(sigmas) == {r.run_id for r in runs if r.ok} and all(s > 0 for s in sigmas.values())
+    model = whatif.fit(runs)
+    assert model.measured_sigma == sigmas
+    noisy = whatif.fit(runs, rate_rel_sigma={k: 0.3 for k in sigmas})
+    assert noisy.rel_sigma >= 0.3
+    p = whatif.predict(noisy, whatif.Config(1))
+    assert p.rate_sps_high / p.rate_sps >= math.exp(1.645 * 0.3) * 0.999

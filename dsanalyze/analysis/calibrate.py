@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from dsanalyze.analysis import cachesim, pipeline, stalls
+from dsanalyze.analysis import cachesim, pipeline, stalls, uncertainty
 from dsanalyze.analysis.model import (
     CACHE_BINDS,
     LEVEL,
@@ -317,17 +317,22 @@ def _fit_sigma(model: Model, runs: list[RunResult], calibrated: int) -> tuple[Mo
     rated = [r for r in runs if r.mode is not Mode.SYNTHETIC and stalls.run_rate(r).rate_sps]
     dof = len(rated) - calibrated
     ids = tuple(r.run_id for r in rated)
+    measured = [model.measured_sigma[r.run_id] for r in rated if r.run_id in model.measured_sigma]
+    noise = statistics.median(measured) if measured else 0.0
     if dof < 2:
-        return replace(model, rel_sigma=DEFAULT_REL_SIGMA), Param(
-            "rel_sigma", DEFAULT_REL_SIGMA, "", ids,
-            f"default: {len(rated)} fit run(s) for {calibrated} calibrated number(s) leave too "
-            f"few degrees of freedom to size the intervals")
+        sigma = max(DEFAULT_REL_SIGMA, noise)
+        return replace(model, rel_sigma=sigma), Param(
+            "rel_sigma", sigma, "", ids,
+            f"default {DEFAULT_REL_SIGMA:.0%}, at least the fit runs' median measured noise "
+            f"({noise:.1%}): {len(rated)} fit run(s) for {calibrated} calibrated number(s) "
+            "leave too few degrees of freedom to size the intervals")
     res = [_residual(model, r) for r in rated]
-    sigma = max(NOISE_FLOOR, math.sqrt(sum(x * x for x in res) / dof))
+    sigma = max(NOISE_FLOOR, noise, math.sqrt(sum(x * x for x in res) / dof))
     return replace(model, rel_sigma=sigma), Param(
         "rel_sigma", sigma, "", ids,
-        f"residual log error of {len(rated)} fit runs over {dof} degrees of freedom (floor "
-        f"{NOISE_FLOOR:.0%}): intervals are rate x exp(+-1.645 sigma), {LEVEL:.0%} nominal")
+        f"residual log error of {len(rated)} fit runs over {dof} degrees of freedom, at least "
+        f"their median measured noise ({noise:.1%}, block bootstrap) and {NOISE_FLOOR:.0%}: "
+        f"intervals are rate x exp(+-1.645 sigma), {LEVEL:.0%} nominal")
 
 
 def _refuse_device(job: Any) -> None:
@@ -344,12 +349,15 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
     """Fit the model on the completed runs of one job; `sizes`: the dataset's file sizes.
 
     `rate_rel_sigma`: each run's measured relative uncertainty of its rate (run id ->
-    sigma / rate, e.g. from a bootstrap over iterations); runs are then weighted by
-    1 / sigma^2 in the calibrations. Without it every run weighs the same.
+    sigma / rate); by default the block bootstrap's (`uncertainty.rel_sigmas`). Runs are
+    weighted by 1 / sigma^2 in the calibrations, and a prediction's interval is never
+    narrower than the fit runs' median measured noise.
     """
     ok = [r for r in results if r.ok and r.ranks]
     if not ok:
         raise ConfigError("no completed runs to fit the model on: run harness.py first")
+    if rate_rel_sigma is None:
+        rate_rel_sigma = uncertainty.rel_sigmas(ok)
     if any(r.spec.job.nnodes > 1 for r in ok):
         raise ConfigError("the what-if model is fitted on one node's runs: fit it on a one-node "
                           "sweep and ask for several nodes with --nnodes")
@@ -372,7 +380,7 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
                   measured_cpus=tuple(sorted({run_cpus(r) for r in base})),
                   measured_ranks=tuple(sorted({r.spec.job.world_size for r in ok})),
                   machine_cpus=base[0].environment.get("cpus_available"), loader=job.loader,
-                  fit_weights=weights)
+                  fit_weights=weights, measured_sigma=dict(rate_rel_sigma))
     model, device = _fit_device(model, disk)
     model, cpu_params = _fit_cpu(model, base)
     model, startup = _fit_startup(model, base)

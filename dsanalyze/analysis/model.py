@@ -115,6 +115,8 @@ class Model:
     machine_cpus: int | None = None
     loader: str = "pytorch"  # pytorch: workers are DataLoader workers; dali: DALI threads
     fit_weights: dict[str, float] = field(default_factory=dict, compare=False)
+    # each fit run's measured sigma / rate (block bootstrap): a floor on the intervals
+    measured_sigma: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
     def dataset_bytes(self) -> int:

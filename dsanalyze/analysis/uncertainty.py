@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import enum
 import math
+import statistics
 import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -235,3 +236,15 @@ def stall_interval(slower: tuple[float, np.ndarray], faster: tuple[float, np.nda
     else:
         sig = Significance.WITHIN_NOISE
     return StallInterval(s, s_low, s_high, 100 * s / total[0], pct_low, pct_high, sig)
+
+
+def rel_sigmas(results: Sequence[RunResult], level: float = DEFAULT_LEVEL) -> dict[str, float]:
+    """Each completed run's relative standard error of its rate, sigma / rate, read off its
+    interval as (high - low) / (2 z) / rate: the what-if fit's weights (`calibrate.fit`)."""
+    z = statistics.NormalDist().inv_cdf(0.5 + level / 2)
+    out = {}
+    for r in results:
+        iv = rate_interval(r, level) if r.ok else None
+        if iv is not None and iv.rate_sps > 0:
+            out[r.run_id] = (iv.high_sps - iv.low_sps) / (2 * z) / iv.rate_sps
+    return out

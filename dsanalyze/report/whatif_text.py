@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from dsanalyze.config import format_bytes
-from dsanalyze.report.text import bandwidth_text, cache_text, fixed_width
+from dsanalyze.report.text import bandwidth_text, cache_text, fixed_width, number
 
 
 def _dash(x: float | None, fmt: str) -> str:
-    return "-" if x is None else fmt.format(x)
+    return "-" if x is None else number(x, fmt)  # never "-0.00"
 
 
 def params_lines(model: Any) -> list[str]:
@@ -67,8 +67,9 @@ def whatif_lines(preds: list[Any], rec: Any | None, level: float = 0.9) -> list[
     rows = [[str(p.config.cpus), cache_text(p.config.cache_spec, p.config.cache_bytes),
              bandwidth_text(p.config.storage_read_bps, "device"),
              f"{p.config.gpu_speedup:g}x", str(p.nproc), str(p.config.workers),
-             rate_text(p), f"{p.epoch_s:.2f}", f"{p.compute_s:.2f}",
-             f"{p.prep_stall_s:.2f}", f"{p.fetch_stall_s:.2f}", f"{p.stall_pct:.0f}%",
+             rate_text(p), number(p.epoch_s, "{:.2f}"), number(p.compute_s, "{:.2f}"),
+             number(p.prep_stall_s, "{:.2f}"), number(p.fetch_stall_s, "{:.2f}"),
+             number(p.stall_pct, "{:.0f}%"),
              _dash(p.hit_rate, "{:.2f}"), _dash(p.measured_sps, "{:.1f}"),
              _dash(p.epoch1_s, "{:.2f}"), _dash(p.measured_epoch1_sps, "{:.1f}"),
              "<-" if rec and p.config == rec.pick.config else ""] for p in preds]
