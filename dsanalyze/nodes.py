@@ -291,11 +291,6 @@ class NodeGroup:
         self._stop.set()
 
 
-def node_of(rank: RankRecord, job: Job) -> int:
-    """The node a rank ran on: recorded at merge, else from the global rank."""
-    return int(rank.extra.get("node", rank.rank // max(1, job.nproc_per_node)))
-
-
 def _tag(ranks: Sequence[RankRecord], node: int, offset_s: float) -> list[RankRecord]:
     """Ranks of one node, on node 0's clock, each saying which node it ran on."""
     return [dataclasses.replace(
