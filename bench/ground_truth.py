@@ -36,7 +36,7 @@ def read_during_iterations(run) -> float:
     """Bytes read after the first iteration started (process start-up excluded)."""
     start = min(r.start_unix_s for r in run.ranks)
     before = [s["read_bytes"] for s in run.monitor if s["unix_s"] <= start]
-    return run.io["read_bytes"] - (before[-1] if before else 0)
+    return run.io.read_bytes - (before[-1] if before else 0)
 
 
 def main() -> None:
@@ -55,7 +55,7 @@ def main() -> None:
             "--cpus", "1,2", "--cache", "0", "--storage-bw", args.throttle,
             "-b", "8", "-j", "2", "--iters", "80", "--warmup", "20", "--sim-step-ms", "1")
     runs = {r.run_id: r for r in load_runs(prefix)}
-    mean_bytes = runs["cached-cpus2"].dataset["mean_file_bytes"]
+    mean_bytes = runs["cached-cpus2"].dataset.mean_file_bytes
 
     disk = runs[f"disk-cpus2-cache0B-bw{args.throttle}"]
     rate = run_rate(disk).rate_sps
@@ -69,7 +69,7 @@ def main() -> None:
           f"(2 CPUs / 1 CPU = {c2 / c1:.2f})")
 
     cached_read = statistics.mean(read_during_iterations(runs[f"cached-cpus{n}"]) for n in (1, 2))
-    startup = statistics.mean(runs[f"cached-cpus{n}"].io["read_bytes"] for n in (1, 2)) - cached_read
+    startup = statistics.mean(runs[f"cached-cpus{n}"].io.read_bytes for n in (1, 2)) - cached_read
     samples_read = sum(sum(r.samples) for r in disk.ranks)
     expected = samples_read * mean_bytes
     print(f"(c) bytes read: cached run {cached_read / 2**20:.2f} MiB while iterating "

@@ -75,7 +75,7 @@ def measure(ns: argparse.Namespace, data: Path, loader: str, cpus: int) -> dict[
     settings = result.ranks[0].extra.get("loader", {})
     return {"loader": loader, "cpus": cpus, "rate_sps": statistics.median(rates),
             "rates_sps": rates, "iter_iqr_pct": statistics.median(iqrs),
-            "cpus_enforced": result.enforced.get("cpus"), "loader_settings": settings}
+            "cpus_enforced": result.enforced.cpus.how.value if result.enforced.cpus else "none", "loader_settings": settings}
 
 
 def table(cells: list[dict[str, Any]], cpus: tuple[int, ...]) -> str:

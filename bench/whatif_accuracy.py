@@ -44,7 +44,7 @@ from dsanalyze import store  # noqa: E402
 from dsanalyze.analysis import whatif  # noqa: E402
 from dsanalyze.config import format_bytes  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset, scan_dataset  # noqa: E402
-from dsanalyze.store import RunResult  # noqa: E402
+from dsanalyze.records import RunResult  # noqa: E402
 
 IMAGES, CLASSES, SIZE, JITTER, SEED = 500, 4, (1200, 900), 0.3, 5
 COMMON = ["-b", "8", "-j", "2", "--epochs", "3", "--warmup", "2", "--resume", "--no-plots"]

@@ -2,7 +2,7 @@
 
     fp = Fingerprint.of(dataset)        # count, total bytes, sha256 of names, sizes, mtimes
 
-Each run records the fingerprint of the data it read (`run.dataset["fingerprint"]`).
+Each run records the fingerprint of the data it read (`run.dataset.fingerprint`).
 Runs over different data must not be mixed in one stall table: `--resume`
 refuses to add to a prefix whose runs saw other data, a sweep stops when its
 data changes between two runs, and `summary` refuses a prefix that mixes
@@ -55,7 +55,7 @@ class Fingerprint:
 
 def of_run(run: Any) -> Fingerprint | None:
     """The fingerprint a stored run recorded, or None (runs from before fingerprints)."""
-    d = run.dataset.get("fingerprint")
+    d = run.dataset.fingerprint
     return Fingerprint.from_dict(d) if d else None
 
 

@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -39,16 +39,25 @@ from dsanalyze.errors import ConfigError, FailureKind
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.monitor import InterferenceProbe, Monitor, diskstats_read_bytes
+from dsanalyze.records import (
+    Enforcement,
+    How,
+    IoRecord,
+    Knob,
+    RankRecord,
+    RunResult,
+    Status,
+)
 from dsanalyze.resources import cgroups, pagecache, storage
 from dsanalyze.resources.cachelimit import CacheLimiter
 from dsanalyze.resources.libmaps import MapsRecorder, tree_pids
 from dsanalyze.resources.lifeline import Lifeline
-from dsanalyze.store import RankRecord, RunResult, Status
 
 MEMORY_MARGIN_BYTES = 32 << 20  # covers anon peaks between 0.2 s monitor samples
 DEFAULT_JOB_MEMORY_BYTES = 2 << 30  # when no cached run measured it
 EVICT_TOLERANCE = 0.01  # fraction of the dataset allowed to stay resident before a disk run
 BUILTIN_JOB = "dsanalyze.jobs.image_classification"
+NO_BLOCK_DEVICE = "the dataset is on a filesystem with no block device (overlay, tmpfs, NFS or FUSE)"
 BOOTSTRAP = "dsanalyze.instrument.bootstrap"
 
 
@@ -190,48 +199,37 @@ def prepare_cache(spec: RunSpec, dataset: DatasetInfo,
     return {**state, "prepare_s": time.perf_counter() - t0, "storage_device": device}
 
 
-def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, dict[str, Any]]:
-    """The limits to enforce, and what the run JSON says about each knob."""
+def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, Enforcement]:
+    """The limits to enforce, and how each knob is held (`records.Enforcement`)."""
     res = spec.resources
-    enforced: dict[str, Any] = {}
     ids = cpu_ids(res.cpus)
-    memory = read_bps = None
     device = cgroups.whole_disk(ctx.dataset.root)
-    enforced["dataset_disk"] = device or "none (no block device: overlay, tmpfs, NFS or FUSE)"
+    memory = read_bps = None
+    mem: dict[str, Any] = {}
     if spec.mode is Mode.DISK and res.cache.cache_bytes is not None:
         measured = ctx.job_memory_bytes.get(res.cpus)
         job_mem = measured if measured is not None else DEFAULT_JOB_MEMORY_BYTES
-        margin = MEMORY_MARGIN_BYTES
-        memory = res.cache.cache_bytes + job_mem + margin
-        enforced["memory_limit_bytes"] = memory
-        enforced["job_memory_bytes"] = job_mem
-        enforced["job_memory_source"] = "cached run anon+shmem peak" if measured is not None else \
-            "default estimate (no cached run with these CPUs)"
-        enforced["memory_margin_bytes"] = margin
+        memory = res.cache.cache_bytes + job_mem + MEMORY_MARGIN_BYTES
+        mem = {"memory_limit_bytes": memory, "job_memory_bytes": job_mem,
+               "job_memory_measured": measured is not None,
+               "memory_margin_bytes": MEMORY_MARGIN_BYTES}
     if spec.mode is Mode.DISK and res.storage_read_bps is not None:
         read_bps = res.storage_read_bps
     if ctx.hierarchy is None:
-        why = ctx.no_cgroup_reason or "--no-cgroups"
-        enforced["cpus"] = "affinity" if ids else "none"
-        if memory is not None:
-            enforced["cache"] = f"not enforced: {why}"
-        if read_bps is not None:
-            enforced["storage_bw"] = f"not enforced: {why}"
-        return cgroups.Limits(cpus=ids, device=device), enforced
-    enforced["cpus"] = f"cgroup v{ctx.hierarchy.version} cpuset" if ids else "none"
-    if memory is not None:
-        enforced["cache"] = (f"cgroup v{ctx.hierarchy.version} memory limit (budget + job memory + "
-                             "margin" + (", raised as the job's own memory grows), page cache "
-                                         "trimmed to budget + margin/2 every 50 ms"
-                                         if ctx.trim_page_cache else ")"))
+        off = Knob(How.NOT_ENFORCED, ctx.no_cgroup_reason or "--no-cgroups")
+        return cgroups.Limits(cpus=ids, device=device), Enforcement(
+            cpus=Knob(How.AFFINITY) if ids else None, cache=off if memory is not None else None,
+            storage_bw=off if read_bps is not None else None, dataset_disk=device, **mem)
+    bw = None
     if read_bps is not None:
-        if device is None:
-            enforced["storage_bw"] = ("not enforced: the dataset is on a filesystem with no block "
-                                      "device (overlay, tmpfs, NFS or FUSE)")
-            read_bps = None
-        else:
-            enforced["storage_bw"] = f"cgroup v{ctx.hierarchy.version} read throttle on {device}"
-    return cgroups.Limits(cpus=ids, memory_bytes=memory, read_bps=read_bps, device=device), enforced
+        bw = Knob(How.CGROUP) if device else Knob(How.NOT_ENFORCED, NO_BLOCK_DEVICE)
+        read_bps = read_bps if device else None
+    trims = memory is not None and ctx.trim_page_cache
+    return (cgroups.Limits(cpus=ids, memory_bytes=memory, read_bps=read_bps, device=device),
+            Enforcement(cpus=Knob(How.CGROUP) if ids else None,
+                        cache=Knob(How.CGROUP) if memory is not None else None, storage_bw=bw,
+                        cgroup_version=ctx.hierarchy.version, dataset_disk=device,
+                        trims_page_cache=trims, **mem))
 
 
 def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
@@ -245,77 +243,128 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     cache_state = prepare_cache(spec, ctx.dataset, ctx.library_files)
     env, threads = job_env(spec, run_dir)
     disk_before = diskstats_read_bytes(limits.device)
-    started = time.time()
-    t0 = time.perf_counter()
-    status, error, failure = Status.OK, None, None
+    started, t0 = time.time(), time.perf_counter()
+    ex = execute(spec, ctx, limits, enforced, env, log_path)
+    disk_after = diskstats_read_bytes(limits.device)
+    ranks, rank_errors = _collect_ranks(run_dir, local_ranks(spec.job))
+    status, error, failure = classify(spec, ex, ranks, rank_errors, enforced, log_path)
+    io = IoRecord(
+        cache_state=cache_state, resident_after_bytes=pagecache.resident_bytes(ctx.dataset.files),
+        dataset_bytes=ctx.dataset.total_bytes, counters=ex.counters,
+        read_bytes=ex.counters.get("read_bytes"),
+        read_bytes_source="cgroup" if "read_bytes" in ex.counters else None,
+        disk_read_bytes_machine=(disk_after - disk_before) if disk_before is not None
+        and disk_after is not None else None,
+        memory_peak_bytes=ex.counters.get("memory_peak_bytes") or ex.monitor.peak("tree_rss_bytes"),
+        job_memory_peak_bytes=_job_memory_peak(ex.monitor.samples), interference=ex.interference,
+        mapped_files=ex.mapped_files)
+    result = RunResult(
+        spec=spec, status=status, error=error, failure=failure, ranks=tuple(ranks),
+        dataset=ctx.dataset.record(), enforced=replace(enforced, limiter=ex.limiter),
+        environment=_environment(spec, ctx, ex, threads, ranks, rank_errors, log_path), io=io,
+        monitor=tuple(ex.monitor.samples), started_unix_s=started,
+        duration_s=time.perf_counter() - t0, log_path=str(log_path))
+    shutil.rmtree(run_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):  # no empty tmp/ left in the prefix (kept if not empty)
+        run_dir.parent.rmdir()
+    return result
+
+
+@dataclass(frozen=True)
+class Execution:
+    """What the job's process tree did, as seen from outside it."""
+
+    rc: int | None  # exit status of torchrun; None: killed (timeout, another node lost)
+    status: Status
+    error: str | None
+    counters: dict[str, Any]  # the cgroup's at the end ({} without cgroups)
+    interference: dict[str, Any] | None
+    monitor: Monitor
+    mapped_files: tuple[str, ...] | None  # what a cached run mapped (libraries)
+    limiter: dict[str, Any]  # the cache limiter's counts ({} when it did not run)
+
+
+def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, enforced: Enforcement,
+            env: dict[str, str], log_path: Path) -> Execution:
+    """Start the job in its cgroup (or under affinity), wait for it, and stop what is left."""
     with ExitStack() as stack:
-        # Exits in reverse: the cgroup is removed before the reaper is released.
+        # Exits in reverse: the limiter stops, then the cgroup is removed, then the reaper goes.
         line = stack.enter_context(Lifeline())
         cg = None
         if ctx.hierarchy is not None:
             cg = stack.enter_context(cgroups.RunCgroup.create(spec.run_id, limits, ctx.hierarchy))
             line.watch_cgroups(sorted(set(cg.dirs.values())))
-            wrapper = cg.join_argv()
-        else:
-            wrapper = [sys.executable, "-m", "dsanalyze.resources.enter"]
-            wrapper += ["--cpus", ",".join(map(str, limits.cpus))] if limits.cpus else []
-            wrapper += ["--"]
-        wrapper[-1:-1] = line.bind_args()  # before the "--": the job dies with the harness
         log = stack.enter_context(open(log_path, "w"))
         if ctx.start_gate is not None:
             ctx.start_gate()
         probe = InterferenceProbe(limits.cpus, limits.device, cg.dirs.get("cpuacct") if cg else None)
         probe.start()
-        proc = subprocess.Popen(wrapper + job_argv(spec), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        proc = subprocess.Popen(_wrapper(cg, limits, line) + job_argv(spec), stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
         line.watch_group(proc.pid)
-        maps = None
-        if spec.mode is Mode.CACHED:
-            maps = stack.enter_context(MapsRecorder(cg.pids if cg else lambda: tree_pids(proc.pid)))
+        maps = stack.enter_context(MapsRecorder(cg.pids if cg else lambda: tree_pids(proc.pid))) \
+            if spec.mode is Mode.CACHED else None
+        limiter = stack.enter_context(cache_limiter(cg, spec, limits, enforced))
         monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s)
-        limiter = None
-        if cg is not None and limits.memory_bytes is not None and ctx.trim_page_cache:
-            limiter = CacheLimiter(cg, spec.resources.cache.cache_bytes or 0,
-                                   enforced["memory_margin_bytes"], limits.memory_bytes).__enter__()
         try:
             with monitor:
                 rc, status, error = _wait_job(proc, spec.job.timeout_s, ctx.should_abort)
-        except (KeyboardInterrupt, Interrupted):
-            _kill_group(proc)
-            raise
         finally:
             _kill_group(proc)
-            if limiter is not None:
-                limiter.__exit__(None, None, None)
-                enforced.update(limiter.report())
             counters = cg.counters() if cg else {}
             interference = probe.stop(counters.get("read_bytes"))
             if cg:
                 cg.kill()
-        resident_after = pagecache.resident_bytes(ctx.dataset.files)
-        disk_after = diskstats_read_bytes(limits.device)
-    ranks, rank_errors = _collect_ranks(run_dir, local_ranks(spec.job))
-    if status == Status.OK and counters.get("oom_kills", 0) > 0:
-        status = Status.OOM
-        error = (f"out of memory: cache budget {format_bytes(spec.resources.cache.cache_bytes)} + "
-                 f"job memory {format_bytes(enforced.get('job_memory_bytes'))} exceeded: "
-                 "raise --cache or lower -j")
-    elif status == Status.OK and (rc != 0 or len(ranks) < spec.job.nproc_per_node):
-        status = Status.FAILED
-        error = _failure_message(rc, rank_errors, log_path)
+    return Execution(rc, status, error, counters, interference, monitor,
+                     tuple(maps.files) if maps is not None else None,
+                     limiter.report() if limiter is not None else {})
+
+
+def _wrapper(cg: cgroups.RunCgroup | None, limits: cgroups.Limits, line: Lifeline) -> list[str]:
+    """argv prefix that puts the job in its cgroup (or CPU set), bound to the harness's life."""
+    if cg is not None:
+        wrapper = cg.join_argv()
+    else:
+        wrapper = [sys.executable, "-m", "dsanalyze.resources.enter"]
+        wrapper += ["--cpus", ",".join(map(str, limits.cpus))] if limits.cpus else []
+        wrapper += ["--"]
+    wrapper[-1:-1] = line.bind_args()  # before the "--": the job dies with the harness
+    return wrapper
+
+
+def cache_limiter(cg: cgroups.RunCgroup | None, spec: RunSpec, limits: cgroups.Limits,
+                  enforced: Enforcement) -> contextlib.AbstractContextManager[CacheLimiter | None]:
+    """The page-cache limiter of a disk run with a budget, or a context that does nothing."""
+    if cg is None or limits.memory_bytes is None or not enforced.trims_page_cache:
+        return contextlib.nullcontext()
+    return CacheLimiter(cg, spec.resources.cache.cache_bytes or 0,
+                        enforced.memory_margin_bytes or 0, limits.memory_bytes)
+
+
+def classify(spec: RunSpec, ex: Execution, ranks: list[RankRecord],
+             rank_errors: dict[int, rankenv.RankFailure], enforced: Enforcement,
+             log_path: Path) -> tuple[Status, str | None, FailureKind | None]:
+    """How the run ended: the wait's verdict, unless the kernel OOM-killed or a rank failed."""
+    if ex.status != Status.OK:
+        return ex.status, ex.error, None
+    if ex.counters.get("oom_kills", 0) > 0:
+        return Status.OOM, (
+            f"out of memory: cache budget {format_bytes(spec.resources.cache.cache_bytes)} + "
+            f"job memory {format_bytes(enforced.job_memory_bytes)} exceeded: "
+            "raise --cache or lower -j"), None
+    if ex.rc != 0 or len(ranks) < spec.job.nproc_per_node:
         failure = next(iter(rank_errors.values())).kind if rank_errors else FailureKind.CRASH
-    io = {"cache_state": cache_state, "resident_after_bytes": resident_after,
-          "dataset_bytes": ctx.dataset.total_bytes, "counters": counters,
-          "read_bytes": counters.get("read_bytes"),
-          "read_bytes_source": "cgroup" if "read_bytes" in counters else None,
-          "disk_read_bytes_machine": (disk_after - disk_before) if disk_before is not None
-          and disk_after is not None else None,
-          "memory_peak_bytes": counters.get("memory_peak_bytes") or monitor.peak("tree_rss_bytes"),
-          "job_memory_peak_bytes": _job_memory_peak(monitor.samples), "interference": interference}
-    if maps is not None:
-        io["mapped_files"] = maps.files
+        return Status.FAILED, _failure_message(ex.rc, rank_errors, log_path), failure
+    return Status.OK, None, None
+
+
+def _environment(spec: RunSpec, ctx: LaunchContext, ex: Execution, threads: dict[str, Any],
+                 ranks: list[RankRecord], rank_errors: dict[int, rankenv.RankFailure],
+                 log_path: Path) -> dict[str, Any]:
+    """Versions, threads, host, GPU and argv of the run; the script's own exit if it called one."""
     environment = {"versions": dict(versions()), "threads": threads, "host": socket.gethostname(),
-                   "cpus_available": len(os.sched_getaffinity(0)), "gpu": monitor.gpu_status,
+                   "cpus_available": len(os.sched_getaffinity(0)), "gpu": ex.monitor.gpu_status,
                    "cgroup_version": ctx.hierarchy.version if ctx.hierarchy else None,
                    "argv": job_argv(spec)}
     if ranks:
@@ -323,14 +372,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     exit_code = script_exit_code(rank_errors)
     if exit_code is not None:
         environment["script_exit"] = {"code": exit_code, "lines": script_error_lines(log_path)}
-    result = RunResult(spec=spec, status=status, error=error, failure=failure, ranks=tuple(ranks),
-                       dataset=ctx.dataset.to_dict(), enforced=enforced, environment=environment,
-                       io=io, monitor=tuple(monitor.samples), started_unix_s=started,
-                       duration_s=time.perf_counter() - t0, log_path=str(log_path))
-    shutil.rmtree(run_dir, ignore_errors=True)
-    with contextlib.suppress(OSError):  # no empty tmp/ left in the prefix (kept if not empty)
-        run_dir.parent.rmdir()
-    return result
+    return environment
 
 
 def _wait_job(proc: subprocess.Popen, timeout_s: float,

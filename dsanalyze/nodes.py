@@ -39,7 +39,7 @@ from typing import Any
 from dsanalyze import store
 from dsanalyze.config import Job, RunSpec
 from dsanalyze.errors import ConfigError, NodeLost
-from dsanalyze.store import RankRecord, RunResult, Status
+from dsanalyze.records import RankRecord, RunResult, Status
 
 HEARTBEAT_S = 0.5
 LOST_AFTER_S = 10.0
@@ -309,16 +309,16 @@ def merge_results(primary: RunResult, others: Mapping[int, RunResult]) -> RunRes
     ranks = _tag(primary.ranks, node0, 0.0)
     status, error = primary.status, primary.error
     per_node = {str(node0): _node_facts(primary)}
-    read = primary.io.get("read_bytes")
+    read = primary.io.read_bytes
     for n in sorted(others):
         other = others[n]
         ranks += _tag(other.ranks, n, float(other.environment.get("clock_offset_s", 0.0)))
         per_node[str(n)] = _node_facts(other)
         if status == Status.OK and other.status != Status.OK:
             status, error = other.status, f"node {n}: {other.error}"
-        other_read = other.io.get("read_bytes")
+        other_read = other.io.read_bytes
         read = read + other_read if read is not None and other_read is not None else None
-    io = {**primary.io, "read_bytes": read, "nodes": per_node}
+    io = dataclasses.replace(primary.io, read_bytes=read, nodes=per_node)
     expected = primary.spec.job.world_size
     if status == Status.OK and len(ranks) < expected:
         status, error = Status.FAILED, f"{len(ranks)} of {expected} ranks reported"
@@ -328,10 +328,10 @@ def merge_results(primary: RunResult, others: Mapping[int, RunResult]) -> RunRes
 
 def _node_facts(result: RunResult) -> dict[str, Any]:
     env = result.environment
-    return {"host": env.get("host"), "status": result.status, "error": result.error,
+    return {"host": env.get("host"), "status": result.status.value, "error": result.error,
             "clock_offset_s": env.get("clock_offset_s", 0.0),
-            "clock_rtt_s": env.get("clock_rtt_s"), "read_bytes": result.io.get("read_bytes"),
-            "enforced": result.enforced, "ranks": [r.rank for r in result.ranks]}
+            "clock_rtt_s": env.get("clock_rtt_s"), "read_bytes": result.io.read_bytes,
+            "enforced": result.enforced.to_dict(), "ranks": [r.rank for r in result.ranks]}
 
 
 def merge_prefixes(primary: Sequence[RunResult], others: Sequence[Sequence[RunResult]]

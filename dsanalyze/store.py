@@ -1,4 +1,4 @@
-"""What was measured, on disk: one JSON per run under `<prefix>/runs/`.
+"""What was measured, on disk: one JSON per run under `<prefix>/runs/` (`records.RunResult`).
 
 Files are written atomically (temp file in the same directory, fsync, rename),
 so a harness killed half-way leaves either the old file or the new one. A
@@ -8,134 +8,15 @@ same spec.
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dsanalyze.config import Mode, RunSpec
-from dsanalyze.errors import FailureKind, StoreError
-
-SCHEMA_VERSION = 1
-
-
-class Status(str, enum.Enum):
-    """How a run ended. A str, so that run JSONs keep the plain words."""
-
-    OK = "ok"
-    FAILED = "failed"
-    OOM = "oom"
-    TIMEOUT = "timeout"
-    INTERRUPTED = "interrupted"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True)
-class RankRecord:
-    """Per-iteration timings of one rank, in the order they happened.
-
-    `wait_s[i]`: time blocked in the loader's `next()` for iteration i.
-    `iter_s[i]`: from the start of iteration i's `next()` to the start of
-    iteration i+1's (so it includes the wait and the compute).
-    `epoch[i]`: 0-based epoch of iteration i; `samples[i]`: samples in it.
-    The first `warmup` iterations are discarded by the analysis.
-    """
-
-    rank: int
-    wait_s: tuple[float, ...]
-    iter_s: tuple[float, ...]
-    epoch: tuple[int, ...]
-    samples: tuple[int, ...]
-    warmup: int = 0
-    start_unix_s: float = 0.0  # wall-clock time of the first iteration's start
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "warmup": self.warmup, "start_unix_s": self.start_unix_s,
-                "wait_s": list(self.wait_s), "iter_s": list(self.iter_s),
-                "epoch": list(self.epoch), "samples": list(self.samples), "extra": self.extra}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RankRecord:
-        return cls(int(d["rank"]), tuple(d["wait_s"]), tuple(d["iter_s"]), tuple(d["epoch"]),
-                   tuple(d["samples"]), int(d.get("warmup", 0)), float(d.get("start_unix_s", 0.0)),
-                   dict(d.get("extra", {})))
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """Everything one run measured, plus what is needed to re-analyse it."""
-
-    spec: RunSpec
-    status: Status  # a plain string ("ok") is converted
-    error: str | None = None
-    failure: FailureKind | None = None  # why a failed run's first rank failed
-    ranks: tuple[RankRecord, ...] = ()
-    dataset: dict[str, Any] = field(default_factory=dict)  # files, bytes, samples_per_epoch
-    enforced: dict[str, Any] = field(default_factory=dict)  # knob -> how, or "not enforced: why"
-    environment: dict[str, Any] = field(default_factory=dict)  # versions, threads, git sha, host
-    io: dict[str, Any] = field(default_factory=dict)  # bytes read, residency, memory peaks
-    monitor: tuple[dict[str, Any], ...] = ()
-    started_unix_s: float = 0.0
-    duration_s: float = 0.0
-    log_path: str | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "status", Status(self.status))
-
-    @property
-    def run_id(self) -> str:
-        return self.spec.run_id
-
-    @property
-    def mode(self) -> Mode:
-        return self.spec.mode
-
-    @property
-    def ok(self) -> bool:
-        return self.status == Status.OK
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA_VERSION,
-            "run_id": self.run_id,
-            "spec": self.spec.to_dict(),
-            "status": self.status.value,
-            "error": self.error,
-            "failure": self.failure.value if self.failure else None,
-            "started_unix_s": self.started_unix_s,
-            "duration_s": self.duration_s,
-            "log_path": self.log_path,
-            "dataset": self.dataset,
-            "enforced": self.enforced,
-            "environment": self.environment,
-            "io": self.io,
-            "ranks": [r.to_dict() for r in self.ranks],
-            "monitor": list(self.monitor),
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunResult:
-        return cls(
-            spec=RunSpec.from_dict(d["spec"]),
-            status=Status(d["status"]),
-            error=d.get("error"),
-            failure=FailureKind(d["failure"]) if d.get("failure") else None,
-            ranks=tuple(RankRecord.from_dict(r) for r in d.get("ranks", [])),
-            dataset=dict(d.get("dataset", {})),
-            enforced=dict(d.get("enforced", {})),
-            environment=dict(d.get("environment", {})),
-            io=dict(d.get("io", {})),
-            monitor=tuple(d.get("monitor", [])),
-            started_unix_s=float(d.get("started_unix_s", 0.0)),
-            duration_s=float(d.get("duration_s", 0.0)),
-            log_path=d.get("log_path"),
-        )
+from dsanalyze.config import RunSpec
+from dsanalyze.errors import StoreError
+from dsanalyze.records import RunResult
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:

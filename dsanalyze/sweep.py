@@ -26,9 +26,9 @@ from dsanalyze.config import Mode, RunSpec, Sweep
 from dsanalyze.errors import ConfigError, DatasetError, FailureKind, NodeLost, ResourceError
 from dsanalyze.fingerprint import Fingerprint, check_consistent, check_resumable, check_unchanged
 from dsanalyze.jobs.datasets import DatasetInfo
+from dsanalyze.records import RunResult
 from dsanalyze.resources import cgroups
 from dsanalyze.resources.datalock import DataLock
-from dsanalyze.store import RunResult
 
 
 @dataclass
@@ -182,7 +182,8 @@ def _measure(spec: RunSpec, ctx: launch.LaunchContext, outcome: SweepOutcome, re
         return None
     check_unchanged(datafind.rescan(spec.job, ctx.dataset), fp)
     result = _run(spec, ctx, group, seq)
-    result = dataclasses.replace(result, dataset={**result.dataset, "fingerprint": fp.to_dict()})
+    result = dataclasses.replace(result, dataset=dataclasses.replace(result.dataset,
+                                                                      fingerprint=fp.to_dict()))
     store.write_run(ctx.prefix, result)
     outcome.results.append(result)
     _remember_memory(ctx, result)
@@ -246,10 +247,10 @@ def write_summary(prefix: Path) -> dict[str, Any] | None:
 
 def _remember_memory(ctx: launch.LaunchContext, result: RunResult) -> None:
     if result.mode is Mode.CACHED and result.ok:
-        peak = result.io.get("job_memory_peak_bytes")
+        peak = result.io.job_memory_peak_bytes
         if peak:
             ctx.job_memory_bytes[result.spec.resources.cpus] = int(peak)
-        ctx.library_files = tuple(result.io.get("mapped_files") or ctx.library_files)
+        ctx.library_files = result.io.mapped_files or ctx.library_files
 
 
 def _progress_line(spec: RunSpec, result: RunResult, measured: int, elapsed_s: float,

@@ -27,7 +27,7 @@ from dsanalyze.errors import CorruptSampleError, DatasetError  # noqa: E402
 from dsanalyze.instrument import rank as rankenv  # noqa: E402
 from dsanalyze.instrument.loader import IterationRecorder, TimedLoader  # noqa: E402
 from dsanalyze.jobs.dali_pipeline import DaliSettings  # noqa: E402
-from dsanalyze.store import RankRecord  # noqa: E402
+from dsanalyze.records import RankRecord  # noqa: E402
 
 FILES = 96
 CLASSES = 4

@@ -53,14 +53,14 @@ def measured(tmp_path_factory) -> tuple[Path, Path]:
 def test_fresh_dataset_is_evicted_per_file_with_no_global_drop(measured):
     data, prefix = measured
     runs = {r.run_id: r for r in load_runs(prefix)}
-    state = runs[DISK].io["cache_state"]
+    state = runs[DISK].io.cache_state
     assert state["action"] == "evicted_per_file" and state["global_drop"] is False
     assert state["resident_before_bytes"] == 0 and state["files_left_resident"] == 0
     # what a global drop would re-read: the libraries the cached run mapped
-    assert any("libtorch" in f for f in runs[CACHED].io["mapped_files"])
+    assert any("libtorch" in f for f in runs[CACHED].io.mapped_files)
     fp = Fingerprint.of_root(str(data)).to_dict()
-    assert runs[CACHED].dataset["fingerprint"] == fp == runs[DISK].dataset["fingerprint"]
-    assert fp["files"] == 32 and fp["bytes"] == runs[DISK].dataset["bytes"]
+    assert runs[CACHED].dataset.fingerprint == fp == runs[DISK].dataset.fingerprint
+    assert fp["files"] == 32 and fp["bytes"] == runs[DISK].dataset.total_bytes
 
 
 @pytest.mark.slow

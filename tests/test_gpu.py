@@ -124,7 +124,7 @@ def test_dali_mixed_decoding_in_all_modes(small_dataset, tmp_path):
             ("dali", "mixed", 0)
         assert rank.extra["device"] == "cuda:0"
         assert rank.samples == (batch,) * 11
-    assert runs["disk"].io["cache_state"]["action"] == "evicted_per_file"
+    assert runs["disk"].io.cache_state["action"] == "evicted_per_file"
     # replay needs no decode: its waits are far below those of the decoding modes
     replay = max(runs["synthetic"].ranks[0].wait_s[3:])
     decode = sum(runs["loader"].ranks[0].wait_s[3:]) / 8

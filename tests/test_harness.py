@@ -44,8 +44,8 @@ def test_two_ranks_all_modes_combined(small_dataset, tmp_path):
     assert cfg["samples_per_epoch"] == 96
     assert cfg["modes"]["synthetic"]["rate_sps"] == pytest.approx(2 * 4 / 0.040, rel=0.05)
     disk = runs["disk-cpusall-cachenone-bwnone"]
-    assert disk.io["cache_state"]["resident_before_bytes"] <= 0.01 * disk.dataset["bytes"]
-    assert runs["cached-cpusall"].io["cache_state"]["resident_before_bytes"] == disk.dataset["bytes"]
+    assert disk.io.cache_state["resident_before_bytes"] <= 0.01 * disk.dataset.total_bytes
+    assert runs["cached-cpusall"].io.cache_state["resident_before_bytes"] == disk.dataset.total_bytes
 
 
 @pytest.mark.parametrize("workers,batch,step_ms,bound", [

@@ -19,7 +19,8 @@ from conftest import DATA_DIR, needs_cgroups
 from dsanalyze import nodes
 from dsanalyze.analysis import pernode
 from dsanalyze.config import Job
-from dsanalyze.store import RunResult, Status, load_runs, read_run
+from dsanalyze.records import RunResult, Status
+from dsanalyze.store import load_runs, read_run
 
 HARNESS = Path(__file__).parent.parent / "harness.py"
 
@@ -55,9 +56,9 @@ def _as_two_nodes(run: RunResult, offset_s: float) -> tuple[RunResult, RunResult
     spec = dataclasses.replace(run.spec, job=job)
     node1_spec = dataclasses.replace(spec, job=dataclasses.replace(job, node_rank=1))
     r0, r1 = sorted(run.ranks, key=lambda r: r.rank)
-    node0 = dataclasses.replace(run, spec=spec, ranks=(r0,), io={**run.io, "read_bytes": 100})
+    node0 = dataclasses.replace(run, spec=spec, ranks=(r0,), io=dataclasses.replace(run.io, read_bytes=100))
     node1 = dataclasses.replace(run, spec=node1_spec, ranks=(r1,),
-                                io={**run.io, "read_bytes": 50},
+                                io=dataclasses.replace(run.io, read_bytes=50),
                                 environment={**run.environment, "clock_offset_s": offset_s,
                                              "host": "other"})
     return node0, node1
@@ -72,8 +73,8 @@ def test_merge_puts_every_rank_on_node0s_clock():
     r1 = next(r for r in run.ranks if r.rank == 1)
     assert merged.ranks[1].start_unix_s == pytest.approx(r1.start_unix_s + 0.25, abs=1e-9)
     assert merged.ranks[0].start_unix_s == node0.ranks[0].start_unix_s
-    assert merged.io["read_bytes"] == 150
-    assert merged.io["nodes"]["1"]["host"] == "other"
+    assert merged.io.read_bytes == 150
+    assert merged.io.nodes["1"]["host"] == "other"
     # a node that failed makes the job's run fail, and is named
     failed = nodes.merge_results(node0, {1: dataclasses.replace(node1, status=Status.OOM,
                                                                  error="out of memory")})
@@ -192,7 +193,7 @@ def test_two_harnesses_profile_one_job(node_data, tmp_path):
         assert [n["ranks"] for n in run["nodes"]] == [[0], [1]]
     for run in load_runs(tmp_path / "p0"):
         assert run.ok and [r.rank for r in run.ranks] == [0, 1]
-        offset = run.io["nodes"]["1"]["clock_offset_s"]
+        offset = run.io.nodes["1"]["clock_offset_s"]
         assert abs(offset) < 0.05  # one machine: one clock, up to the round trip's asymmetry
     assert "nodes, synthetic-cpus1: node 0 waits" in _log(tmp_path, 0)
     assert "node 1 of 2" in _log(tmp_path, 1)

@@ -17,6 +17,7 @@ from dsanalyze import launch
 from dsanalyze.config import CacheBudget, Job, Mode, Resources, RunSpec
 from dsanalyze.jobs.datasets import make_dataset, scan_dataset
 from dsanalyze.resources import cgroups
+from dsanalyze.records import How, Knob
 from dsanalyze.store import load_runs
 
 pytestmark = [pytest.mark.slow, needs_cgroups]
@@ -42,7 +43,7 @@ def test_one_cpu_in_every_process(small_dataset, tmp_path):
                    "--cpus", 1, "-b", 8, "-j", 2, "--iters", 10, "--warmup", 2,
                    "--sim-step-ms", 20, "--no-plots") == 0
     (run,) = load_runs(prefix)
-    assert run.enforced["cpus"].endswith("cpuset")
+    assert run.enforced.cpus == Knob(How.CGROUP)
     assert run.environment["threads"]["omp_num_threads"] == 1
     assert run.ranks[0].extra["torch_threads"] == 1
     # torchrun agent + rank + 2 workers were sampled, and none could use a second CPU
@@ -57,15 +58,15 @@ def test_disk_run_keeps_residency_within_the_cache_budget(big_dataset, tmp_path)
                    "--sim-step-ms", 1, "--no-plots") == 0
     disk = next(r for r in load_runs(prefix) if r.mode is Mode.DISK)
     budget = disk.spec.resources.cache.cache_bytes
-    dataset_bytes = disk.dataset["bytes"]
-    assert disk.enforced["memory_limit_bytes"] == (budget + disk.enforced["job_memory_bytes"]
-                                                   + disk.enforced["memory_margin_bytes"])
+    dataset_bytes = disk.dataset.total_bytes
+    assert disk.enforced.memory_limit_bytes == (budget + disk.enforced.job_memory_bytes
+                                                   + disk.enforced.memory_margin_bytes)
     # the whole dataset was read, yet at most the budget (plus the margin) stayed cached
-    assert disk.io["read_bytes"] >= 0.9 * dataset_bytes
-    assert disk.io["resident_after_bytes"] <= budget + disk.enforced["memory_margin_bytes"]
-    assert disk.io["resident_after_bytes"] < 0.6 * dataset_bytes
-    assert disk.enforced["page_cache_trims"] > 0
-    assert disk.enforced["page_cache_max_bytes"] > budget + disk.enforced["memory_margin_bytes"] // 2
+    assert disk.io.read_bytes >= 0.9 * dataset_bytes
+    assert disk.io.resident_after_bytes <= budget + disk.enforced.memory_margin_bytes
+    assert disk.io.resident_after_bytes < 0.6 * dataset_bytes
+    assert disk.enforced.limiter["page_cache_trims"] > 0
+    assert disk.enforced.limiter["page_cache_max_bytes"] > budget + disk.enforced.memory_margin_bytes // 2
 
 
 @pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"),
@@ -130,9 +131,10 @@ def test_no_cgroups_marks_limits_not_enforced(small_dataset, tmp_path):
                    "--cache", "25%", "--storage-bw", "50M", "-b", 8, "-j", 1, "--iters", 4,
                    "--warmup", 1, "--sim-step-ms", 10, "--no-cgroups", "--no-plots") == 0
     (run,) = load_runs(prefix)
-    assert run.enforced["cpus"] == "affinity"
-    assert run.enforced["cache"] == "not enforced: --no-cgroups"
-    assert run.enforced["storage_bw"] == "not enforced: --no-cgroups"
+    assert run.enforced.cpus == Knob(How.AFFINITY)
+    assert run.enforced.cache == Knob(How.NOT_ENFORCED, "--no-cgroups")
+    assert run.enforced.storage_bw == Knob(How.NOT_ENFORCED, "--no-cgroups")
     doc = json.loads((prefix / "summary.json").read_text())
-    assert doc["configs"][0]["enforced"]["cache"].startswith("not enforced")
+    assert doc["configs"][0]["enforced"]["cache"] == {"how": "not_enforced", "why": "--no-cgroups",
+                                                      "cgroup_version": None, "device": doc["configs"][0]["enforced"]["cache"]["device"]}
     assert {s["max_affinity_cpus"] for s in run.monitor if s["procs"]} == {1}

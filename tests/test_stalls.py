@@ -7,7 +7,7 @@ import pytest
 from dsanalyze.analysis.stalls import breakdowns, run_rate, summary, verdict
 from dsanalyze.analysis.uncertainty import Significance, StallInterval
 from dsanalyze.config import CacheBudget, Job, Mode, Resources, RunSpec
-from dsanalyze.store import RankRecord, RunResult
+from dsanalyze.records import RankRecord, RunResult
 
 JOB = Job(data_dir="/d", batch_size=10)
 

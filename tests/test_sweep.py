@@ -7,7 +7,7 @@ import pytest
 from dsanalyze import store, sweep
 from dsanalyze.config import Job, Mode, Resources, RunSpec, Sweep
 from dsanalyze.errors import ConfigError
-from dsanalyze.store import RankRecord, RunResult
+from dsanalyze.records import RankRecord, RunResult
 
 JOB = Job(data_dir="/d", batch_size=4)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import copy_of
 
-from dsanalyze import cli, store
+from dsanalyze import cli, records, store
 from dsanalyze.analysis import stalls
 from dsanalyze.config import Mode
 from dsanalyze.errors import StoreError
@@ -130,7 +130,7 @@ def test_counter_values(prev, cur, expected):
 
 
 def test_iteration_spans_of_a_rank():
-    rank = store.RankRecord(0, (0.5, 0.0, 0.25), (1.0, 0.5, 0.75), (0, 0, 1), (4, 4, 4), warmup=1,
+    rank = records.RankRecord(0, (0.5, 0.0, 0.25), (1.0, 0.5, 0.75), (0, 0, 1), (4, 4, 4), warmup=1,
                             start_unix_s=100.0)
     spans = trace.iteration_spans(rank)
     assert [(s.name, s.start_s, s.dur_s, s.epoch, s.warmup) for s in spans] == [

@@ -18,8 +18,8 @@ from dsanalyze import store
 from dsanalyze.analysis import stalls, uncertainty
 from dsanalyze.analysis.uncertainty import RateInterval, Significance
 from dsanalyze.config import Job, Mode, Resources, RunSpec
+from dsanalyze.records import RankRecord, RunResult
 from dsanalyze.report import summary as report
-from dsanalyze.store import RankRecord, RunResult
 
 PAIR = DATA_DIR / "uncertainty_pair"
 

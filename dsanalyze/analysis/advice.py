@@ -31,7 +31,7 @@ from typing import Any
 from dsanalyze.analysis import stalls
 from dsanalyze.config import Mode
 from dsanalyze.errors import DsAnalyzeError
-from dsanalyze.store import RunResult
+from dsanalyze.records import RunResult
 
 MAX_STALL_PCT = stalls.INPUT_BOUND_PCT
 DEFAULT_CACHES = ("0", "25%", "50%", "75%", "100%")  # as `dsanalyze whatif`
@@ -210,7 +210,7 @@ def _fit_and_predict(results: list[RunResult], sizes: Sequence[int] | None,
 
     model = whatif.fit(results, sizes)
     cpus, caches, bws, workers = default_grid(results)
-    dataset_bytes = int(next(r.dataset["bytes"] for r in results if r.ok))
+    dataset_bytes = next(r.dataset.total_bytes for r in results if r.ok)
     preds = whatif.grid(model, whatif.configs(cpus, caches, bws, dataset_bytes, workers=workers),
                         results)
     rec = recommend.recommend(model, preds, results, max_stall_pct)

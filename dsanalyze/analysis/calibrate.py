@@ -39,7 +39,7 @@ from dsanalyze.analysis.model import (
 )
 from dsanalyze.config import Mode, format_bytes
 from dsanalyze.errors import ConfigError
-from dsanalyze.store import RunResult
+from dsanalyze.records import RunResult
 
 
 def _by_mode(results: list[RunResult], mode: Mode) -> list[RunResult]:
@@ -206,7 +206,7 @@ def _fit_startup(model: Model, results: list[RunResult]) -> tuple[Model, Param]:
 def _fit_device(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
     """The storage device: the harness's cold probe before each disk run (median)."""
     probes = [(r.run_id, d) for r in disk
-              if (d := (r.io.get("cache_state") or {}).get("storage_device")) and d.get("read_bps")]
+              if (d := r.io.storage_device) and d.get("read_bps")]
     if not probes:
         why = ("not measured: the disk runs predate the storage probe (re-run them); "
                "unthrottled storage is taken as never limiting")

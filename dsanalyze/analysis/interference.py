@@ -1,6 +1,6 @@
 """Was a run disturbed by other processes, and which figures does that affect?
 
-The monitor (`monitor.InterferenceProbe`) stores, per run, `io["interference"]`:
+The monitor (`monitor.InterferenceProbe`) stores, per run, `io.interference`:
 the CPU seconds spent on the run's CPUs by processes outside its cgroup
 (busy time of those CPUs in /proc/stat minus the cgroup's own per-CPU usage)
 and the bytes others read from the dataset's disk (/proc/diskstats minus the
@@ -19,7 +19,7 @@ import enum
 from typing import Any
 
 from dsanalyze.config import Mode
-from dsanalyze.store import RunResult
+from dsanalyze.records import RunResult
 
 CPU_PCT = 10.0  # others' share of the run's CPU capacity above which it is disturbed
 READ_SHARE = 0.10  # others' reads on the dataset's disk, as a share of the run's own
@@ -36,13 +36,13 @@ class Interference(str, enum.Enum):
 
 def of_run(result: RunResult) -> dict[str, Any]:
     """`others_cpu_pct`, `others_read_bytes` and `disturbed` (Interference values) of one run."""
-    probe = result.io.get("interference") or {}
+    probe = result.io.interference or {}
     cpu_pct = probe.get("others_cpu_pct")
     read = probe.get("others_read_bytes")
     disturbed = []
     if cpu_pct is not None and cpu_pct > CPU_PCT:
         disturbed.append(Interference.CPU.value)
-    own = result.io.get("read_bytes") or 0
+    own = result.io.read_bytes or 0
     if (result.mode is Mode.DISK and read is not None and read > READ_FLOOR_BYTES
             and read > READ_SHARE * own):
         disturbed.append(Interference.IO.value)

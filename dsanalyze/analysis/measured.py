@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from dsanalyze.store import RunResult
+from dsanalyze.records import RunResult
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ import numpy as np
 from dsanalyze.analysis import cachesim, pipeline
 from dsanalyze.config import Mode
 from dsanalyze.errors import ConfigError
-from dsanalyze.store import RunResult
+from dsanalyze.records import RunResult
 
 SEEDS = 3  # permutations averaged per disk prediction
 SIM_SAMPLES = 6000  # samples per simulated epoch; larger epochs are simulated on a sample
@@ -166,14 +166,14 @@ def effective_cache(result: RunResult, dataset_bytes: int) -> float | None:
 def file_sizes(result: RunResult, sizes: Sequence[int] | None) -> tuple[tuple[int, ...], Param]:
     """Page-rounded file sizes: given (scanned by the caller), recorded quantiles, or the mean."""
     ds = result.dataset
-    n = int(ds.get("files") or 0)
+    n = ds.num_files
     if sizes:
-        how = f"the {len(sizes)} files of {ds.get('root', 'the dataset')}"
-    elif ds.get("file_bytes_quantiles") and n:
-        sizes = cachesim.sizes_from_quantiles(ds["file_bytes_quantiles"], n).tolist()
+        how = f"the {len(sizes)} files of {ds.root or 'the dataset'}"
+    elif ds.file_bytes_quantiles and n:
+        sizes = cachesim.sizes_from_quantiles(list(ds.file_bytes_quantiles), n).tolist()
         how = "the size quantiles recorded with the run"
-    elif n and ds.get("bytes"):
-        sizes = [int(ds["bytes"] / n)] * n
+    elif n and ds.total_bytes:
+        sizes = [int(ds.total_bytes / n)] * n
         how = "not measured: no size distribution recorded and the dataset is gone; every file " \
               "taken as the mean size"
     else:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsanalyze.analysis.stalls import run_rate
-from dsanalyze.store import RunResult
+from dsanalyze.records import RunResult
 
 HOLDS_MARGIN_PCT = 10.0
 HOLDS_RATIO = 1.5
@@ -53,7 +53,7 @@ def node_shares(result: RunResult) -> list[NodeShare]:
         by_node.setdefault(_node(r.extra, r.rank, nproc), []).append(r)
     if len(by_node) < 2:
         return []
-    hosts = {int(k): v.get("host") for k, v in result.io.get("nodes", {}).items()}
+    hosts = {int(k): v.get("host") for k, v in result.io.nodes.items()}
     out = []
     for node in sorted(by_node):
         rate = run_rate(dataclasses.replace(result, ranks=tuple(by_node[node])))

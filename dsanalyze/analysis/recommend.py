@@ -29,7 +29,7 @@ from dsanalyze.analysis.model import Config, Model, run_config, run_cpus
 from dsanalyze.analysis.whatif import Prediction, predict
 from dsanalyze.config import Mode, format_bytes
 from dsanalyze.errors import ConfigError
-from dsanalyze.store import RunResult
+from dsanalyze.records import RunResult
 
 TOLERANCE = 0.02  # job times closer than this (relative) are ties, broken by cost
 WORKER_CHOICES = (1, 2, 4, 8, 16)

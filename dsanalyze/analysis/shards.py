@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsanalyze.store import RunResult
+from dsanalyze.records import RunResult
 
 
 def file_reads(run: RunResult) -> dict[str, dict[str, Any]]:

@@ -32,7 +32,7 @@ from dsanalyze.analysis import interference, uncertainty
 from dsanalyze.analysis.uncertainty import RateSamples, Significance, StallInterval
 from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import Mode
-from dsanalyze.store import RunResult
+from dsanalyze.records import RunResult
 
 INPUT_BOUND_PCT = 5.0  # TF profiler: input-bound when > 5% of step time waits for data
 HIGHLY_INPUT_BOUND_PCT = 20.0
@@ -80,7 +80,7 @@ def samples_per_epoch(result: RunResult) -> int | None:
     if batches and r0.samples:
         per_iter = statistics.median(r0.samples)
         return int(batches * per_iter * len(result.ranks))
-    return result.dataset.get("files")
+    return result.dataset.num_files or None
 
 
 def run_rate(result: RunResult, interval: bool = False) -> RunRate:
@@ -279,7 +279,7 @@ def _breakdown(anchor: RunResult, group: dict[Mode, list[RunResult]], level: flo
         cpus=res.cpus, cache_spec=res.cache.spec, cache_bytes=res.cache.cache_bytes,
         storage_read_bps=res.storage_read_bps, samples_per_epoch=n,
         modes={m.value: _mode_entry(rs, boot.get(m), n, level) for m, rs in rates.items()},
-        enforced={k: v for runs in group.values() for r in runs for k, v in r.enforced.items()},
+        enforced=enforcement([r for runs in group.values() for r in runs]),
         compute_s=t_g[0] if t_g else None, total_s=total[0] if total else None,
         **_stall_fields("prep", prep), **_stall_fields("fetch", fetch),
         verdict=verdict(prep, fetch), warnings=tuple(_warnings(anchor, rates, prep, fetch)),
@@ -304,11 +304,23 @@ def _warnings(anchor: RunResult, rates: dict[Mode, list[RunRate]], prep: StallIn
     return out + _budget_warnings(anchor)
 
 
+def enforcement(runs: list[RunResult]) -> dict[str, dict[str, Any]]:
+    """Per knob, how a configuration's runs held it (the weakest where they differ):
+    `records.Knob.to_dict()` and the cgroup version."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        for name, knob in r.enforced.knobs().items():
+            if name not in out or not knob.enforced:
+                out[name] = {**knob.to_dict(), "cgroup_version": r.enforced.cgroup_version,
+                             "device": r.enforced.dataset_disk}
+    return out
+
+
 def _budget_warnings(disk: RunResult) -> list[str]:
     """A cache budget that cannot bind: the dataset fits in the budget plus the margin."""
     budget = disk.spec.resources.cache.cache_bytes
-    margin = disk.enforced.get("memory_margin_bytes")
-    dataset_bytes = disk.dataset.get("bytes")
+    margin = disk.enforced.memory_margin_bytes
+    dataset_bytes = disk.dataset.total_bytes
     if disk.mode is not Mode.DISK or budget is None or not margin or not dataset_bytes:
         return []
     if dataset_bytes <= budget + margin:
@@ -327,7 +339,7 @@ def summary(results: list[RunResult]) -> dict[str, Any]:
     first = (ok or results)[0] if results else None
     return {
         "job": first.spec.job.to_dict() if first else None,
-        "dataset": first.dataset if first else None,
+        "dataset": first.dataset.to_dict() if first else None,
         "configs": [coldepoch.with_cold_epoch(b.to_dict()) for b in breakdowns(results)],
         "measured": measured.window_summary(results),
         "runs": [run_rate(r, interval=True).to_dict() for r in results],

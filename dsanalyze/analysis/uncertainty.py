@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from dsanalyze.analysis.window import steady_window
-from dsanalyze.store import RunResult
+from dsanalyze.records import RunResult
 
 DEFAULT_LEVEL = 0.95
 N_RESAMPLES = 1000

@@ -32,7 +32,7 @@ from dsanalyze.analysis.model import (
 )
 from dsanalyze.config import Mode
 from dsanalyze.errors import ConfigError
-from dsanalyze.store import RunResult
+from dsanalyze.records import Enforcement, IoRecord, RunResult
 
 LOO_RULE = ("each configuration held out in turn: each disk run (and each cached run of a job other than "
             "the base one) predicted by a model fitted on every other run")
@@ -64,7 +64,7 @@ def run_label(model: Model, run: RunResult) -> str:
 def spec_only(run: RunResult) -> RunResult:
     """The held-out run as a prediction may see it: its spec and iteration layout; nothing
     it measured about the machine (io, monitor, enforced, environment) is left."""
-    return replace(run, io={}, monitor=(), enforced={}, environment={})
+    return replace(run, io=IoRecord(), monitor=(), enforced=Enforcement(), environment={})
 
 
 @dataclass(frozen=True)

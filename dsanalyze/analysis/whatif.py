@@ -50,7 +50,7 @@ from dsanalyze.analysis.model import (
 )
 from dsanalyze.config import CacheBudget, Mode
 from dsanalyze.errors import ConfigError
-from dsanalyze.store import RunResult
+from dsanalyze.records import RunResult
 
 __all__ = ["Check", "Config", "Model", "Prediction", "Split", "Validation", "cache_check",
            "configs", "fit", "grid", "predict", "run_cpus", "spec_only", "split_summary",
@@ -258,8 +258,8 @@ def cache_check(model: Model, results: Sequence[RunResult], seeds: int = 3) -> l
             reads.append(sum(s.read_bytes for s in stats) * share)
             resident.append(stats[-1].resident_bytes)
         out.append(CacheCheck(run.run_id, cache, statistics.fmean(reads),
-                              run.io.get("read_bytes") or None, statistics.fmean(resident),
-                              run.io.get("resident_after_bytes")))
+                              run.io.read_bytes or None, statistics.fmean(resident),
+                              run.io.resident_after_bytes))
     return out
 
 

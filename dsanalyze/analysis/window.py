@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsanalyze.config import Mode
-from dsanalyze.store import RankRecord, RunResult
+from dsanalyze.records import RankRecord, RunResult
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsanalyze.errors import DatasetError
+from dsanalyze.records import DatasetRecord
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -41,11 +42,10 @@ class DatasetInfo:
         last = len(ordered) - 1
         return [ordered[round(i * last / (n - 1))] for i in range(n)]
 
-    def to_dict(self) -> dict:
-        return {"root": self.root, "classes": len(self.classes), "files": self.num_files,
-                "bytes": self.total_bytes,
-                "mean_file_bytes": self.total_bytes / max(1, self.num_files),
-                "file_bytes_quantiles": self.size_quantiles()}
+    def record(self) -> DatasetRecord:
+        """What a run stores of it: counts, bytes and the size distribution, not the list."""
+        return DatasetRecord(self.root, len(self.classes), self.num_files, self.total_bytes,
+                             tuple(self.size_quantiles()))
 
 
 def scan_dataset(root: str | Path) -> DatasetInfo:

@@ -23,6 +23,7 @@ from dsanalyze import store  # noqa: E402
 from dsanalyze.analysis import stalls  # noqa: E402
 from dsanalyze.analysis import transforms as step_timing  # noqa: E402
 from dsanalyze.errors import StoreError  # noqa: E402
+from dsanalyze.records import RunResult  # noqa: E402
 from dsanalyze.report import trace, whatif_plots  # noqa: E402
 from dsanalyze.report.text import config_label, knob_text  # noqa: E402
 from dsanalyze.report.whatif_docs import (  # noqa: E402
@@ -30,7 +31,6 @@ from dsanalyze.report.whatif_docs import (  # noqa: E402
     unlimited_last,
     whatif_documents,
 )
-from dsanalyze.store import RunResult  # noqa: E402
 
 # Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
 COLORS = {"compute": "#999999", "prep stall": "#E69F00", "fetch stall": "#0072B2"}

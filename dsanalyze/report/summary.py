@@ -16,7 +16,13 @@ from typing import Any
 
 from dsanalyze.analysis.measured import short_text
 from dsanalyze.config import format_bytes
-from dsanalyze.report.text import config_label, fixed_width, knob_text, number
+from dsanalyze.report.text import (
+    config_label,
+    enforcement_text,
+    fixed_width,
+    knob_text,
+    number,
+)
 
 COLUMNS = ("config", "synthetic/s", "cached/s", "disk/s", "epoch s", "compute s",
            "prep stall", "fetch stall", "verdict")
@@ -82,10 +88,11 @@ def notes(summary: dict[str, Any]) -> list[str]:
     seen: set[str] = set()
     for cfg in summary["configs"]:
         for knob in ("cache", "storage_bw"):
-            how = cfg["enforced"].get(knob, "")
-            if how.startswith("not enforced") and f"{knob}{how}" not in seen:
-                seen.add(f"{knob}{how}")
-                out.append(f"{knob.replace('_', ' ')} {how}")
+            how = cfg["enforced"].get(knob)
+            text = enforcement_text(knob, how) if how else ""
+            if how and how["how"] == "not_enforced" and f"{knob}{text}" not in seen:
+                seen.add(f"{knob}{text}")
+                out.append(f"{knob.replace('_', ' ')} {text}")
         for w in cfg.get("warnings", []):
             if w not in seen:
                 seen.add(w)
@@ -223,8 +230,9 @@ def _grid_lines(summary: dict[str, Any]) -> list[str]:
     how: dict[str, list[str]] = {}
     for cfg in configs:
         for knob, value in cfg["enforced"].items():
-            if knob in ("cpus", "cache", "storage_bw") and str(value) not in how.setdefault(knob, []):
-                how[knob].append(str(value))
+            text = enforcement_text(knob, value)
+            if text not in how.setdefault(knob, []):
+                how[knob].append(text)
     lines += [f"**Enforced** {knob.replace('_', ' ')}: {'; '.join(v)}" for knob, v in how.items()]
     return lines
 

@@ -36,6 +36,22 @@ def bandwidth_text(bps: float | None, unthrottled: str = "unthrottled") -> str:
     return unthrottled if bps is None else f"{format_bytes(bps)}/s"
 
 
+_CGROUP_CONTROLLER = {"cpus": "cpuset", "cache": "memory limit", "storage_bw": "read throttle"}
+
+
+def enforcement_text(knob: str, how: dict[str, Any]) -> str:
+    """How a knob was held, in words: `cgroup v1 cpuset`, `affinity`, `not enforced: why`.
+
+    `how`: the summary's per-knob entry (`analysis.stalls.enforcement`)."""
+    if how["how"] == "not_enforced":
+        return f"not enforced: {how.get('why') or 'unknown reason'}"
+    if how["how"] == "affinity":
+        return "CPU affinity"
+    version, device = how.get("cgroup_version"), how.get("device")
+    on = f" on {device}" if knob == "storage_bw" and device else ""
+    return f"cgroup{f' v{version}' if version else ''} {_CGROUP_CONTROLLER[knob]}{on}"
+
+
 def config_label(cfg: dict[str, Any]) -> str:
     """A configuration of the summary in one token per knob: `cpus=1 cache=25% (44M) bw=8M/s`."""
     cpus = "all" if cfg["cpus"] is None else cfg["cpus"]

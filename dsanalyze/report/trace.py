@@ -30,7 +30,7 @@ from typing import Any
 
 from dsanalyze import store
 from dsanalyze.errors import StoreError
-from dsanalyze.store import RankRecord, RunResult
+from dsanalyze.records import RankRecord, RunResult
 
 WAIT = "data wait"
 COMPUTE = "compute"

@@ -15,8 +15,8 @@ from typing import Any
 
 from dsanalyze import store
 from dsanalyze.errors import DsAnalyzeError
+from dsanalyze.records import RunResult
 from dsanalyze.report.text import knob_text
-from dsanalyze.store import RunResult
 
 INF = float("inf")
 

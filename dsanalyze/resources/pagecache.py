@@ -27,10 +27,10 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from dsanalyze.errors import ResourceError
+from dsanalyze.records import CacheAction
 
 _CHUNK = 1 << 20
 _PAGE = mmap.PAGESIZE
@@ -44,15 +44,6 @@ _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 _MAP_FAILED = ctypes.c_void_p(-1).value
 EVICT_ATTEMPTS = 4
 EVICT_BACKOFF_S = 0.1  # then 0.2, 0.3 s: writeback ends, exiting processes unmap
-
-
-class CacheAction(str, Enum):
-    """What was done to the page cache before a run (`io.cache_state.action`)."""
-
-    WARMED = "warmed"  # every dataset file read (cached, synthetic, loader runs)
-    EVICTED_PER_FILE = "evicted_per_file"  # the dataset's pages alone, nothing else touched
-    DROPPED_ALL = "dropped_all"  # per-file eviction left pages: whole cache dropped, libs re-read
-    EVICTED_INCOMPLETE = "evicted_incomplete"  # pages left and no permission to drop the cache
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,341 @@
+"""What one run asked for and measured, as typed values: `RunResult` and its parts.
+
+Frozen dataclasses with `to_dict`/`from_dict`; `store.py` writes and reads
+them as JSON, `analysis/` and `report/` read them. No I/O here, so the pure
+layers can import this module without the store (docs/design.md, "Module map").
+
+Categories are enums, never prose: how each knob was enforced (`How`), what
+was done to the page cache (`CacheAction`), how a run ended (`Status`). The
+human wording is produced at the edge (`report/text.py`). Run JSONs written
+before these types (plain dicts, enforcement as sentences) still load.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from dsanalyze.config import Mode, RunSpec
+from dsanalyze.errors import FailureKind
+
+SCHEMA_VERSION = 2  # 2: typed dataset, enforcement and io records (1 still loads)
+
+
+class Status(str, enum.Enum):
+    """How a run ended. A str, so that run JSONs keep the plain words."""
+
+    OK = "ok"
+    FAILED = "failed"
+    OOM = "oom"
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class CacheAction(str, enum.Enum):
+    """What was done to the page cache before a run (`IoRecord.cache_state["action"]`)."""
+
+    WARMED = "warmed"  # every dataset file read (cached, synthetic, loader runs)
+    EVICTED_PER_FILE = "evicted_per_file"  # the dataset's pages alone, nothing else touched
+    DROPPED_ALL = "dropped_all"  # per-file eviction left pages: whole cache dropped, libs re-read
+    EVICTED_INCOMPLETE = "evicted_incomplete"  # pages left and no permission to drop the cache
+    EVICTED = "evicted"  # run files from before per-file and global eviction were told apart
+
+
+class How(str, enum.Enum):
+    """How a knob of a run was enforced."""
+
+    CGROUP = "cgroup"  # by a cgroup controller (cpuset, memory limit, read throttle)
+    AFFINITY = "affinity"  # CPU affinity alone (--no-cgroups)
+    NOT_ENFORCED = "not_enforced"  # asked for, but nothing here could enforce it (see `why`)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """How one knob (CPUs, cache budget, storage bandwidth) was enforced, and why not."""
+
+    how: How
+    why: str | None = None  # for NOT_ENFORCED: "--no-cgroups", "no block device", ...
+
+    @property
+    def enforced(self) -> bool:
+        return self.how is not How.NOT_ENFORCED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"how": self.how.value, **({"why": self.why} if self.why else {})}
+
+    @classmethod
+    def from_value(cls, v: Any) -> Knob | None:
+        """A stored knob: the dict `to_dict` writes, or a version-1 sentence."""
+        if v is None or v == "none":
+            return None
+        if isinstance(v, dict):
+            return cls(How(v["how"]), v.get("why"))
+        text = str(v)
+        if text.startswith("not enforced"):
+            return cls(How.NOT_ENFORCED, text.partition(": ")[2] or None)
+        return cls(How.AFFINITY if text == "affinity" else How.CGROUP)
+
+
+# Version-1 run JSONs kept enforcement as sentences and limiter figures side by side.
+_LIMITER_KEYS = ("memory_limit_raises", "memory_limit_final_bytes", "page_cache_trim_at_bytes",
+                 "page_cache_trims", "page_cache_trimmed_bytes", "page_cache_trims_refused",
+                 "page_cache_max_bytes", "page_cache_check_interval_s")
+
+
+@dataclass(frozen=True)
+class Enforcement:
+    """How the run's resources were held, in numbers and `How`s.
+
+    A knob is None when nothing was asked of it (all CPUs, no cache budget,
+    no throttle). The memory figures are those of a disk run with a budget:
+    limit = budget + the job's own memory + margin.
+    """
+
+    cpus: Knob | None = None
+    cache: Knob | None = None
+    storage_bw: Knob | None = None
+    cgroup_version: int | None = None
+    dataset_disk: str | None = None  # "MAJ:MIN" of the dataset's disk; None: no block device
+    memory_limit_bytes: int | None = None
+    job_memory_bytes: int | None = None
+    job_memory_measured: bool | None = None  # False: a default estimate, no cached run had it
+    memory_margin_bytes: int | None = None
+    trims_page_cache: bool = False  # the cache limiter trims the page cache to the budget
+    limiter: dict[str, Any] = field(default_factory=dict)  # the limiter's counts (cachelimit.py)
+
+    KNOBS = ("cpus", "cache", "storage_bw")
+
+    def knobs(self) -> dict[str, Knob]:
+        """The knobs that were asked for, by name."""
+        return {k: v for k in self.KNOBS if (v := getattr(self, k)) is not None}
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {k: v.to_dict() for k, v in self.knobs().items()}
+        for f in fields(self):
+            if f.name not in self.KNOBS and f.name != "limiter":
+                d[f.name] = getattr(self, f.name)
+        return {**d, "limiter": dict(self.limiter)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Enforcement:
+        if "limiter" not in d:
+            d = _from_v1(d)
+        known = {f.name for f in fields(cls)} - set(cls.KNOBS)
+        return cls(**{k: Knob.from_value(d.get(k)) for k in cls.KNOBS},
+                   **{k: v for k, v in d.items() if k in known})
+
+
+def _from_v1(d: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 `enforced` dict: knobs as sentences, the limiter's figures beside them."""
+    out = {k: v for k, v in d.items() if k not in _LIMITER_KEYS}
+    out["limiter"] = {k: d[k] for k in _LIMITER_KEYS if k in d}
+    texts = [str(d.get(k, "")) for k in Enforcement.KNOBS]
+    version = next((int(m.group(1)) for t in texts if (m := re.match(r"cgroup v(\d)", t))), None)
+    out["cgroup_version"] = version
+    out["trims_page_cache"] = "trimmed" in str(d.get("cache", ""))
+    disk = d.get("dataset_disk")
+    if isinstance(disk, str) and not re.fullmatch(r"\d+:\d+", disk):
+        out["dataset_disk"] = None  # "none (no block device: ...)"
+    source = out.pop("job_memory_source", None)
+    if source is not None:
+        out["job_memory_measured"] = source.startswith("cached run")
+    return out
+
+
+@dataclass(frozen=True)
+class DatasetRecord:
+    """The data a run read, as recorded with it (the file list itself is not kept)."""
+
+    root: str | None = None
+    classes: int = 0  # class folders of an ImageFolder; 0 for a file set or shards
+    num_files: int = 0
+    total_bytes: int = 0
+    file_bytes_quantiles: tuple[int, ...] = ()  # 101 sizes, 0% .. 100%: the cache simulator's
+    fingerprint: dict[str, Any] | None = None  # fingerprint.Fingerprint.to_dict()
+
+    @property
+    def mean_file_bytes(self) -> float:
+        return self.total_bytes / max(1, self.num_files)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"root": self.root, "classes": self.classes, "files": self.num_files,
+             "bytes": self.total_bytes, "mean_file_bytes": self.mean_file_bytes,
+             "file_bytes_quantiles": list(self.file_bytes_quantiles)}
+        return {**d, "fingerprint": self.fingerprint} if self.fingerprint else d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DatasetRecord:
+        return cls(d.get("root"), int(d.get("classes") or 0), int(d.get("files") or 0),
+                   int(d.get("bytes") or 0), tuple(int(x) for x in d.get("file_bytes_quantiles", ())),
+                   d.get("fingerprint"))
+
+
+@dataclass(frozen=True)
+class IoRecord:
+    """What the run read and held: bytes, page-cache residency, memory peaks.
+
+    `cache_state`: what was done before the run (`action`, a `CacheAction`
+    value; a disk run's `storage_device` probe: cold `read_bps`, `latency_s`).
+    `counters`: the cgroup's at the end. `interference`: others' CPU and reads
+    (`monitor.InterferenceProbe`). `nodes`: per node of a multi-node job.
+    """
+
+    read_bytes: int | None = None  # by the job, from the cgroup's counter
+    read_bytes_source: str | None = None  # "cgroup", or None: not measured
+    resident_after_bytes: int | None = None  # dataset pages in the page cache after the run
+    dataset_bytes: int | None = None
+    disk_read_bytes_machine: int | None = None  # the dataset disk's reads by anyone
+    memory_peak_bytes: int | None = None
+    job_memory_peak_bytes: int | None = None  # anon + shmem: what a cache budget must leave
+    cache_state: dict[str, Any] = field(default_factory=dict)
+    counters: dict[str, Any] = field(default_factory=dict)
+    interference: dict[str, Any] | None = None
+    mapped_files: tuple[str, ...] | None = None  # libraries a cached run mapped
+    nodes: dict[str, Any] = field(default_factory=dict)  # node -> its own io, host, offset
+    extra: dict[str, Any] = field(default_factory=dict)  # any other figure, kept as stored
+
+    @property
+    def cache_action(self) -> CacheAction | None:
+        action = self.cache_state.get("action")
+        return CacheAction(action) if action else None
+
+    @property
+    def storage_device(self) -> dict[str, Any] | None:
+        """The disk run's cold probe of the dataset's device (`resources/storage.py`)."""
+        return self.cache_state.get("storage_device")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        if self.mapped_files is None:
+            del d["mapped_files"]
+        else:
+            d["mapped_files"] = list(self.mapped_files)
+        return {**self.extra, **d}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> IoRecord:
+        known = {f.name for f in fields(cls)} - {"extra"}
+        kw = {k: v for k, v in d.items() if k in known and v is not None}
+        if "mapped_files" in kw:
+            kw["mapped_files"] = tuple(kw["mapped_files"])
+        return cls(**kw, extra={k: v for k, v in d.items() if k not in known})
+
+
+@dataclass(frozen=True)
+class RankRecord:
+    """Per-iteration timings of one rank, in the order they happened.
+
+    `wait_s[i]`: time blocked in the loader's `next()` for iteration i.
+    `iter_s[i]`: from the start of iteration i's `next()` to the start of
+    iteration i+1's (so it includes the wait and the compute).
+    `epoch[i]`: 0-based epoch of iteration i; `samples[i]`: samples in it.
+    The first `warmup` iterations are discarded by the analysis.
+    """
+
+    rank: int
+    wait_s: tuple[float, ...]
+    iter_s: tuple[float, ...]
+    epoch: tuple[int, ...]
+    samples: tuple[int, ...]
+    warmup: int = 0
+    start_unix_s: float = 0.0  # wall-clock time of the first iteration's start
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "warmup": self.warmup, "start_unix_s": self.start_unix_s,
+                "wait_s": list(self.wait_s), "iter_s": list(self.iter_s),
+                "epoch": list(self.epoch), "samples": list(self.samples), "extra": self.extra}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RankRecord:
+        return cls(int(d["rank"]), tuple(d["wait_s"]), tuple(d["iter_s"]), tuple(d["epoch"]),
+                   tuple(d["samples"]), int(d.get("warmup", 0)), float(d.get("start_unix_s", 0.0)),
+                   dict(d.get("extra", {})))
+
+
+def _typed(value: Any, cls: Any) -> Any:
+    return cls.from_dict(value) if isinstance(value, dict) else value
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything one run measured, plus what is needed to re-analyse it.
+
+    `status`, `dataset`, `enforced` and `io` may be given as their stored
+    forms (a string, dicts): they are converted to `Status`, `DatasetRecord`,
+    `Enforcement` and `IoRecord`.
+    """
+
+    spec: RunSpec
+    status: Status
+    error: str | None = None
+    failure: FailureKind | None = None  # why a failed run's first rank failed
+    ranks: tuple[RankRecord, ...] = ()
+    dataset: DatasetRecord = field(default_factory=DatasetRecord)
+    enforced: Enforcement = field(default_factory=Enforcement)
+    environment: dict[str, Any] = field(default_factory=dict)  # versions, threads, git sha, host
+    io: IoRecord = field(default_factory=IoRecord)
+    monitor: tuple[dict[str, Any], ...] = ()
+    started_unix_s: float = 0.0
+    duration_s: float = 0.0
+    log_path: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))
+        object.__setattr__(self, "dataset", _typed(self.dataset, DatasetRecord))
+        object.__setattr__(self, "enforced", _typed(self.enforced, Enforcement))
+        object.__setattr__(self, "io", _typed(self.io, IoRecord))
+
+    @property
+    def run_id(self) -> str:
+        return self.spec.run_id
+
+    @property
+    def mode(self) -> Mode:
+        return self.spec.mode
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "spec": self.spec.to_dict(),
+            "status": self.status.value,
+            "error": self.error,
+            "failure": self.failure.value if self.failure else None,
+            "started_unix_s": self.started_unix_s,
+            "duration_s": self.duration_s,
+            "log_path": self.log_path,
+            "dataset": self.dataset.to_dict(),
+            "enforced": self.enforced.to_dict(),
+            "environment": self.environment,
+            "io": self.io.to_dict(),
+            "ranks": [r.to_dict() for r in self.ranks],
+            "monitor": list(self.monitor),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunResult:
+        return cls(
+            spec=RunSpec.from_dict(d["spec"]),
+            status=Status(d["status"]),
+            error=d.get("error"),
+            failure=FailureKind(d["failure"]) if d.get("failure") else None,
+            ranks=tuple(RankRecord.from_dict(r) for r in d.get("ranks", [])),
+            dataset=DatasetRecord.from_dict(d.get("dataset", {})),
+            enforced=Enforcement.from_dict(d.get("enforced", {})),
+            environment=dict(d.get("environment", {})),
+            io=IoRecord.from_dict(d.get("io", {})),
+            monitor=tuple(d.get("monitor", [])),
+            started_unix_s=float(d.get("started_unix_s", 0.0)),
+            duration_s=float(d.get("duration_s", 0.0)),
+            log_path=d.get("log_path"),
+        )
