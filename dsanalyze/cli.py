@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dsanalyze import config, nodes
-from dsanalyze.config import Job, Mode, Sweep
+from dsanalyze import app, config, nodes
+from dsanalyze.config import Job, Sweep
 from dsanalyze.errors import ConfigError, DsAnalyzeError, RunFailed
 
 HARNESS_USAGE = "python harness.py [options] [SCRIPT [script args]]"
@@ -100,60 +100,35 @@ def harness_parser() -> argparse.ArgumentParser:
 
 
 def build_sweep(ns: argparse.Namespace) -> Sweep:
-    """Merge built-in defaults < config file < command line."""
+    """`Sweep.from_dict` of the config file's tables with the command line laid over them
+    (built-in defaults < config file < command line)."""
     data = config.load_toml(ns.config) if ns.config else {}
-    job_kw: dict[str, Any] = dict(data.get("job", {}))
+    job: dict[str, Any] = dict(data.get("job", {}))
     for f in dataclasses.fields(Job):
         value = getattr(ns, f.name, None)
         if value is not None:
-            job_kw[f.name] = value
+            job[f.name] = value
     for key, value in nodes.environment_defaults().items():
-        job_kw.setdefault(key, value)  # a scheduler's node settings, where no option gave them
+        job.setdefault(key, value)  # a scheduler's node settings, where no option gave them
     if ns.iters is not None:
-        job_kw.pop("epochs", None)
+        job.pop("epochs", None)
     if ns.epochs is not None:
-        job_kw.pop("iters", None)
+        job.pop("iters", None)
     if ns.script:
         if not Path(ns.script).is_file():
             raise ConfigError(f"training script {ns.script} not found")
-        job_kw["script"] = str(Path(ns.script).resolve())
-        job_kw["script_args"] = tuple(ns.script_args)
-    if job_kw.get("data_dir"):
-        job_kw["data_dir"] = str(Path(job_kw["data_dir"]).resolve())
-    try:
-        job = Job(**{k: v for k, v in job_kw.items()})
-    except TypeError as e:
-        raise ConfigError(f"bad job settings: {e}") from None
-    sw: dict[str, Any] = dict(data.get("sweep", {}))
-    for key in ("prefix", "modes", "cpus", "cache", "storage_bw", "resume", "use_cgroups", "plots",
-                "repeats", "target_ci", "max_repeats"):
+        job["script"] = str(Path(ns.script).resolve())
+        job["script_args"] = tuple(ns.script_args)
+    if job.get("data_dir"):
+        job["data_dir"] = str(Path(job["data_dir"]).resolve())
+    sweep: dict[str, Any] = dict(data.get("sweep", {}))
+    for key in config.SWEEP_KEYS:
         value = getattr(ns, key, None)
         if value is not None:
-            sw[key] = value
-    kwargs: dict[str, Any] = {"job": job}
-    if "prefix" in sw:
-        kwargs["prefix"] = str(sw["prefix"])
-    if "modes" in sw:
-        kwargs["modes"] = tuple(Mode.parse(m) for m in config.split_list(sw["modes"]))
-    if "cpus" in sw:
-        cpus = sw["cpus"]
-        kwargs["cpus"] = config.parse_cpus_list(",".join(map(str, cpus)) if isinstance(cpus, list)
-                                                else str(cpus))
-    for key in ("cache", "storage_bw"):
-        if key in sw:
-            kwargs[key] = config.split_list(sw[key])
-    if "combos" in sw and not any(getattr(ns, k, None) for k in ("cpus", "cache", "storage_bw")):
-        kwargs["combos"] = tuple((c.get("cpus"), str(c.get("cache", "none")),
-                                  str(c.get("storage_bw", "none"))) for c in sw["combos"])
-    for key in ("resume", "use_cgroups", "plots"):
-        if key in sw:
-            kwargs[key] = bool(sw[key])
-    for key in ("repeats", "max_repeats"):
-        if key in sw:
-            kwargs[key] = int(sw[key])
-    if "target_ci" in sw:
-        kwargs["target_ci_pct"] = config.parse_target_ci(sw["target_ci"])
-    return Sweep(**kwargs)
+            sweep[key] = value
+    if any(getattr(ns, k, None) for k in ("cpus", "cache", "storage_bw")):
+        sweep.pop("combos", None)  # a grid on the command line replaces the file's list
+    return Sweep.from_dict({"job": job, "sweep": sweep})
 
 
 def _progress_printer() -> Callable[[str], None]:
@@ -166,17 +141,14 @@ def harness_main(argv: list[str] | None = None) -> int:
 
 
 def _harness(argv: list[str] | None) -> int:
-    from dsanalyze.datafind import dataset_for
     from dsanalyze.report.summary import render_table
-    from dsanalyze.sweep import run_sweep
 
     ns = harness_parser().parse_args(argv)
     sweep = build_sweep(ns)
-    dataset, chosen = dataset_for(sweep.job, Path(sweep.prefix))
+    dataset, chosen = app.find_data(sweep)
     if chosen:
         print(chosen, flush=True)  # part of the answer: which files were measured
-    outcome = run_sweep(sweep, progress=_progress_printer(), dataset=dataset,
-                        lock_wait_s=ns.lock_wait)
+    outcome = app.profile(sweep, dataset, _progress_printer(), ns.lock_wait)
     for line in outcome.unreadable:
         print(f"warning: unreadable run file {line}: measured again", file=sys.stderr)
     if outcome.cgroup_note and outcome.cgroup_note != "--no-cgroups":
@@ -188,10 +160,13 @@ def _harness(argv: list[str] | None) -> int:
     if sweep.job.node_rank > 0:
         print(f"node {sweep.job.node_rank} of {sweep.job.nnodes}: this table covers this node's "
               "ranks only; node 0's prefix holds the whole job")
-    docs = _advice(Path(sweep.prefix)) if ns.advice else None
-    print(f"results: {sweep.prefix}/summary.json")
+    docs = None
+    if ns.advice and outcome.summary["runs"]:
+        docs = app.advise(sweep.prefix)
+        print("\n".join(docs.recommendation))
+    print(f"results: {sweep.prefix}/{app.SUMMARY_JSON}")
     if sweep.plots and outcome.summary["configs"]:
-        _draw_plots(Path(sweep.prefix), docs=docs)
+        _print_figures(Path(sweep.prefix), app.plot(sweep.prefix, docs=docs, fit=False))
     if outcome.failed:
         first = outcome.failed[0]
         raise RunFailed(f"{len(outcome.failed)} run(s) failed; first: {first.run_id} "
@@ -199,20 +174,7 @@ def _harness(argv: list[str] | None) -> int:
     return 0
 
 
-def _advice(prefix: Path) -> Any:
-    """Print the advice (`analysis/advice.py`) for the runs of the prefix; its what-if documents."""
-    from dsanalyze import store
-    from dsanalyze.report.whatif_docs import advice_documents
-
-    docs = advice_documents(store.load_runs(prefix))
-    print("\n".join(docs.recommendation))
-    return docs
-
-
-def _draw_plots(prefix: Path, run_id: str | None = None, docs: Any = None) -> None:
-    from dsanalyze.report import plots
-
-    paths = plots.draw_all(prefix, run_id, docs=docs)
+def _print_figures(prefix: Path, paths: list[Path]) -> None:
     names = sorted({p.stem for p in paths})
     if names:
         formats = "/".join(sorted({p.suffix.lstrip(".") for p in paths}))
@@ -240,70 +202,48 @@ def _guard(fn: Callable[[], int]) -> int:
 # ---- dsanalyze subcommands ------------------------------------------------------------------
 
 def _cmd_make_dataset(ns: argparse.Namespace) -> int:
-    from dsanalyze.jobs.datasets import make_dataset, parse_size
-
-    n, total = make_dataset(ns.dir, ns.images, ns.classes, parse_size(ns.size), ns.size_jitter,
-                            ns.seed)
-    print(f"wrote {n} images, {total} bytes ({config.format_bytes(total)}) to {ns.dir}")
+    made = app.make_dataset(ns.dir, ns.images, ns.classes, ns.size, ns.size_jitter, ns.seed)
+    print(f"wrote {made.files} images, {made.total_bytes} bytes ({made.size_text}) to {ns.dir}")
     return 0
 
 
 def _cmd_summary(ns: argparse.Namespace) -> int:
     from dsanalyze.report.summary import render_table
-    from dsanalyze.sweep import write_summary
 
+    result = app.summarize(ns.prefix, ns.merge or ())
     if ns.merge:
-        merged = nodes.merge_into_prefix(Path(ns.prefix), [Path(d) for d in ns.merge])
-        print(f"merged: {len(merged)} run(s) joined with the other nodes' ranks")
-    doc = write_summary(Path(ns.prefix))
-    if doc is None:
-        raise ConfigError(f"no runs under {ns.prefix}: run harness.py --prefix {ns.prefix} first")
-    for line in doc.get("unreadable_runs", []):
+        print(f"merged: {result.merged_runs} run(s) joined with the other nodes' ranks")
+    for line in result.unreadable:
         print(f"warning: unreadable run file {line} left out: harness.py --resume "
               "measures it again", file=sys.stderr)
-    print(render_table(doc))
+    print(render_table(result.document))
     return 0
 
 
 def _cmd_plot(ns: argparse.Namespace) -> int:
-    _draw_plots(Path(ns.prefix), ns.run)
+    _print_figures(Path(ns.prefix), app.plot(ns.prefix, ns.run))
     return 0
 
 
 def _cmd_report(ns: argparse.Namespace) -> int:
-    from dsanalyze.report.summary import write_report
-
-    for path in write_report(Path(ns.prefix)):
+    for path in app.report(ns.prefix):
         print(f"report: {path}")
     return 0
 
 
 def _cmd_trace(ns: argparse.Namespace) -> int:
-    from dsanalyze.report.trace import write_trace
-
-    path = write_trace(Path(ns.prefix), ns.run, ns.output)
+    path = app.trace(ns.prefix, ns.run, ns.output)
     print(f"trace: {path} (open it in https://ui.perfetto.dev or chrome://tracing)")
     return 0
 
 
 # ---- what-if and validate (computed in analysis/whatif.py, worded in report/whatif_text.py) --
 
-def _runs_and_sizes(prefix: str) -> tuple[list[Any], list[int] | None]:
-    """The runs of a prefix, and the file sizes of their dataset if it is still there."""
-    from dsanalyze import store
-    from dsanalyze.report.whatif_docs import dataset_sizes
-
-    runs = store.load_runs(prefix)
-    if not any(r.ok for r in runs):
-        raise ConfigError(f"no completed runs under {prefix}: run harness.py --prefix {prefix}")
-    return runs, dataset_sizes(runs)
-
-
-def _workers(text: str | None) -> list[int | None]:
+def _workers(text: str | None) -> tuple[int | None, ...]:
     if not text:
-        return [None]
+        return (None,)
     try:
-        return [int(w) for w in config.split_list(text)]
+        return tuple(int(w) for w in config.split_list(text))
     except ValueError:
         raise ConfigError(f"cannot read --workers {text!r}: write counts such as 1,2,4") from None
 
@@ -315,56 +255,50 @@ def _pct(text: str) -> float:
         raise ConfigError(f"cannot read {text!r}: write a percentage such as 5%") from None
 
 
+def whatif_request(ns: argparse.Namespace) -> app.WhatIfRequest:
+    """The what-if query the command line asks."""
+    cpus = config.parse_cpus_list(ns.cpus) if ns.cpus else None
+    if cpus is not None and any(c is None for c in cpus):
+        raise ConfigError("--cpus needs numbers for a what-if, such as 1,2,4,8")
+    return app.WhatIfRequest(
+        prefix=ns.prefix, cpus=cpus, cache=config.split_list(ns.cache),
+        storage_bps=tuple(config.parse_bandwidth(b)
+                          for b in config.split_list(ns.storage_bw or "none")),
+        gpu_speedup=ns.gpu_speedup, nproc=ns.nproc, nnodes=ns.nnodes, workers=_workers(ns.workers),
+        cache_policy=ns.cache_policy, recommend=ns.recommend, max_stall_pct=_pct(ns.max_stall),
+        epochs=ns.epochs)
+
+
 def _cmd_whatif(ns: argparse.Namespace) -> int:
     import json
 
-    from dsanalyze import store
-    from dsanalyze.analysis import recommend, whatif
     from dsanalyze.report import whatif_text
 
-    runs, sizes = _runs_and_sizes(ns.prefix)
-    model = whatif.fit(runs, sizes, ns.cache_policy)
-    measured_cpus = sorted({whatif.run_cpus(r) for r in runs if r.ok and r.ranks})
-    cpus = config.parse_cpus_list(ns.cpus) if ns.cpus else tuple(
-        sorted(set(measured_cpus) | {2 * measured_cpus[-1], 4 * measured_cpus[-1]}))
-    if any(c is None for c in cpus):
-        raise ConfigError("--cpus needs numbers for a what-if, such as 1,2,4,8")
-    bws = [config.parse_bandwidth(b) for b in config.split_list(ns.storage_bw or "none")]
-    dataset_bytes = next(r.dataset.get("bytes") for r in runs if r.ok)
-    cfgs = whatif.configs(cpus, config.split_list(ns.cache), bws, int(dataset_bytes),
-                          ns.gpu_speedup, ns.nproc, _workers(ns.workers), ns.nnodes)
-    preds = whatif.grid(model, cfgs, runs)
-    rec = recommend.recommend(model, preds, runs, _pct(ns.max_stall), ns.epochs) \
-        if ns.recommend else None
-    doc = whatif.whatif_document(preds, rec)
-    store.write_json_atomic(Path(ns.prefix) / "whatif.json", doc)
+    answer = app.whatif(whatif_request(ns))
     if ns.json:
-        print(json.dumps(doc, indent=1))
+        print(json.dumps(answer.document, indent=1))
         return 0
-    print("\n".join([*whatif_text.params_lines(model), *whatif_text.slack_lines(model), "",
-                     whatif_text.ASSUMPTIONS, "", *whatif_text.whatif_lines(preds, rec)]))
-    print(f"results: {Path(ns.prefix) / 'whatif.json'}")
+    print("\n".join([*whatif_text.params_lines(answer.model), *whatif_text.slack_lines(answer.model),
+                     "", whatif_text.ASSUMPTIONS, "",
+                     *whatif_text.whatif_lines(answer.predictions, answer.recommendation)]))
+    print(f"results: {answer.path}")
     return 0
 
 
 def _cmd_validate(ns: argparse.Namespace) -> int:
     import json
 
-    from dsanalyze import store
     from dsanalyze.analysis import whatif
     from dsanalyze.report import whatif_text
 
-    runs, sizes = _runs_and_sizes(ns.prefix)
-    val = whatif.validate(runs, sizes, ns.cache_policy)
-    doc = whatif.validation_document(val)
-    store.write_json_atomic(Path(ns.prefix) / "validation.json", doc)
+    checked = app.validate(ns.prefix, ns.cache_policy)
     if ns.json:
-        print(json.dumps(doc, indent=1))
+        print(json.dumps(checked.document, indent=1))
         return 0
-    print("\n".join([*whatif_text.params_lines(val.model),
-                     *whatif_text.validation_lines(val, whatif.cache_check(val.model, runs),
+    print("\n".join([*whatif_text.params_lines(checked.validation.model),
+                     *whatif_text.validation_lines(checked.validation, checked.cache_checks,
                                                    whatif.split_summary)]))
-    print(f"results: {Path(ns.prefix) / 'validation.json'}")
+    print(f"results: {checked.path}")
     return 0
 
 
@@ -374,7 +308,7 @@ def _whatif_parsers(sub: Any) -> None:
                        "storage, GPU speed, ranks")
     w.add_argument("prefix")
     w.add_argument("--cpus", help="CPU counts (default: the measured ones, 2x and 4x the largest)")
-    w.add_argument("--cache", default="0,25%,50%,75%,100%",
+    w.add_argument("--cache", default=",".join(app.DEFAULT_CACHE_GRID),
                    help="page-cache budgets, %% of the dataset's bytes or sizes (0,25%%,2G,none)")
     w.add_argument("--storage-bw", dest="storage_bw",
                    help="storage read bandwidths: none (as measured),100M,1G")

@@ -61,6 +61,11 @@ def parse_bytes(text: str | int, what: str = "size") -> int:
     return int(float(number) * _UNITS[unit.upper()])
 
 
+def unlimited_last(x: float | None) -> float:
+    """Sort key: None (no cache limit, no throttle, all CPUs) after every number."""
+    return float("inf") if x is None else x
+
+
 def format_bytes(n: float | None) -> str:
     """Human-readable binary size, for display only: 1.5G, 512M, 300K."""
     if n is None:
@@ -241,6 +246,10 @@ class RunSpec:
                    int(d.get("repeat", 1)))
 
 
+SWEEP_KEYS = ("prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "use_cgroups",
+              "plots", "repeats", "target_ci", "max_repeats")
+
+
 @dataclass(frozen=True)
 class Sweep:
     """What `harness.py` was asked: one job, its modes, and the resource grid."""
@@ -264,6 +273,43 @@ class Sweep:
             raise ConfigError("--repeats and --max-repeats must be at least 1")
         if self.target_ci_pct is not None and self.target_ci_pct <= 0:
             raise ConfigError(f"--target-ci must be positive, got {self.target_ci_pct:g}%")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Sweep:
+        """A sweep from its settings laid out as a config file's tables: `job` (the fields
+        of `Job`) and `sweep` (`SWEEP_KEYS`); lists, or comma-separated text as on the
+        command line."""
+        try:
+            job = Job(**dict(data.get("job", {})))
+        except TypeError as e:
+            raise ConfigError(f"bad job settings: {e}") from None
+        sw = dict(data.get("sweep", {}))
+        unknown = sorted(set(sw) - set(SWEEP_KEYS))
+        if unknown:
+            raise ConfigError(f"unknown [sweep] setting(s) {', '.join(unknown)}: use "
+                              + ", ".join(SWEEP_KEYS))
+        kwargs: dict[str, Any] = {"job": job}
+        if "prefix" in sw:
+            kwargs["prefix"] = str(sw["prefix"])
+        if "modes" in sw:
+            kwargs["modes"] = tuple(Mode.parse(m) for m in split_list(sw["modes"]))
+        if "cpus" in sw:
+            kwargs["cpus"] = parse_cpus_list(",".join(split_list(sw["cpus"])))
+        for key in ("cache", "storage_bw"):
+            if key in sw:
+                kwargs[key] = split_list(sw[key])
+        if "combos" in sw:
+            kwargs["combos"] = tuple((c.get("cpus"), str(c.get("cache", "none")),
+                                      str(c.get("storage_bw", "none"))) for c in sw["combos"])
+        for key in ("resume", "use_cgroups", "plots"):
+            if key in sw:
+                kwargs[key] = bool(sw[key])
+        for key in ("repeats", "max_repeats"):
+            if key in sw:
+                kwargs[key] = int(sw[key])
+        if "target_ci" in sw:
+            kwargs["target_ci_pct"] = parse_target_ci(sw["target_ci"])
+        return cls(**kwargs)
 
     def resource_grid(self, dataset_bytes: int) -> list[Resources]:
         """Every resource configuration: `combos` if given, else the cross product."""

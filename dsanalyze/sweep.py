@@ -24,7 +24,7 @@ from dsanalyze.analysis import measured as measured_window
 from dsanalyze.analysis import stalls
 from dsanalyze.config import Mode, RunSpec, Sweep
 from dsanalyze.errors import ConfigError, DatasetError, FailureKind, NodeLost, ResourceError
-from dsanalyze.fingerprint import Fingerprint, check_consistent, check_resumable, check_unchanged
+from dsanalyze.fingerprint import Fingerprint, check_resumable, check_unchanged
 from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.records import RunResult
 from dsanalyze.resources import cgroups
@@ -35,7 +35,7 @@ from dsanalyze.resources.datalock import DataLock
 class SweepOutcome:
     results: list[RunResult] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)  # filled by app.profile
     cgroup_note: str = ""
     unreadable: list[str] = field(default_factory=list)  # run files found truncated: measured again
 
@@ -86,7 +86,8 @@ def check_data(prefix: Path, sweep: Sweep, specs: list[RunSpec], fp: Fingerprint
 
 def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
               dataset: DatasetInfo | None = None, lock_wait_s: float = 0.0) -> SweepOutcome:
-    """Measure every run of the sweep that is not already complete; write summary.json.
+    """Measure every run of the sweep that is not already complete (`app.profile` writes
+    summary.json from them).
 
     The dataset stays locked against other harnesses for the whole sweep."""
     prefix = Path(sweep.prefix)
@@ -135,8 +136,6 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
             group.close()
         signal.signal(signal.SIGTERM, old)
         lock.release()
-        doc = write_summary(prefix)
-    outcome.summary = doc if doc is not None else stalls.summary([])
     return outcome
 
 
@@ -229,20 +228,6 @@ def _repeat_tag(sweep: Sweep, repeat: int) -> str:
     if sweep.target_ci_pct is not None:
         return f", repeat {repeat} (at most {sweep.max_repeats}, until stalls ±{sweep.target_ci_pct:g}%)"
     return f", repeat {repeat}/{sweep.repeats}" if sweep.repeats > 1 else ""
-
-
-def write_summary(prefix: Path) -> dict[str, Any] | None:
-    if not store.runs_dir(prefix).is_dir():
-        return None
-    runs, unreadable = store.load_readable_runs(prefix)
-    if not runs:
-        return None
-    check_consistent(runs)
-    doc = stalls.summary(runs)
-    if unreadable:
-        doc["unreadable_runs"] = unreadable
-    store.write_json_atomic(prefix / "summary.json", doc)
-    return doc
 
 
 def _remember_memory(ctx: launch.LaunchContext, result: RunResult) -> None:

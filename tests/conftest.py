@@ -12,6 +12,7 @@ from dsanalyze import cli
 from dsanalyze.jobs.datasets import make_dataset
 from dsanalyze.resources import cgroups
 
+ROOT = Path(__file__).parent.parent
 DATA_DIR = Path(__file__).parent / "data"
 
 

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import copy_of, harness
+from conftest import ROOT, copy_of
 from matplotlib.collections import PathCollection, PolyCollection
 from matplotlib.container import BarContainer
 from matplotlib.image import imread
 from matplotlib.patches import Rectangle
 
-from dsanalyze import cli, store
+from dsanalyze import app, cli, store
 from dsanalyze.analysis import stalls
-from dsanalyze.report import plots, whatif_docs, whatif_plots
+from dsanalyze.report import plots, whatif_plots
 
 DATA = Path(__file__).parent / "data"
 SWEEP, TWO_RANKS = DATA / "report_sweep", DATA / "report_2ranks"
@@ -265,16 +268,21 @@ def prefix(tmp_path: Path) -> Path:
     return copy_of("report_sweep", tmp_path)
 
 
-def test_draw_all_writes_png_and_svg(prefix):
-    paths = plots.draw_all(prefix)
+def test_plot_writes_png_and_svg(prefix):
+    paths = app.plot(prefix)
     names = {p.name for p in paths}
     assert {"stall_breakdown.png", "stall_breakdown.svg", "timeline.png", "timeline.svg"} <= names
     img = imread(prefix / "stall_breakdown.png")
     assert img.shape[1] >= 900 and img.shape[0] >= 600  # 150 dpi: readable in a paper
     assert (prefix / "stall_breakdown.svg").read_text().lstrip().startswith("<?xml")
-    docs = whatif_docs.whatif_documents(prefix, store.load_runs(prefix))
-    assert ("whatif_heatmap.png" in names) == bool(docs.rows)
+    docs = app.advise(prefix)  # no whatif.json stored: the plot fitted the advice's query
+    assert docs.rows and ("whatif_heatmap.png" in names)
     assert ("validation.png" in names) == bool(docs.validation and docs.validation["runs"])
+    # without `fit`, and no whatif.json: no what-if figure, nothing fitted
+    for p in paths:
+        p.unlink()
+    names = {p.name for p in app.plot(prefix, fit=False)}
+    assert "stall_breakdown.png" in names and not any(n.startswith("whatif") for n in names)
 
 
 def test_cli_plot_with_a_chosen_run(prefix, capsys):
@@ -292,7 +300,7 @@ def test_heatmap_cells_equal_the_whatif_json_of_the_real_model(prefix, capsys):
                      "--storage-bw", "none,8M", "--recommend", "--max-stall", "100%"]) == 0
     capsys.readouterr()
     doc = json.loads((prefix / "whatif.json").read_text())
-    docs = whatif_docs.whatif_documents(prefix, store.load_runs(prefix))
+    docs = app.stored_whatif(prefix, store.load_runs(prefix))
     assert docs.rows == doc  # newer than every run: read, not refitted
     # any stall allowed: the cheapest of all, whatever the model predicts
     (chosen,) = [r for r in doc if r["recommended"]]
@@ -316,7 +324,9 @@ def test_heatmap_cells_equal_the_whatif_json_of_the_real_model(prefix, capsys):
         # these runs measured one (cold) epoch: no steady figure to show, so no box
         assert all(r["measured_sps"] is None for r in plane if r["measured"])
         assert len([p for p in ax.patches if p.get_gid() == "measured"]) == 0
-    assert plots.draw_all(prefix, docs=docs)[-1].name == "validation.svg"
+    assert app.plot(prefix, fit=False)[-1].name == "whatif_curves.svg"  # no validation.json yet
+    assert cli.main(["validate", str(prefix)]) == 0
+    assert app.plot(prefix, fit=False)[-1].name == "validation.svg"
 
 
 @pytest.mark.parametrize("values,label", [
@@ -335,17 +345,42 @@ def test_stall_breakdown_with_missing_modes(values, label):
     assert [t.get_text() for t in ax.get_xticklabels()] == ["cpus=2"]
 
 
+# Runs a dsanalyze entry point in a fresh interpreter, then says whether the what-if
+# model's fitting module was ever imported: a fit cannot have happened without it.
+FIT_PROBE = """
+import sys
+from dsanalyze import cli
+main = cli.harness_main if sys.argv[1] == "harness" else cli.main
+code = main(sys.argv[2:])
+print("model fitted:", "dsanalyze.analysis.calibrate" in sys.modules)
+sys.exit(code)
+"""
+
+
+def _probe(*argv: object) -> str:
+    out = subprocess.run([sys.executable, "-c", FIT_PROBE, *map(str, argv)], capture_output=True,
+                         text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 @pytest.mark.slow
-def test_harness_draws_the_figures_by_default(small_dataset, tmp_path, capsys):
+def test_harness_draws_the_figures_without_fitting_and_report_fits(small_dataset, tmp_path):
+    """harness.py with plots (and no advice) on a fresh prefix draws the measured figures and
+    fits no model; `dsanalyze report` fits one and draws the what-if figures."""
     prefix = tmp_path / "r"
-    assert harness("--data", small_dataset, "--prefix", prefix, "--modes", "synthetic,cached",
-                   "-b", 8, "-j", 1, "--iters", 6, "--warmup", 1, "--sim-step-ms", 10,
-                   "--no-cgroups") == 0
-    out = capsys.readouterr().out
+    out = _probe("harness", "--data", small_dataset, "--prefix", prefix, "--modes",
+                 "synthetic,cached", "-b", 8, "-j", 1, "--iters", 6, "--warmup", 1,
+                 "--sim-step-ms", 10, "--no-cgroups", "--no-advice")
+    assert "model fitted: False" in out
     for name in ("stall_breakdown.png", "stall_breakdown.svg", "timeline.png", "timeline.svg"):
         assert (prefix / name).is_file()
+    assert not list(prefix.glob("whatif*")) and not (prefix / "validation.json").exists()
     # one line names the folder (not one per file)
     assert "figure: " not in out and f"figures: {prefix}/ (" in out
+    out = _probe("main", "report", prefix)
+    assert "model fitted: True" in out and (prefix / "report.md").is_file()
+    assert "## What-if" in (prefix / "report.md").read_text()
 
 
 def title_boxes(fig) -> list:

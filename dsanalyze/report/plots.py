@@ -1,11 +1,11 @@
-"""The figures: stall breakdown, timeline, per-transform times, and `draw_all`.
+"""The figures: stall breakdown, timeline, per-transform times, and `figures` for a prefix.
 
 Each `Figure` is built with matplotlib's object-oriented API on the Agg
-backend (no pyplot state, no display), from the analysis documents passed in:
-the `summary.json` document or a stored run. Every number drawn is read from
-those documents; the only arithmetic here is layout. `draw_all` writes each
-figure, the what-if ones of `report/whatif_plots.py` too, as PNG and SVG into
-the prefix.
+backend (no pyplot state, no display), from the values passed in: the
+`summary.json` document, the runs, the what-if documents. Every number drawn
+is read from those; the only arithmetic here is layout. `figures` gathers
+every figure of a prefix, the what-if ones of `report/whatif_plots.py` too;
+`app.plot` saves them as PNG and SVG (`save`).
 """
 
 from __future__ import annotations
@@ -19,18 +19,13 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from dsanalyze import store  # noqa: E402
 from dsanalyze.analysis import stalls  # noqa: E402
 from dsanalyze.analysis import transforms as step_timing  # noqa: E402
-from dsanalyze.errors import StoreError  # noqa: E402
+from dsanalyze.config import unlimited_last  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
 from dsanalyze.report import trace, whatif_plots  # noqa: E402
 from dsanalyze.report.text import config_label, knob_text  # noqa: E402
-from dsanalyze.report.whatif_docs import (  # noqa: E402
-    WhatIfDocs,
-    unlimited_last,
-    whatif_documents,
-)
+from dsanalyze.report.whatif_docs import WhatIfDocs  # noqa: E402
 
 # Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
 COLORS = {"compute": "#999999", "prep stall": "#E69F00", "fetch stall": "#0072B2"}
@@ -206,34 +201,25 @@ def timeline_run(summary: dict[str, Any], runs: list[RunResult]) -> RunResult | 
     return next(r for r in runs if r.run_id == worst)
 
 
-def draw_all(prefix: str | Path, run_id: str | None = None, docs: WhatIfDocs | None = None,
-             runs: list[RunResult] | None = None) -> list[Path]:
-    """Redraw every figure of a prefix from its stored runs; returns the files written.
-
-    The stall breakdown; the timeline of `run_id`, or of the run that waited
-    most for data; and, when the what-if model has been fitted on these runs,
-    its heatmap, curves and validation (`docs` and `runs`: already read, else read here).
-    """
-    runs = store.load_runs(prefix) if runs is None else runs
-    summary = stalls.summary(runs)
-    figures: dict[str, Figure] = {}
+def figures(summary: dict[str, Any], runs: list[RunResult], docs: WhatIfDocs,
+            run_id: str | None = None) -> dict[str, Figure]:
+    """Every figure of a prefix, by file name: the stall breakdown; the timeline of `run_id`,
+    or of the run that waited most for data; the per-transform times; and, when `docs` holds
+    a what-if grid and its validation, their heatmap, curves and validation plot."""
+    out: dict[str, Figure] = {}
     if any(c["total_s"] is not None for c in summary["configs"]):  # no figure from no data
-        figures["stall_breakdown"] = stall_breakdown(summary)
+        out["stall_breakdown"] = stall_breakdown(summary)
     run = next((r for r in runs if r.run_id == run_id), None) if run_id else \
         timeline_run(summary, runs)
-    if run_id and run is None:
-        raise StoreError(f"no run {run_id!r} under {prefix}: pick one of "
-                         + ", ".join(r.run_id for r in runs))
     if run is not None and run.ranks:
-        figures["timeline"] = timeline(run)
+        out["timeline"] = timeline(run)
     steps_run = transform_run(runs)
     if steps_run is not None:
-        figures["transform_times"] = transform_times(step_timing.run_table(steps_run),
-                                                     steps_run.run_id)
-    docs = docs or whatif_documents(prefix, runs)
+        out["transform_times"] = transform_times(step_timing.run_table(steps_run),
+                                                 steps_run.run_id)
     if docs.rows:
-        figures["whatif_heatmap"] = whatif_plots.whatif_heatmap(docs.rows)
-        figures["whatif_curves"] = whatif_plots.whatif_curves(docs.rows, summary)
+        out["whatif_heatmap"] = whatif_plots.whatif_heatmap(docs.rows)
+        out["whatif_curves"] = whatif_plots.whatif_curves(docs.rows, summary)
     if docs.validation and docs.validation.get("runs"):
-        figures["validation"] = whatif_plots.validation(docs.validation)
-    return [p for name, fig in figures.items() for p in save(fig, prefix, name)]
+        out["validation"] = whatif_plots.validation(docs.validation)
+    return out

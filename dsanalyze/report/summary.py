@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import html
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from dsanalyze.analysis.measured import short_text
@@ -355,21 +354,3 @@ def render_html(blocks: list[Block], images: dict[str, bytes]) -> str:
                        f"alt='{html.escape(rest[1])}'><figcaption>{html.escape(rest[1])}"
                        "</figcaption></figure>")
     return "\n".join(out + ["</body></html>"]) + "\n"
-
-
-def write_report(prefix: str | Path) -> list[Path]:
-    """Redraw the figures and write `PREFIX/report.md` and the self-contained `report.html`."""
-    from dsanalyze import store
-    from dsanalyze.analysis import stalls
-    from dsanalyze.report import plots  # matplotlib: only when a report is asked for
-
-    prefix = Path(prefix)
-    runs = store.load_runs(prefix)
-    docs = plots.whatif_documents(prefix, runs, own_query=True)  # not the last `whatif` query
-    pngs = [p for p in plots.draw_all(prefix, docs=docs, runs=runs) if p.suffix == ".png"]
-    blocks = report_blocks(stalls.summary(runs), [p.name for p in pngs], docs.recommendation,
-                           docs.validation, docs.note, title=f"Data-stall report: {prefix.name}")
-    md, page = prefix / "report.md", prefix / "report.html"
-    md.write_text(render_markdown(blocks))
-    page.write_text(render_html(blocks, {p.name: p.read_bytes() for p in pngs}))
-    return [md, page]

@@ -25,10 +25,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from dsanalyze import store
 from dsanalyze.errors import StoreError
 from dsanalyze.records import RankRecord, RunResult
 
@@ -190,17 +188,3 @@ def chrome_trace(runs: list[RunResult]) -> dict[str, Any]:
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"origin_unix_s": origin_s, "runs": [r.run_id for r in runs],
                           "spans": f"{WAIT!r} and {COMPUTE!r} per iteration; ts/dur in us"}}
-
-
-def write_trace(prefix: str | Path, run_id: str | None = None,
-                output: str | Path | None = None) -> Path:
-    """Write `PREFIX/trace.json` (or `output`) for one run, or for every run of the prefix."""
-    runs = sorted(store.load_runs(prefix), key=lambda r: r.started_unix_s)
-    if run_id is not None:
-        runs = [r for r in runs if r.run_id == run_id]
-        if not runs:
-            known = ", ".join(r.run_id for r in store.load_runs(prefix))
-            raise StoreError(f"no run {run_id!r} under {prefix}: pick one of {known}")
-    path = Path(output) if output else Path(prefix) / "trace.json"
-    store.write_json_atomic(path, chrome_trace(runs))
-    return path
