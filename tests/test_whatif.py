@@ -360,8 +360,8 @@ def test_unthrottled_disk_on_a_slow_device_is_fetch_bound() -> None:
     would record it) makes the unthrottled configuration fetch-bound, at the rate the
     run throttled to 1 MiB/s measured."""
     runs = runs_of("fetch")
-    slow = [replace(r, io={**r.io, "cache_state": {"storage_device": {
-        "read_bps": float(1 << 20), "latency_s": 0.0}}}) if r.mode.value == "disk" else r
+    slow = [replace(r, io=replace(r.io, cache_state={"storage_device": {
+        "read_bps": float(1 << 20), "latency_s": 0.0}})) if r.mode.value == "disk" else r
         for r in runs if r.run_id != "disk-cpus2-cachenone-bw1M"]
     model = whatif.fit(slow)
     assert model.device_read_bps == 1 << 20
