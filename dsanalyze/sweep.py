@@ -113,11 +113,12 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
                 # each node would judge its own ranks' intervals: they could disagree
                 raise ConfigError("--target-ci needs one node: with several, give --repeats N")
             group = nodes.NodeGroup.join(sweep.job, specs)
+        measuring = _Measuring(ctx, outcome, sweep.resume, fp, group)
         repeat, todo, seq = 1, specs, 0
         while todo:
             for i, spec in enumerate(todo, 1):
                 seq += 1  # the same on every node: the sweep and its repeats are the same
-                result = _measure(spec, ctx, outcome, sweep.resume, fp, group, seq)
+                result = _measure(spec, measuring, seq)
                 if result is None:
                     continue
                 measured += 1
@@ -168,11 +169,22 @@ def _stop_on_usage_error(result: RunResult, sweep: Sweep) -> None:
                       f"{result.log_path})")
 
 
-def _measure(spec: RunSpec, ctx: launch.LaunchContext, outcome: SweepOutcome, resume: bool,
-             fp: Fingerprint, group: nodes.NodeGroup | None, seq: int) -> RunResult | None:
+@dataclass
+class _Measuring:
+    """What every run of one sweep shares while it is measured."""
+
+    ctx: launch.LaunchContext
+    outcome: SweepOutcome
+    resume: bool
+    fingerprint: Fingerprint  # of the data at the start: each run checks it is unchanged
+    group: nodes.NodeGroup | None  # the other nodes, with several
+
+
+def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
     """One run, stored as soon as it ends; None when `resume` finds it complete (on every
     node, with several)."""
-    done = store.completed(ctx.prefix, spec) if resume else None
+    ctx, outcome, fp, group = m.ctx, m.outcome, m.fingerprint, m.group
+    done = store.completed(ctx.prefix, spec) if m.resume else None
     if group is not None and not group.agree_skip(seq, done is not None, spec.job.timeout_s):
         done = None  # another node lacks it: every node runs it again
     if done is not None:
