@@ -181,6 +181,19 @@ EVAL_FUNCTIONS = frozenset({"validate", "validation", "evaluate", "evaluation_lo
 EVAL_FILES = ("evaluation_loop.py", "prediction_loop.py")
 
 
+def loader_settings(loader: Any) -> dict[str, Any]:
+    """The training loader's kind and settings, for the rank's record (`extra["loader"]`):
+    its own `settings.to_dict()` if it has one (the built-in job's DALI loader), a
+    DataLoader's workers, prefetch and pinning, else its class name."""
+    settings = getattr(loader, "settings", None)
+    if callable(getattr(settings, "to_dict", None)):
+        return settings.to_dict()
+    if isinstance(loader, torch.utils.data.DataLoader):
+        return {"kind": "pytorch", "workers": loader.num_workers,
+                "prefetch_factor": loader.prefetch_factor, "pin_memory": loader.pin_memory}
+    return {"kind": type(loader).__name__}
+
+
 def in_evaluation() -> bool:
     """Whether the caller runs inside an evaluation function (see EVAL_FUNCTIONS)."""
     frame = sys._getframe(1)
@@ -192,8 +205,9 @@ def in_evaluation() -> bool:
     return False
 
 
-def _cuda_sync() -> None:
-    # Close the iteration only once the device has finished its step.
+def cuda_sync() -> None:
+    """The sync at every iteration boundary: close the iteration only once the device
+    has finished its step (a no-op until the script initialises CUDA)."""
     if torch.cuda.is_initialized():
         torch.cuda.synchronize()
 
@@ -246,10 +260,11 @@ class Session:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.recorder = IterationRecorder(settings.rank, settings.warmup, settings.iters,
-                                          sync=_cuda_sync)
+                                          sync=cuda_sync)
         self.loaders: list[LoaderInfo] = []  # in creation order
         self._by_id: dict[int, LoaderInfo] = {}
         self.training: LoaderInfo | None = None
+        self.training_settings: dict[str, Any] = {}  # loader_settings() of the training loader
         self.explicit: set[int] = set()  # ids of loaders wrapped by instrument()
         self.sink = steps.sink_dir(rankenv.run_dir(), settings.rank)
         self.files_sink = filereads.sink_dir(rankenv.run_dir(), settings.rank)
@@ -295,6 +310,10 @@ class Session:
             self.training.role, self._timed = "other", None
         self.training, info.role = info, "training"
         info.shuffles, info.batches = shuffles(loader), _length(loader)
+        self.training_settings = loader_settings(loader)  # the loader may be gone at the end
+        if self.settings.epochs is not None and info.batches:
+            # Whole epochs measured: the warm-up leaves at least one iteration of the first.
+            self.recorder.warmup = min(self.settings.warmup, info.batches - 1)
         dataset = getattr(loader, "dataset", None)
         if dataset is None:
             dataset = steps.graph_dataset(loader)
@@ -374,7 +393,8 @@ class Session:
         extra: dict[str, Any] = {
             "batches_per_epoch": self.training.batches, "world_size": rankenv.world_size(),
             "torch_threads": torch.get_num_threads(), "device": self._device(),
-            "training_loader": self.training.index, "stopped": self.stop_reason,
+            "training_loader": self.training.index, "loader": self.training_settings,
+            "stopped": self.stop_reason,
             "loaders": [i.to_dict() for i in self.loaders], "transforms": table}
         files = filereads.table(self.files_sink)
         if files:
