@@ -10,7 +10,9 @@ the bootstrap (`dsanalyze.instrument.bootstrap`) installs the same
 instrumentation on every `torch.utils.data.DataLoader` and DALI iterator and
 picks the training loader by itself. Calling `instrument` names the training
 loader explicitly (it wins over the automatic choice and `--loader-index`),
-and works for any iterable of batches.
+and works for any iterable of batches. The built-in job
+(`dsanalyze.jobs.image_classification`) is such a script: it calls
+`instrument` and runs under the bootstrap.
 
 What the training loader does, in each harness mode (`DSANALYZE_MODE`):
 
@@ -18,7 +20,9 @@ What the training loader does, in each harness mode (`DSANALYZE_MODE`):
   after `DSANALYZE_WARMUP` + `DSANALYZE_ITERS` iterations, or at the start of
   epoch `DSANALYZE_EPOCHS` + 1, its `next()` raises `StopProfiling`, which the
   bootstrap catches to end the script (every rank stops at the same
-  iteration, since DDP ranks iterate equally many batches).
+  iteration, since DDP ranks iterate equally many batches). With
+  `DSANALYZE_EPOCHS`, the warm-up is at most the first epoch less one
+  iteration, so that the first epoch keeps a measured iteration.
 - `synthetic`: one real batch, replayed `len(loader)` times per epoch. The
   batch is taken on the device the script moves it to: `Tensor.to()` and
   `Tensor.cuda()` of a replayed tensor return a copy made on the first such
@@ -31,7 +35,8 @@ What the training loader does, in each harness mode (`DSANALYZE_MODE`):
 - `loader`: the loader alone, no compute: the loop is driven here, then the
   script is stopped.
 
-Also in the rank record's `extra`: `files`, per data file read through
+Also in the rank record's `extra`: `loader`, the training loader's kind and
+settings (`loader_settings`); `files`, per data file read through
 webdataset, opens, bytes and time blocked reading (`filereads.py`); and, in
 the harness's discovery run (`DSANALYZE_DISCOVER=1`), `data`: the files the
 training loader declares and those it opened (`datafiles.py`).
