@@ -128,7 +128,7 @@ def micro(n: int = 200_000) -> tuple[float, float]:
 
 def build(args: argparse.Namespace) -> tuple[dict[str, Any], Callable[[Any], None]]:
     ns = job.parse_args(["--data", args.data, "-b", str(args.batch_size), "-j", str(args.workers),
-                         "--sim-step-ms", str(args.sim_step_ms), "--mode", "cached"])
+                         "--sim-step-ms", str(args.sim_step_ms)])
     device = torch.device("cpu")
     loaders = {v: job.build_loader(ns, 1, 0, device) for v in VARIANTS}
     loaders["instrumented"] = dsanalyze.instrument(loaders["instrumented"])

@@ -56,7 +56,8 @@ from dsanalyze.resources.lifeline import Lifeline
 MEMORY_MARGIN_BYTES = 32 << 20  # covers anon peaks between 0.2 s monitor samples
 DEFAULT_JOB_MEMORY_BYTES = 2 << 30  # when no cached run measured it
 EVICT_TOLERANCE = 0.01  # fraction of the dataset allowed to stay resident before a disk run
-BUILTIN_JOB = "dsanalyze.jobs.image_classification"
+BUILTIN_JOB = "dsanalyze.jobs.image_classification"  # run under the bootstrap, as a script
+BUILTIN_ITERS = 50  # the built-in job's measured iterations when neither --iters nor --epochs
 NO_BLOCK_DEVICE = "the dataset is on a filesystem with no block device (overlay, tmpfs, NFS or FUSE)"
 BOOTSTRAP = "dsanalyze.instrument.bootstrap"
 
@@ -120,21 +121,17 @@ def job_argv(spec: RunSpec) -> list[str]:
     argv += ["--no-python", "--", sys.executable, "-m", "dsanalyze.resources.enter",
              "--oom-score-adj", "1000", "--bind-to-parent", "any", "--", sys.executable]
     if job.script is None:
-        argv += ["-m", BUILTIN_JOB, *builtin_args(job, spec.mode)]
+        argv += ["-m", BOOTSTRAP, "-m", BUILTIN_JOB, *builtin_args(job)]
     else:
         argv += ["-m", BOOTSTRAP, job.script, *job.script_args]
     return argv
 
 
-def builtin_args(job: Job, mode: Mode) -> list[str]:
+def builtin_args(job: Job) -> list[str]:
+    """The built-in job's own options; the mode and the measured window are in `job_env`."""
     args = ["--data", str(job.data_dir), "-a", job.arch, "-b", str(job.batch_size),
-            "-j", str(job.workers), "--warmup", str(job.warmup), "--device", job.device,
-            "--sim-step-ms", str(job.sim_step_ms), "--mode", mode.value,
-            "--loader", job.loader, "--seed", str(job.seed)]
-    if job.epochs is not None:
-        args += ["--epochs", str(job.epochs)]
-    else:
-        args += ["--iters", str(job.iters or 50)]
+            "-j", str(job.workers), "--device", job.device,
+            "--sim-step-ms", str(job.sim_step_ms), "--loader", job.loader, "--seed", str(job.seed)]
     if job.amp:
         args.append("--amp")
     return args
@@ -156,8 +153,11 @@ def job_env(spec: RunSpec, run_dir: Path) -> tuple[dict[str, str], dict[str, Any
         rankenv.ENV_THREADS: env["OMP_NUM_THREADS"],
         "PYTHONUNBUFFERED": "1",
     })
-    if spec.job.iters is not None:
-        env[rankenv.ENV_ITERS] = str(spec.job.iters)
+    iters = spec.job.iters
+    if iters is None and spec.job.epochs is None and spec.job.script is None:
+        iters = BUILTIN_ITERS  # the built-in job trains until it is stopped
+    if iters is not None:
+        env[rankenv.ENV_ITERS] = str(iters)
     if spec.job.epochs is not None:
         env[rankenv.ENV_EPOCHS] = str(spec.job.epochs)
     if spec.job.loader_index is not None:

@@ -52,12 +52,29 @@ def test_empty_dataset(tmp_path, capsys):
     assert "holds no image files" in one_line_error(capsys)
 
 
+def truncated_jpeg(dataset: Path) -> bytes:
+    """The first half of a real JPEG of the dataset: its header reads, its pixels do not."""
+    data = next(dataset.rglob("*.jpg")).read_bytes()
+    return data[:len(data) // 2]
+
+
+@pytest.mark.parametrize("content", [b"\xff\xd8\xff\xe0 this is not a jpeg", truncated_jpeg])
+def test_undecodable_image_is_a_corrupt_sample(small_dataset, tmp_path, content):
+    from dsanalyze.jobs.image_classification import load_rgb
+
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(content(small_dataset) if callable(content) else content)
+    with pytest.raises(CorruptSampleError, match=rf"cannot decode image {bad}: .*replace it") as e:
+        load_rgb(str(bad))
+    assert FailureKind.of(e.value) is FailureKind.CORRUPT_SAMPLE
+
+
 @pytest.mark.slow
 def test_corrupt_jpeg_is_named_and_earlier_runs_kept(small_dataset, tmp_path, capsys):
     data = tmp_path / "data"
     shutil.copytree(small_dataset, data)
     bad = data / "class_001" / "broken.jpg"
-    bad.write_bytes(b"\xff\xd8\xff\xe0 this is not a jpeg")
+    bad.write_bytes(truncated_jpeg(small_dataset))
     prefix = tmp_path / "r"
     # synthetic replays one batch (may or may not hit the file); cached reads every file
     rc = harness("--data", data, "--prefix", prefix, "--modes", "cached,disk", "-b", 8, "-j", 1,

@@ -53,10 +53,10 @@ def small_batches(n: int):
 
 @pytest.mark.parametrize("sync", [True, False])
 def test_iteration_boundary_charges_gpu_time_to_compute(sync):
-    from dsanalyze.jobs.image_classification import device_sync
+    from dsanalyze.instrument.api import cuda_sync
 
     spin = gpu_spin(STEP_S)
-    rec = IterationRecorder(sync=device_sync(torch.device("cuda", 0)) if sync else None)
+    rec = IterationRecorder(sync=cuda_sync if sync else None)
     t0 = time.perf_counter()
     for _ in TimedLoader(small_batches(8), rec):
         launched = time.perf_counter()

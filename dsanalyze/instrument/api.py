@@ -10,7 +10,9 @@ the bootstrap (`dsanalyze.instrument.bootstrap`) installs the same
 instrumentation on every `torch.utils.data.DataLoader` and DALI iterator and
 picks the training loader by itself. Calling `instrument` names the training
 loader explicitly (it wins over the automatic choice and `--loader-index`),
-and works for any iterable of batches.
+and works for any iterable of batches. The built-in job
+(`dsanalyze.jobs.image_classification`) is such a script: it calls
+`instrument` and runs under the bootstrap.
 
 What the training loader does, in each harness mode (`DSANALYZE_MODE`):
 
@@ -18,7 +20,9 @@ What the training loader does, in each harness mode (`DSANALYZE_MODE`):
   after `DSANALYZE_WARMUP` + `DSANALYZE_ITERS` iterations, or at the start of
   epoch `DSANALYZE_EPOCHS` + 1, its `next()` raises `StopProfiling`, which the
   bootstrap catches to end the script (every rank stops at the same
-  iteration, since DDP ranks iterate equally many batches).
+  iteration, since DDP ranks iterate equally many batches). With
+  `DSANALYZE_EPOCHS`, the warm-up is at most the first epoch less one
+  iteration, so that the first epoch keeps a measured iteration.
 - `synthetic`: one real batch, replayed `len(loader)` times per epoch. The
   batch is taken on the device the script moves it to: `Tensor.to()` and
   `Tensor.cuda()` of a replayed tensor return a copy made on the first such
@@ -31,7 +35,8 @@ What the training loader does, in each harness mode (`DSANALYZE_MODE`):
 - `loader`: the loader alone, no compute: the loop is driven here, then the
   script is stopped.
 
-Also in the rank record's `extra`: `files`, per data file read through
+Also in the rank record's `extra`: `loader`, the training loader's kind and
+settings (`loader_settings`); `files`, per data file read through
 webdataset, opens, bytes and time blocked reading (`filereads.py`); and, in
 the harness's discovery run (`DSANALYZE_DISCOVER=1`), `data`: the files the
 training loader declares and those it opened (`datafiles.py`).
@@ -181,6 +186,19 @@ EVAL_FUNCTIONS = frozenset({"validate", "validation", "evaluate", "evaluation_lo
 EVAL_FILES = ("evaluation_loop.py", "prediction_loop.py")
 
 
+def loader_settings(loader: Any) -> dict[str, Any]:
+    """The training loader's kind and settings, for the rank's record (`extra["loader"]`):
+    its own `settings.to_dict()` if it has one (the built-in job's DALI loader), a
+    DataLoader's workers, prefetch and pinning, else its class name."""
+    settings = getattr(loader, "settings", None)
+    if callable(getattr(settings, "to_dict", None)):
+        return settings.to_dict()
+    if isinstance(loader, torch.utils.data.DataLoader):
+        return {"kind": "pytorch", "workers": loader.num_workers,
+                "prefetch_factor": loader.prefetch_factor, "pin_memory": loader.pin_memory}
+    return {"kind": type(loader).__name__}
+
+
 def in_evaluation() -> bool:
     """Whether the caller runs inside an evaluation function (see EVAL_FUNCTIONS)."""
     frame = sys._getframe(1)
@@ -192,8 +210,9 @@ def in_evaluation() -> bool:
     return False
 
 
-def _cuda_sync() -> None:
-    # Close the iteration only once the device has finished its step.
+def cuda_sync() -> None:
+    """The sync at every iteration boundary: close the iteration only once the device
+    has finished its step (a no-op until the script initialises CUDA)."""
     if torch.cuda.is_initialized():
         torch.cuda.synchronize()
 
@@ -246,10 +265,11 @@ class Session:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.recorder = IterationRecorder(settings.rank, settings.warmup, settings.iters,
-                                          sync=_cuda_sync)
+                                          sync=cuda_sync)
         self.loaders: list[LoaderInfo] = []  # in creation order
         self._by_id: dict[int, LoaderInfo] = {}
         self.training: LoaderInfo | None = None
+        self.training_settings: dict[str, Any] = {}  # loader_settings() of the training loader
         self.explicit: set[int] = set()  # ids of loaders wrapped by instrument()
         self.sink = steps.sink_dir(rankenv.run_dir(), settings.rank)
         self.files_sink = filereads.sink_dir(rankenv.run_dir(), settings.rank)
@@ -295,6 +315,10 @@ class Session:
             self.training.role, self._timed = "other", None
         self.training, info.role = info, "training"
         info.shuffles, info.batches = shuffles(loader), _length(loader)
+        self.training_settings = loader_settings(loader)  # the loader may be gone at the end
+        if self.settings.epochs is not None and info.batches:
+            # Whole epochs measured: the warm-up leaves at least one iteration of the first.
+            self.recorder.warmup = min(self.settings.warmup, info.batches - 1)
         dataset = getattr(loader, "dataset", None)
         if dataset is None:
             dataset = steps.graph_dataset(loader)
@@ -374,7 +398,8 @@ class Session:
         extra: dict[str, Any] = {
             "batches_per_epoch": self.training.batches, "world_size": rankenv.world_size(),
             "torch_threads": torch.get_num_threads(), "device": self._device(),
-            "training_loader": self.training.index, "stopped": self.stop_reason,
+            "training_loader": self.training.index, "loader": self.training_settings,
+            "stopped": self.stop_reason,
             "loaders": [i.to_dict() for i in self.loaders], "transforms": table}
         files = filereads.table(self.files_sink)
         if files:

@@ -2,6 +2,7 @@
 
     python -m torch.distributed.run --nproc_per_node 2 \\
         -m dsanalyze.instrument.bootstrap train.py --its --own args
+    python -m torch.distributed.run ... -m dsanalyze.instrument.bootstrap -m package.module ARGS
 
 (`launch.job_argv` builds this line; the run is described by the
 `DSANALYZE_*` variables of `rank.py` and `api.py`.) In each rank:
@@ -18,7 +19,8 @@
 2. The script runs as `python train.py ARGS` would run it: `runpy.run_path`
    with `run_name="__main__"`, `sys.argv = [train.py, ARGS...]`, the script's
    directory first on `sys.path`, torchrun's environment (RANK, WORLD_SIZE,
-   LOCAL_RANK, MASTER_ADDR, ...) untouched.
+   LOCAL_RANK, MASTER_ADDR, ...) untouched; `-m MODULE` as `python -m MODULE
+   ARGS` would run it (`runpy.run_module`): the built-in job runs so.
 3. The training loader is the first loader iterated whose sampler shuffles
    (RandomSampler, DistributedSampler(shuffle=True), a DALI reader with
    random_shuffle); a loader iterated before it is left alone if a shuffled
@@ -51,6 +53,7 @@ import functools
 import gc
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import runpy
 import sys
@@ -149,13 +152,20 @@ def install(session: api.Session) -> Callable[[], None]:
 
 
 def run_script(path: str, args: list[str]) -> bool:
-    """Run the script as `__main__`; True if it was stopped after the measured window."""
-    script = os.path.abspath(path)
+    """Run the script as `__main__`; True if it was stopped after the measured window.
+
+    `path` "-m": `args[0]` is a module, run as `python -m MODULE ARGS` runs it
+    (the built-in job is run so, `launch.job_argv`)."""
     saved_argv, saved_path = sys.argv, list(sys.path)
-    sys.argv = [path, *args]
-    sys.path.insert(0, os.path.dirname(script))
     try:
-        runpy.run_path(script, run_name="__main__")
+        if path == "-m":
+            sys.argv = list(args)  # run_module puts the module's file in argv[0]
+            runpy.run_module(args[0], run_name="__main__", alter_sys=True)
+        else:
+            script = os.path.abspath(path)
+            sys.argv = [path, *args]
+            sys.path.insert(0, os.path.dirname(script))
+            runpy.run_path(script, run_name="__main__")
     except api.StopProfiling:
         return True
     except SystemExit as e:
@@ -164,6 +174,14 @@ def run_script(path: str, args: list[str]) -> bool:
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
     return False
+
+
+def script_file(argv: list[str]) -> str:
+    """The file that runs: the script, or the module's source for `-m MODULE`."""
+    if argv[0] == "-m":
+        spec = importlib.util.find_spec(argv[1])
+        return str(spec.origin) if spec is not None else argv[1]
+    return os.path.abspath(argv[0])
 
 
 def shutdown_distributed() -> None:
@@ -182,10 +200,12 @@ def _exit_anyway() -> None:
 
 
 def main(argv: list[str] | None = None) -> bool:
-    """Profile the script `argv[0]` with arguments `argv[1:]`; True if it was stopped."""
+    """Profile the script `argv[0]` (or `-m MODULE`) with the arguments that follow;
+    True if it was stopped."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv:
-        raise api.InstrumentError("usage: python -m dsanalyze.instrument.bootstrap SCRIPT [ARGS]")
+    if not argv or argv == ["-m"]:
+        raise api.InstrumentError(
+            "usage: python -m dsanalyze.instrument.bootstrap SCRIPT|-m MODULE [ARGS]")
     session = api.start_session()
     uninstall = install(session)
     try:
@@ -195,7 +215,7 @@ def main(argv: list[str] | None = None) -> bool:
         # ("terminate called without an active exception").
         gc.collect()
         record, extra = session.record()
-        extra["script"] = os.path.abspath(argv[0])
+        extra["script"] = script_file(argv)
         rankenv.write_record(record, extra)
     finally:
         uninstall()

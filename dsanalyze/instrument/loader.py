@@ -16,11 +16,11 @@ wait for the stream) and be counted as data wait. `sync` (for CUDA,
 `torch.cuda.synchronize`) is therefore called at every boundary, before the
 clock is read.
 
-`DeviceCache` completes the replay for a user script (the bootstrap), whose
-own `.to(device)` call decides where the replayed batch lives.
+`DeviceCache` completes the replay for a script (the built-in job's too):
+its own `.to(device)` call decides where the replayed batch lives.
 
-This module imports no torch: the device synchronisation and the transfer to
-the device are passed in, so it is usable (and testable) with any loader.
+This module imports no torch: the device synchronisation and the tensor type
+are passed in, so it is usable (and testable) with any loader.
 """
 
 from __future__ import annotations
@@ -154,23 +154,22 @@ class _TimedIterator:
 
 
 class ReplayLoader:
-    """Synthetic mode: one real batch, already on the device, replayed.
+    """Synthetic mode: one real batch, replayed.
 
     The batch is taken from the real loader once (its workers are then shut
-    down), moved to the device with `to_device`, and yielded `length` times
-    per epoch, so the training step sees real shapes and values with no fetch
-    and no prep.
+    down) and yielded `length` times per epoch, so the training step sees real
+    shapes and values with no fetch and no prep. Where it lives is the
+    script's choice: `DeviceCache` keeps the copy its `.to(device)` makes.
     """
 
-    def __init__(self, loader: Iterable[Any], length: int,
-                 to_device: Callable[[Any], Any] = lambda b: b) -> None:
+    def __init__(self, loader: Iterable[Any], length: int) -> None:
         it = iter(loader)
         try:
             first = next(it)
         except StopIteration:
             raise ValueError("the loader yielded no batch to replay") from None
         del it  # shuts DataLoader workers down
-        self.batch = to_device(first)
+        self.batch = first
         self.length = length
         self.source = loader
 
@@ -215,7 +214,7 @@ def tensors_of(batch: Any, tensor_type: type) -> list[Any]:
 
 
 class DeviceCache:
-    """Synthetic replay of a user script: the batch lands where the script moves it.
+    """Synthetic replay of a script: the batch lands where the script moves it.
 
     While installed, `.to()` and `.cuda()` of a tensor of the replayed batch
     return a copy made on the first such call and kept, keyed by the method

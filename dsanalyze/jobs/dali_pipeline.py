@@ -22,11 +22,12 @@ one list of one dict per batch. `len()` is the batches per rank per epoch,
 Threads: DALI follows the cpuset but sizes its thread pool from
 `num_threads` alone, so `num_threads` = `-j` (at least 1) capped by the
 rank's CPU budget (`DSANALYZE_THREADS`, set by the harness). The settings,
-prefetch depths included, are recorded in the rank's record.
+prefetch depths included, are recorded in the rank's record (`settings`,
+which `instrument.api.loader_settings` reads).
 
 Epochs: the iterator ends an epoch with StopIteration and is reset by the
-next `iter()` on it (DALI's `__iter__`), so the harness' `TimedLoader`
-times every `next()` as wait, including the reset, like any loader.
+next `iter()` on it (DALI's `__iter__`), so `dsanalyze.instrument` times
+every `next()` as wait, including the reset, like any loader's.
 """
 
 from __future__ import annotations

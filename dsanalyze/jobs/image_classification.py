@@ -4,10 +4,19 @@ The equivalent of DS-Analyzer's ImageNet script: torchvision `ImageFolder`
 with the standard training transforms (RandomResizedCrop 224, horizontal
 flip, to tensor, normalize), a torchvision model, DistributedDataParallel and
 a DistributedSampler when launched with several ranks (NCCL on cuda, gloo
-otherwise). Run by the harness under `torch.distributed.run`:
+otherwise).
 
-    python -m torch.distributed.run --nproc_per_node 2 \
-        -m dsanalyze.jobs.image_classification --data DIR --mode cached ...
+It is a plain training script, instrumented as a user would instrument
+theirs: its training loader goes through `dsanalyze.instrument(loader)`, and
+the harness runs it under the bootstrap, as it runs any script:
+
+    python -m torch.distributed.run --nproc_per_node 2 \\
+        -m dsanalyze.instrument.bootstrap -m dsanalyze.jobs.image_classification --data DIR ...
+
+So the mode (synthetic replay, cached, disk, loader alone), the warm-up, the
+measured window, per-iteration and per-transform timing and the rank's
+record all come from `dsanalyze.instrument.api`, from the `DSANALYZE_*`
+variables the harness sets; the script only trains until it is stopped.
 
 Devices: `cuda` (the real thing), `cpu` (the model runs on the CPU and
 competes with the loader), `sim` (each step sleeps `--sim-step-ms` while the
@@ -18,6 +27,7 @@ in lock-step as DDP's gradient all-reduce would).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import time
 from collections.abc import Callable
@@ -30,10 +40,9 @@ from PIL import Image
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 from torchvision import transforms
 
+import dsanalyze
 from dsanalyze.errors import CorruptSampleError, DatasetError
 from dsanalyze.instrument import rank as rankenv
-from dsanalyze.instrument import transforms as step_timing
-from dsanalyze.instrument.loader import IterationRecorder, ReplayLoader, TimedLoader
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -63,19 +72,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("-b", "--batch-size", type=int, default=32, help="batch size per rank")
     p.add_argument("-j", "--workers", type=int, default=2,
                    help="DataLoader workers, or DALI threads (at most the CPU budget), per rank")
-    p.add_argument("--epochs", type=int, default=None)
-    p.add_argument("--iters", type=int, default=None, help="measured iterations per rank")
-    p.add_argument("--warmup", type=int, default=5, help="iterations discarded first")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="training epochs (default: until the harness stops the job)")
     p.add_argument("--device", choices=("cuda", "cpu", "sim"), default="sim")
     p.add_argument("--sim-step-ms", type=float, default=50.0)
     p.add_argument("--amp", action="store_true", help="mixed precision (cuda only)")
-    p.add_argument("--mode", choices=("synthetic", "cached", "disk", "loader"), default="cached")
     p.add_argument("--loader", choices=("pytorch", "dali"), default="pytorch")
     p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    if args.iters is None and args.epochs is None:
-        args.iters = 50
-    return args
+    return p.parse_args(argv)
 
 
 def build_loader(args: argparse.Namespace, world: int, rank: int, device: torch.device) -> Any:
@@ -98,16 +102,6 @@ def build_loader(args: argparse.Namespace, world: int, rank: int, device: torch.
                       persistent_workers=args.workers > 0)
 
 
-def loader_settings(loader: Any) -> dict[str, Any]:
-    """The loader kind and its settings, recorded in the rank's record."""
-    if isinstance(loader, ReplayLoader):
-        loader = loader.source  # synthetic: the loader the replayed batch came from
-    if isinstance(loader, DataLoader):
-        return {"kind": "pytorch", "workers": loader.num_workers,
-                "prefetch_factor": loader.prefetch_factor, "pin_memory": loader.pin_memory}
-    return loader.settings.to_dict()
-
-
 def batch_unpacker(loader: str) -> Callable[[Any], tuple[Any, Any]]:
     """(images, targets) out of a batch: a DataLoader's pair, a DALI iterator's list of dicts."""
     if loader == "dali":
@@ -116,25 +110,27 @@ def batch_unpacker(loader: str) -> Callable[[Any], tuple[Any, Any]]:
     return tuple
 
 
+def sim_step(step_ms: float, world: int) -> Callable[[Any], None]:
+    """A step of `step_ms` with the CPU free, all-reduce included (`--device sim`)."""
+    step_s = step_ms / 1000.0
+    token = torch.zeros(1)
+
+    def step(batch: Any) -> None:
+        # The step takes step_s in all, communication included, as DDP's
+        # all-reduce overlaps the backward pass; the CPU is free meanwhile.
+        deadline = time.perf_counter() + step_s
+        if world > 1:
+            dist.all_reduce(token)  # gradient all-reduce: ranks advance together
+        remaining = deadline - time.perf_counter()
+        if remaining > 0:
+            time.sleep(remaining)
+    return step
+
+
 def make_step(args: argparse.Namespace, device: torch.device, world: int) -> Callable[[Any], None]:
     """The training step for the device; it takes a batch (images, targets)."""
-    if args.mode == "loader":
-        return lambda batch: None
     if args.device == "sim":
-        step_s = args.sim_step_ms / 1000.0
-        token = torch.zeros(1)
-
-        def sim_step(batch: Any) -> None:
-            # The step takes step_s in all, communication included, as DDP's
-            # all-reduce overlaps the backward pass; the CPU is free meanwhile.
-            deadline = time.perf_counter() + step_s
-            if world > 1:
-                dist.all_reduce(token)  # gradient all-reduce: ranks advance together
-            remaining = deadline - time.perf_counter()
-            if remaining > 0:
-                time.sleep(remaining)
-        return sim_step
-
+        return sim_step(args.sim_step_ms, world)
     model = torchvision.models.get_model(args.arch, num_classes=1000).to(device)
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(
@@ -148,6 +144,7 @@ def make_step(args: argparse.Namespace, device: torch.device, world: int) -> Cal
 
     def train_step(batch: Any) -> None:
         images, target = unpack(batch)
+        # In synthetic mode these copies are made once: the replayed batch stays on the device.
         images = images.to(device, non_blocking=True)
         target = target.to(device, non_blocking=True)
         with torch.autocast(device.type, enabled=use_amp):
@@ -172,59 +169,22 @@ def setup_device(args: argparse.Namespace, world: int) -> torch.device:
     return device
 
 
-def device_sync(device: torch.device) -> Callable[[], None] | None:
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return None
-
-
-def to_device_fn(device: torch.device) -> Callable[[Any], Any]:
-    def move(batch: Any) -> Any:
-        if isinstance(batch, (list, tuple)):
-            return type(batch)(move(b) for b in batch)
-        return batch.to(device) if hasattr(batch, "to") else batch
-    return move
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     world, rank = rankenv.world_size(), rankenv.rank()
-    threads = os.environ.get(rankenv.ENV_THREADS)
+    threads = os.environ.get(rankenv.ENV_THREADS)  # the rank's CPU budget, from the harness
     if threads:
         torch.set_num_threads(int(threads))
     device = setup_device(args, world)
-    loader = build_loader(args, world, rank, device)
-    timing_sink = step_timing.sink_dir(rankenv.run_dir(), rank)
-    if args.mode != "synthetic":  # per-transform times in every worker, before they start
-        step_timing.instrument_dataset(getattr(loader, "dataset", None), timing_sink)
+    loader = dsanalyze.instrument(build_loader(args, world, rank, device))
     step = make_step(args, device, world)
-    batches_per_epoch = len(loader)
-    if args.mode == "synthetic":
-        loader = ReplayLoader(loader, batches_per_epoch, to_device_fn(device))
-    recorder = IterationRecorder(rank, args.warmup, args.iters, sync=device_sync(device))
-    timed = TimedLoader(loader, recorder)
-    epochs = args.epochs if args.epochs is not None else 1 << 30
-    if args.epochs is not None:
-        args.warmup = min(args.warmup, batches_per_epoch - 1)
-        recorder.warmup = args.warmup
-    for epoch in range(epochs):
-        sampler = getattr(loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(epoch)
-        for batch in timed:
+    for epoch in range(args.epochs) if args.epochs is not None else itertools.count():
+        set_epoch = getattr(getattr(loader, "sampler", None), "set_epoch", None)
+        if set_epoch is not None:
+            set_epoch(epoch)
+        for batch in loader:
             step(batch)
-        if recorder.done:
-            break
-    recorder.finish()
-    rankenv.write_record(recorder.to_dict(), {
-        "batches_per_epoch": batches_per_epoch, "torch_threads": torch.get_num_threads(),
-        "device": str(device), "world_size": world, "loader": loader_settings(loader),
-        "transforms": step_timing.finish(loader, timing_sink) if args.mode != "synthetic" else [],
-    })
-    if world > 1:
-        dist.barrier()
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    rankenv.run_reporting_errors(main)
+    main()
