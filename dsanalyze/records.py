@@ -258,6 +258,21 @@ class RankRecord:
                    dict(d.get("extra", {})))
 
 
+LOADER_STAGE = "loader"  # the step table's stage of the dataset's own read + decode
+
+
+def step_table(totals: dict[str, list[int]]) -> list[dict[str, Any]]:
+    """A rank's per-transform table (`RankRecord.extra["transforms"]`), rows in pipeline order
+    (the loader first), from key "stage\tindex\tname" -> [calls, nanoseconds]."""
+    rows = []
+    for key, (calls, ns) in totals.items():
+        stage, index, name = key.split("\t", 2)
+        rows.append({"stage": stage, "index": int(index), "name": name, "calls": calls,
+                     "total_s": ns / 1e9, "mean_s_per_sample": ns / 1e9 / calls if calls else 0.0})
+    rows.sort(key=lambda r: (r["stage"] != LOADER_STAGE, r["stage"], r["index"]))
+    return rows
+
+
 def _typed(value: Any, cls: Any) -> Any:
     return cls.from_dict(value) if isinstance(value, dict) else value
 

@@ -35,3 +35,26 @@ def test_analysis_and_report_import_neither_torch_nor_the_measuring_side():
     assert "dsanalyze.report.plots" in modules and "dsanalyze.analysis.whatif" in modules
     leaked = [m for m in modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)]
     assert leaked == []
+
+
+# What runs inside each rank, and what launches it: the measuring side.
+RANK_PROBE = """
+import importlib, json, pkgutil, sys
+import dsanalyze.instrument, dsanalyze.jobs, dsanalyze.resources
+for pkg in (dsanalyze.instrument, dsanalyze.jobs, dsanalyze.resources):
+    for m in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"{pkg.__name__}.{m.name}")
+import dsanalyze.launch
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_the_measuring_side_imports_neither_analysis_nor_report():
+    out = subprocess.run([sys.executable, "-c", RANK_PROBE], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300, check=True)
+    modules = json.loads(out.stdout)
+    assert "dsanalyze.instrument.transforms" in modules and "dsanalyze.launch" in modules
+    leaked = [m for m in modules if m.split(".")[:2] in (["dsanalyze", "analysis"],
+                                                         ["dsanalyze", "report"],
+                                                         ["dsanalyze", "app"])]
+    assert leaked == []

@@ -2,7 +2,8 @@
 
 A step table is a list of rows `{stage, index, name, calls, total_s,
 mean_s_per_sample}` in pipeline order (the image loader first), written by
-`instrument/transforms.py` in each rank from its DataLoader workers' totals.
+`instrument/transforms.py` in each rank from its DataLoader workers' totals
+(`records.step_table`).
 Pure functions over stored values: no torch.
 """
 
@@ -11,18 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-LOADER_STAGE = "loader"
-
-
-def step_table(totals: dict[str, list[int]]) -> list[dict[str, Any]]:
-    """Rows in pipeline order (the loader first) from key -> [calls, nanoseconds]."""
-    rows = []
-    for key, (calls, ns) in totals.items():
-        stage, index, name = key.split("\t", 2)
-        rows.append({"stage": stage, "index": int(index), "name": name, "calls": calls,
-                     "total_s": ns / 1e9, "mean_s_per_sample": ns / 1e9 / calls if calls else 0.0})
-    rows.sort(key=lambda r: (r["stage"] != LOADER_STAGE, r["stage"], r["index"]))
-    return rows
+from dsanalyze.records import step_table
 
 
 def merge_tables(tables: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:

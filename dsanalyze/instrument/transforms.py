@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from dsanalyze.analysis.transforms import LOADER_STAGE, step_table
+from dsanalyze.records import LOADER_STAGE, step_table
 
 FLUSH_INTERVAL_NS = 1_000_000_000
 READ_DECODE = "read+decode"
