@@ -156,6 +156,10 @@ def _harness(argv: list[str] | None) -> int:
               "bandwidth are not enforced", file=sys.stderr)
     if outcome.skipped:
         print(f"resumed: {len(outcome.skipped)} run(s) already complete, skipped")
+    if outcome.superseded:
+        print(f"set aside {len(outcome.superseded)} repeat run(s) of an earlier sweep "
+              f"({', '.join(outcome.superseded)}) to {outcome.superseded_dir}: measured afresh "
+              "without --resume")
     print(render_table(outcome.summary))
     if sweep.job.node_rank > 0:
         print(f"node {sweep.job.node_rank} of {sweep.job.nnodes}: this table covers this node's "

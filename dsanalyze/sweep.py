@@ -38,6 +38,8 @@ class SweepOutcome:
     summary: dict[str, Any] = field(default_factory=dict)  # filled by app.profile
     cgroup_note: str = ""
     unreadable: list[str] = field(default_factory=list)  # run files found truncated: measured again
+    superseded: list[str] = field(default_factory=list)  # an earlier sweep's repeats, set aside
+    superseded_dir: Path | None = None
 
     @property
     def failed(self) -> list[RunResult]:
@@ -69,6 +71,22 @@ def check_prefix(prefix: Path, sweep: Sweep) -> None:
                              if old.get(k) != v)
             raise ConfigError(f"{prefix} holds runs of a different job ({r.run_id}: {diff}): "
                               "pass another --prefix, or delete its runs/ folder")
+
+
+def set_aside_stale_repeats(prefix: Path, specs: list[RunSpec]) -> tuple[list[str], Path | None]:
+    """A sweep without `--resume` measures its configurations afresh: the repeat files
+    (`-r<N>`) an earlier sweep left for them would be pooled with the new runs. Move them to
+    `PREFIX/superseded/<time>/` (kept, not deleted); returns their run ids and the folder."""
+    wanted = {s.run_id for s in specs}
+    stale = [r for r in store.load_readable_runs(prefix)[0]
+             if r.spec.repeat > 1 and dataclasses.replace(r.spec, repeat=1).run_id in wanted]
+    if not stale:
+        return [], None
+    folder = prefix / "superseded" / time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    folder.mkdir(parents=True, exist_ok=True)
+    for r in stale:
+        store.run_path(prefix, r.run_id).rename(folder / f"{r.run_id}.json")
+    return [r.run_id for r in stale], folder
 
 
 def _sigterm(signum: int, frame: Any) -> None:
@@ -103,6 +121,8 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
     ctx = launch.LaunchContext(prefix, dataset, hierarchy, why)
     outcome = SweepOutcome(cgroup_note=why, unreadable=unreadable)
     lock = DataLock.acquire(dataset.root, lock_wait_s)
+    if not sweep.resume and sweep.job.node_rank == 0:
+        outcome.superseded, outcome.superseded_dir = set_aside_stale_repeats(prefix, specs)
     old = signal.signal(signal.SIGTERM, _sigterm)
     t_start = time.monotonic()
     measured = 0

@@ -41,3 +41,25 @@ def test_cached_run_sets_the_job_memory_of_disk_runs(tmp_path):
     sweep._remember_memory(ctx, result(Mode.CACHED, cpus=2, job_memory_peak_bytes=700 << 20))
     sweep._remember_memory(ctx, result(Mode.SYNTHETIC, cpus=1, job_memory_peak_bytes=1 << 30))
     assert ctx.job_memory_bytes == {2: 700 << 20}
+
+
+def test_a_fresh_sweep_sets_aside_an_earlier_sweeps_repeats(tmp_path):
+    """Without --resume, repeat files an earlier sweep left for the same configurations would
+    be pooled with the new runs: they are moved to superseded/, not deleted."""
+    import dataclasses
+
+    first = result(Mode.CACHED)
+    for repeat in (1, 2, 3):
+        store.write_run(tmp_path, dataclasses.replace(
+            first, spec=dataclasses.replace(first.spec, repeat=repeat)))
+    other = result(Mode.CACHED, cpus=2)
+    store.write_run(tmp_path, dataclasses.replace(
+        other, spec=dataclasses.replace(other.spec, repeat=2)))
+    specs = Sweep(JOB, prefix=str(tmp_path), cpus=(1,), modes=(Mode.CACHED,)).run_specs(100)
+    moved, folder = sweep.set_aside_stale_repeats(tmp_path, specs)
+    assert moved == ["cached-cpus1-r2", "cached-cpus1-r3"]
+    assert sorted(p.name for p in folder.iterdir()) == ["cached-cpus1-r2.json",
+                                                        "cached-cpus1-r3.json"]
+    left = sorted(r.run_id for r in store.load_runs(tmp_path))
+    assert left == ["cached-cpus1", "cached-cpus2-r2"]  # another configuration's stay
+    assert sweep.set_aside_stale_repeats(tmp_path, specs) == ([], None)
