@@ -124,8 +124,6 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
     if not sweep.resume and sweep.job.node_rank == 0:
         outcome.superseded, outcome.superseded_dir = set_aside_stale_repeats(prefix, specs)
     old = signal.signal(signal.SIGTERM, _sigterm)
-    t_start = time.monotonic()
-    measured = 0
     group = None
     try:
         if sweep.job.nnodes > 1:
@@ -133,31 +131,37 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
                 # each node would judge its own ranks' intervals: they could disagree
                 raise ConfigError("--target-ci needs one node: with several, give --repeats N")
             group = nodes.NodeGroup.join(sweep.job, specs)
-        measuring = _Measuring(ctx, outcome, sweep.resume, fp, group)
-        repeat, todo, seq = 1, specs, 0
-        while todo:
-            for i, spec in enumerate(todo, 1):
-                seq += 1  # the same on every node: the sweep and its repeats are the same
-                result = _measure(spec, measuring, seq)
-                if result is None:
-                    continue
-                measured += 1
-                if progress:
-                    line = _progress_line(spec, result, measured, time.monotonic() - t_start,
-                                          len(todo) - i)
-                    progress(f"[{i}/{len(todo)}] {line}{_repeat_tag(sweep, repeat)}")
-                _stop_on_usage_error(result, sweep)
-                if group is not None and group.lost_node() is not None:
-                    raise NodeLost(f"{spec.run_id}: {result.error}; restart every node's "
-                                   "harness with --resume")
-            repeat += 1
-            todo = next_repeat(sweep, specs, repeat, progress)
+        _measure_all(sweep, specs, _Measuring(ctx, outcome, sweep.resume, fp, group), progress)
     finally:
         if group is not None:
             group.close()
         signal.signal(signal.SIGTERM, old)
         lock.release()
     return outcome
+
+
+def _measure_all(sweep: Sweep, specs: list[RunSpec], measuring: _Measuring,
+                 progress: Callable[[str], None] | None) -> None:
+    """Every run, then the repeats `next_repeat` asks for, a progress line after each."""
+    t_start = time.monotonic()
+    measured, repeat, todo, seq = 0, 1, specs, 0
+    while todo:
+        for i, spec in enumerate(todo, 1):
+            seq += 1  # the same on every node: the sweep and its repeats are the same
+            result = _measure(spec, measuring, seq)
+            if result is None:
+                continue
+            measured += 1
+            if progress:
+                line = _progress_line(spec, result, measured, time.monotonic() - t_start,
+                                      len(todo) - i)
+                progress(f"[{i}/{len(todo)}] {line}{_repeat_tag(sweep, repeat)}")
+            _stop_on_usage_error(result, sweep)
+            if measuring.group is not None and measuring.group.lost_node() is not None:
+                raise NodeLost(f"{spec.run_id}: {result.error}; restart every node's "
+                               "harness with --resume")
+        repeat += 1
+        todo = next_repeat(sweep, specs, repeat, progress)
 
 
 def _run(spec: RunSpec, ctx: launch.LaunchContext, group: nodes.NodeGroup | None,
