@@ -16,6 +16,7 @@ from typing import Any
 
 from dsanalyze.analysis.measured import short_text
 from dsanalyze.config import format_bytes
+from dsanalyze.report.shards import shard_blocks
 from dsanalyze.report.text import config_label, fixed_width, knob_text, number
 
 COLUMNS = ("config", "synthetic/s", "cached/s", "disk/s", "epoch s", "compute s",
@@ -361,6 +362,7 @@ def write_report(prefix: str | Path) -> list[Path]:
     pngs = [p for p in plots.draw_all(prefix, docs=docs, runs=runs) if p.suffix == ".png"]
     blocks = report_blocks(stalls.summary(runs), [p.name for p in pngs], docs.recommendation,
                            docs.validation, docs.note, title=f"Data-stall report: {prefix.name}")
+    blocks += shard_blocks(runs)  # streaming datasets: reads per shard
     md, page = prefix / "report.md", prefix / "report.html"
     md.write_text(render_markdown(blocks))
     page.write_text(render_html(blocks, {p.name: p.read_bytes() for p in pngs}))
