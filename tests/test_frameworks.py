@@ -3,18 +3,19 @@ torchdata.nodes, webdataset (tests/scripts/), end to end through the real harnes
 
 One harness invocation per pattern and rank count, all four modes, a tiny model and
 a few iterations; the asserts read its stored run JSONs. Every pattern runs at 1 and
-2 ranks; `make test` runs one or two rank counts of each (the set below), `make
-test-extended` the others (marked EXTENDED), whose code path a default test shares:
+2 ranks in all four modes. `make test` (which must stay within ~12 minutes on 2 cores)
+runs the set below; `make test-extended` the others (marked EXTENDED), each of whose
+code paths a default test or test_bootstrap.py also takes:
 
-| pattern                      | make test         | extended          |
-| timm PrefetchLoader          | 1 rank            | 2 ranks           |
-| timm DataLoader              | 2 ranks           | 1 rank            |
-| Lightning Trainer.fit        | 2 ranks           | 1 rank            |
-| LightningCLI + DataModule    | 1 rank            | 2 ranks           |
-| Hugging Face Trainer         | 1 rank            | 2 ranks           |
-| accelerate loop              | 2 ranks           | 1 rank            |
-| torchdata.nodes              | 1 rank, no --data | 2 ranks, --data   |
-| webdataset                   | 1 rank, no --data; 2 ranks, --data    |
+| pattern                     | make test                       | extended             |
+| timm PrefetchLoader         | 1 rank                          | 2 ranks              |
+| timm DataLoader             | (a DataLoader: test_bootstrap)  | 1 rank, 2 ranks      |
+| Lightning Trainer.fit       | 2 ranks (DDP, sanity check)     | 1 rank               |
+| LightningCLI + DataModule   | 1 rank, cached, max_steps       | 1 rank, 2 ranks      |
+| Hugging Face Trainer        | 1 rank (accelerate's shard)     | 2 ranks              |
+| accelerate loop             | (accelerate's shard: HF)        | 1 rank, 2 ranks      |
+| torchdata.nodes             | 1 rank, no --data               | 2 ranks, --data      |
+| webdataset                  | 1 rank, no --data; 2 ranks      |                      |
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def check_prep_bound(runs: dict[str, store.RunResult]) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("prefetcher,world", [
-    (True, 1), (False, 2), pytest.param(False, 1, marks=EXTENDED),
+    (True, 1), pytest.param(False, 2, marks=EXTENDED), pytest.param(False, 1, marks=EXTENDED),
     pytest.param(True, 2, marks=EXTENDED)])
 def test_timm_create_loader(tmp_path, small_dataset, prefetcher, world):
     args = ["--prefetcher"] if prefetcher else []
@@ -153,17 +154,22 @@ def test_lightning_sanity_check_and_validation_are_not_measured(tmp_path, small_
     assert len(full) == 3 * world and all(b == val_batches for _, _, b in full)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("world", [1, pytest.param(2, marks=EXTENDED)])
-def test_lightning_cli_with_a_datamodule(tmp_path, small_dataset, world):
+def lightning_cli(tmp_path: Path, data: Path, world: int = 1) -> list[object]:
+    """`fit` with Lightning's ImageNet-template options, on the CPU, DDP at 2 ranks."""
     pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse (the test extra)")
     ddp = ["--trainer.devices", world, "--trainer.strategy", "ddp"] if world > 1 else []
-    runs = profile(tmp_path / "r", "train_lightning_cli.py", "fit",
-                   "--data.data_dir", small_dataset, "--data.batch_size", BATCH,
-                   "--trainer.accelerator", "cpu", *ddp, "--trainer.logger", "false",
-                   "--trainer.enable_checkpointing", "false",
-                   "--trainer.enable_progress_bar", "false",
-                   "--trainer.default_root_dir", tmp_path, world=world, data=small_dataset)
+    return ["fit", "--data.data_dir", data, "--data.batch_size", BATCH,
+            "--trainer.accelerator", "cpu", *ddp, "--trainer.logger", "false",
+            "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false",
+            "--trainer.default_root_dir", tmp_path]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [pytest.param(1, marks=EXTENDED),
+                                   pytest.param(2, marks=EXTENDED)])
+def test_lightning_cli_with_a_datamodule(tmp_path, small_dataset, world):
+    runs = profile(tmp_path / "r", "train_lightning_cli.py",
+                   *lightning_cli(tmp_path, small_dataset, world), world=world, data=small_dataset)
     check_runs(runs, world, steps=("read+decode", "RandomResizedCrop", "Normalize"))
     for run in runs.values():  # Lightning's own sampler under DDP: each rank its half
         assert run.ranks[0].extra["batches_per_epoch"] == IMAGES // world // BATCH
@@ -171,11 +177,13 @@ def test_lightning_cli_with_a_datamodule(tmp_path, small_dataset, world):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("limit,value,measured", [
-    ("--max-steps", 3, 3), pytest.param("--max-epochs", 1, 12, marks=EXTENDED)])
+    ("--trainer.max_steps", 3, 3), pytest.param("--trainer.max_epochs", 1, 12, marks=EXTENDED)])
 def test_lightning_ending_before_the_window(tmp_path, small_dataset, limit, value, measured):
-    """max_steps/max_epochs shorter than --iters: the script ends itself, the run is kept."""
-    runs = profile(tmp_path / "r", "train_lightning.py", small_dataset, "--datamodule",
-                   "-b", BATCH, limit, value, data=small_dataset, modes="cached", iters=20)
+    """max_steps/max_epochs shorter than --iters: the script ends itself, the run is kept
+    (LightningCLI with its DataModule; all four modes in test_lightning_cli_with_a_datamodule)."""
+    runs = profile(tmp_path / "r", "train_lightning_cli.py",
+                   *lightning_cli(tmp_path, small_dataset), limit, value, data=small_dataset,
+                   modes="cached", iters=20)
     run = runs["cached"]
     assert run.ok, run.error
     assert len(run.ranks[0].iter_s) == measured
@@ -192,7 +200,8 @@ def test_huggingface_trainer(tmp_path, small_dataset, world):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world", [pytest.param(1, marks=EXTENDED), 2])
+@pytest.mark.parametrize("world", [pytest.param(1, marks=EXTENDED),
+                                   pytest.param(2, marks=EXTENDED)])
 def test_accelerate_loop(tmp_path, small_dataset, world):
     runs = profile(tmp_path / "r", "train_accelerate.py", small_dataset, "-b", BATCH,
                    world=world, data=small_dataset)
