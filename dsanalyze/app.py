@@ -272,6 +272,7 @@ def report(prefix: str | Path) -> list[Path]:
     `whatif` query, whose grid may answer another question)."""
     from dsanalyze.analysis import stalls
     from dsanalyze.report import summary as report_text
+    from dsanalyze.report.shards import shard_blocks
 
     prefix = Path(prefix)
     runs = store.load_runs(prefix)
@@ -280,6 +281,7 @@ def report(prefix: str | Path) -> list[Path]:
     blocks = report_text.report_blocks(stalls.summary(runs), [p.name for p in pngs],
                                        docs.recommendation, docs.validation, docs.note,
                                        title=f"Data-stall report: {prefix.name}")
+    blocks += shard_blocks(runs)  # streaming datasets: reads per shard
     md, page = prefix / "report.md", prefix / "report.html"
     md.write_text(report_text.render_markdown(blocks))
     page.write_text(report_text.render_html(blocks, {p.name: p.read_bytes() for p in pngs}))

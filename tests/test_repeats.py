@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import copy_of, harness, needs_cgroups
 
@@ -123,14 +124,29 @@ def _repeats(prefix: Path) -> int:
     return sum(1 for r in store.load_runs(prefix) if r.mode is Mode.CACHED)
 
 
-def _burn_between(first: Path, last: Path, burners: Burners) -> threading.Thread:
-    """Start the burners once run file `first` exists, stop them once `last` does."""
+def _loader_workers(mode: str) -> list[psutil.Process]:
+    """The DataLoader workers of this test's built-in job rank in `mode` (none before its
+    loader starts iterating, none once it is done)."""
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            argv = p.cmdline()
+            if argv[1:3] == ["-m", "dsanalyze.jobs.image_classification"] and mode in argv:
+                found += p.children()
+        except psutil.Error:  # ended meanwhile
+            pass
+    return found
+
+
+def _burn_while_loading(mode: str, burners: Burners) -> threading.Thread:
+    """Start the burners once the first `mode` run's loader has a worker, stop them once that
+    worker is gone: they starve its measured iterations, not the job's start-up or exit."""
     def wait() -> None:
-        while not first.exists() and not burners.stopped.wait(0.2):
+        while not _loader_workers(mode) and not burners.stopped.wait(0.1):
             pass
         if not burners.stopped.is_set():
             burners.__enter__()
-        while not last.exists() and not burners.stopped.wait(0.2):
+        while _loader_workers(mode) and not burners.stopped.wait(0.1):
             pass
         burners.__exit__()
     thread = threading.Thread(target=wait, daemon=True)
@@ -143,18 +159,17 @@ def _burn_between(first: Path, last: Path, burners: Burners) -> threading.Thread
 def test_target_ci_stops_early_on_a_steady_job_and_repeats_a_noisy_one(small_dataset, tmp_path):
     """One image per 100 ms step: one worker keeps up, so cached and synthetic agree
     run after run and two repeats bring the prep stall within ±8%. Noisy: 12 CPU
-    burners on the run's CPU during the first repeat only starve its loader, so the
-    first cached run stalls far more than the second: the interval stays wider than
-    ±8% and a third repeat is run (the most --max-repeats allows)."""
+    burners on the run's CPU while the first cached run's loader works (not during the
+    job's start-up, which they would slow 13-fold) starve it, so the first cached run
+    stalls far more than the second: the interval stays wider than ±8% and a third
+    repeat is run (the most --max-repeats allows)."""
     argv = ["--data", small_dataset, "--modes", "synthetic,cached", "--cpus", 1, "-b", 1,
-            "-j", 1, "--iters", 40, "--warmup", 3, "--sim-step-ms", 100, "--no-plots",
+            "-j", 1, "--iters", 24, "--warmup", 3, "--sim-step-ms", 100, "--no-plots",
             "--target-ci", "8%", "--max-repeats", 3]
     steady, noisy = tmp_path / "steady", tmp_path / "noisy"
     assert harness(*argv, "--prefix", steady) == 0
     burners = Burners(launch.cpu_ids(1)[0], 12, 0)
-    # during the first cached run only (after the first synthetic one)
-    stopper = _burn_between(store.run_path(noisy, "synthetic-cpus1"),
-                            store.run_path(noisy, "cached-cpus1"), burners)
+    stopper = _burn_while_loading("cached", burners)  # the first cached run only
     try:
         assert harness(*argv, "--prefix", noisy) == 0
     finally:
@@ -166,6 +181,7 @@ def test_target_ci_stops_early_on_a_steady_job_and_repeats_a_noisy_one(small_dat
     assert _repeats(noisy) == 3
     wide = json.loads((noisy / "summary.json").read_text())["configs"][0]
     assert (wide["prep_stall_pct_high"] - wide["prep_stall_pct_low"]) / 2 > 8
-    # the monitor saw the burners: the first cached run was disturbed on its CPU
+    # the monitor saw the burners: the first cached run was disturbed on its CPU (during its
+    # loading, about half of its wall time)
     first = stalls.run_rate(store.read_run(store.run_path(noisy, "cached-cpus1")))
-    assert "cpu" in first.disturbed and first.others_cpu_pct > 80
+    assert "cpu" in first.disturbed and first.others_cpu_pct > 30
