@@ -26,6 +26,7 @@ from dsanalyze import cli, store
 from dsanalyze.analysis import pipeline, recommend, whatif
 from dsanalyze.analysis.model import predict_run
 from dsanalyze.analysis.stalls import run_rate
+from dsanalyze.config import CacheBudget
 from dsanalyze.errors import ConfigError
 
 DATA = Path(__file__).parent / "data"
@@ -117,10 +118,11 @@ class Bound:
 
 
 BOUNDS = [
-    Bound("compute", "disk-cpus1-cachenone-bwnone", 3.0, whatif.Config(1), "compute"),
-    Bound("prep", "cached-cpus1", 3.0, whatif.Config(1), "prep"),
+    Bound("compute", "disk-cpus1-cachenone-bwnone", 3.0, whatif.Config.of(1), "compute"),
+    Bound("prep", "cached-cpus1", 3.0, whatif.Config.of(1), "prep"),
     # the fixture's disk runs are one cold epoch; with no page cache every epoch is cold
-    Bound("fetch", "disk-cpus2-cachenone-bw1M", 3.0, whatif.Config(2, "0", 0, 1 << 20), "fetch"),
+    Bound("fetch", "disk-cpus2-cachenone-bw1M", 3.0,
+          whatif.Config.of(2, CacheBudget("0", 0), 1 << 20), "fetch"),
 ]
 
 
@@ -200,10 +202,10 @@ def test_recommendation_names_the_workers_it_needs() -> None:
 
 def test_faster_gpu_and_more_ranks() -> None:
     model = whatif.fit(runs_of("compute"))
-    base, fast = (whatif.predict(model, whatif.Config(1, gpu_speedup=k)) for k in (1.0, 2.0))
+    base, fast = (whatif.predict(model, whatif.Config.of(1, gpu_speedup=k)) for k in (1.0, 2.0))
     assert fast.compute_s == pytest.approx(base.compute_s / 2)
     assert fast.rate_sps > 1.8 * base.rate_sps  # still compute-bound at 2x
-    two = whatif.predict(model, whatif.Config(2, nproc=2))
+    two = whatif.predict(model, whatif.Config.of(2, nproc=2))
     assert two.nproc == 2 and two.rate_sps == pytest.approx(2 * base.rate_sps, rel=0.05)
 
 
@@ -274,7 +276,7 @@ def test_no_synthetic_run_is_said() -> None:
     model = whatif.fit(runs)
     assert model.params[0].value is None and "no synthetic run" in model.params[0].how
     with pytest.raises(ConfigError, match="compute rate G was not measured"):
-        whatif.predict(model, whatif.Config(1))
+        whatif.predict(model, whatif.Config.of(1))
 
 
 # ---- the CLI --------------------------------------------------------------------------------
@@ -328,7 +330,7 @@ def test_cold_first_epoch_is_predicted_on_its_own() -> None:
     """Unlimited page cache: every epoch after the first hits; the first reads at 1 MB/s."""
     runs = runs_of("fetch")
     model = whatif.fit(runs)
-    p = whatif.predict(model, whatif.Config(2, storage_read_bps=1 << 20))
+    p = whatif.predict(model, whatif.Config.of(2, storage_read_bps=1 << 20))
     cold = run_rate(next(r for r in runs if r.run_id == "disk-cpus2-cachenone-bw1M")).rate_sps
     assert model.samples_per_epoch / p.epoch1_s == pytest.approx(cold, rel=0.05)
     assert p.hit_rate == 1.0 and p.fetch_stall_s == 0.0
@@ -352,7 +354,7 @@ def test_fitted_on_one_cpu_predicts_two_cpus() -> None:
         assert predict_run(model, whatif.spec_only(run)).rate_sps == \
             pytest.approx(measured, rel=0.10), run.run_id
     assert any("contention not fitted" in u
-               for u in whatif.predict(model, whatif.Config(2)).untested)
+               for u in whatif.predict(model, whatif.Config.of(2)).untested)
 
 
 def test_unthrottled_disk_on_a_slow_device_is_fetch_bound() -> None:
@@ -365,17 +367,17 @@ def test_unthrottled_disk_on_a_slow_device_is_fetch_bound() -> None:
         for r in runs if r.run_id != "disk-cpus2-cachenone-bw1M"]
     model = whatif.fit(slow)
     assert model.device_read_bps == 1 << 20
-    p = whatif.predict(model, whatif.Config(2, "0", 0, None))
+    p = whatif.predict(model, whatif.Config.of(2, CacheBudget("0", 0), None))
     assert p.fetch_stall_s > p.prep_stall_s + p.compute_s  # fetch-bound
     throttled = run_rate(next(r for r in runs if r.run_id == "disk-cpus2-cachenone-bw1M"))
     assert model.samples_per_epoch / p.epoch1_s == pytest.approx(throttled.rate_sps, rel=0.05)
     # a throttle above the device is the device
-    faster = whatif.predict(model, whatif.Config(2, "0", 0, 64 << 20))
+    faster = whatif.predict(model, whatif.Config.of(2, CacheBudget("0", 0), 64 << 20))
     assert faster.rate_sps == pytest.approx(p.rate_sps, rel=1e-6)
     assert any("above the measured device" in u for u in faster.untested)
     # unthrottled on the fixture's own runs (no probe recorded): said, not infinitely fast
     assert any("not measured" in u for u in whatif.predict(whatif.fit(runs),
-                                                            whatif.Config(2)).untested)
+                                                            whatif.Config.of(2)).untested)
 
 
 def _blank(run):
@@ -467,9 +469,9 @@ def test_more_nodes_bring_their_own_cpus() -> None:
     """The prep-bound job at 1 CPU: a second rank on the same CPU gains nothing, a
     second node (its own CPU, cache and storage) doubles the job's rate."""
     model = whatif.fit(runs_of("prep"))
-    one = whatif.predict(model, whatif.Config(1))
-    two_ranks = whatif.predict(model, whatif.Config(1, nproc=2))
-    two_nodes = whatif.predict(model, whatif.Config(1, nnodes=2))
+    one = whatif.predict(model, whatif.Config.of(1))
+    two_ranks = whatif.predict(model, whatif.Config.of(1, nproc=2))
+    two_nodes = whatif.predict(model, whatif.Config.of(1, nnodes=2))
     assert two_nodes.nproc == 2 and two_nodes.rate_sps == pytest.approx(2 * one.rate_sps,
                                                                         rel=0.1)
     assert two_ranks.rate_sps < 1.2 * one.rate_sps
@@ -501,7 +503,8 @@ def test_no_negative_zero_in_the_whatif_table() -> None:
 
     runs = runs_of("prep")
     model = whatif.fit(runs)
-    pred = replace(whatif.predict(model, whatif.Config(1)), hit_rate=-0.0001, fetch_stall_s=-0.0)
+    pred = replace(whatif.predict(model, whatif.Config.of(1)), hit_rate=-0.0001,
+                   fetch_stall_s=-0.0)
     text = "\n".join(whatif_text.whatif_lines([pred], None))
     assert "-0.00" not in text and "0.00" in text
 
@@ -518,5 +521,5 @@ def test_measured_noise_weighs_the_fit_and_floors_the_intervals() -> None:
     assert model.measured_sigma == sigmas
     noisy = whatif.fit(runs, rate_rel_sigma={k: 0.3 for k in sigmas})
     assert noisy.rel_sigma >= 0.3
-    p = whatif.predict(noisy, whatif.Config(1))
+    p = whatif.predict(noisy, whatif.Config.of(1))
     assert p.rate_sps_high / p.rate_sps >= math.exp(1.645 * 0.3) * 0.999

@@ -96,7 +96,7 @@ def _fit_step(results: list[RunResult], base: tuple[int, float | None], per_iter
 
 
 def _solve_prep(model: Model, run: RunResult, mode: Mode) -> float:
-    cfg, layout = replace(run_config(model, run), cache_bytes=None), run_layout(run)
+    cfg, layout = run_config(model, run).with_cache(), run_layout(run)
     target = stalls.run_rate(run).rate_sps or 0.0
     return pipeline.solve(lambda x: mean_rates(model, cfg, layout, mode, None,
                                                prep_cpu_s=x).rate_sps, target, 1e-6, 10.0)
@@ -257,7 +257,7 @@ def _throttle_fit(model: Model, run: RunResult, window: tuple[pipeline.Layout, f
                   ) -> float:
     """The efficiency (bandwidth got / throttle) that reproduces one cold window."""
     layout, target, first = window
-    cfg = replace(run_config(model, run), cache_bytes=None)
+    cfg = run_config(model, run).with_cache()
     bps = cfg.storage_read_bps
 
     def rate(x: float) -> float:
@@ -374,8 +374,9 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
     step, allreduce, g_params = _fit_step(ok, _job_key(base[0]), job.world_size * job.batch_size)
     weights = {k: 1 / max(v, NOISE_FLOOR) ** 2 * NOISE_FLOOR ** 2
                for k, v in (rate_rel_sigma or {}).items()}
-    model = Model(job.world_size, job.batch_size, job.workers, n_samples, file_bytes, layout, step,
-                  None, 0.0, 0.0, 1.0, 0.0, 0.0, policy, allreduce_s=allreduce,
+    model = Model(ranks=job.world_size, batch_size=job.batch_size, workers=job.workers,
+                  samples_per_epoch=n_samples, file_bytes=file_bytes, layout=layout, step_s=step,
+                  policy=policy, allreduce_s=allreduce,
                   step_ms=job.sim_step_ms if job.device == "sim" else None,
                   measured_cpus=tuple(sorted({run_cpus(r) for r in base})),
                   measured_ranks=tuple(sorted({r.spec.job.world_size for r in ok})),

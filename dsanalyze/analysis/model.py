@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from dsanalyze.analysis import cachesim, pipeline
-from dsanalyze.config import Mode
+from dsanalyze.config import CacheBudget, Mode, Resources
 from dsanalyze.errors import ConfigError
 from dsanalyze.store import RunResult
 
@@ -70,19 +70,51 @@ class Param:
 
 @dataclass(frozen=True)
 class Config:
-    """A configuration to predict. `cache_bytes` None: no limit; bandwidth None: the device."""
+    """A configuration to predict: the resources (`Resources.cpus` set; a cache budget
+    without a limit: no limit; no throttle: the device) and the job's knobs."""
 
-    cpus: int
-    cache_spec: str = "none"
-    cache_bytes: int | None = None
-    storage_read_bps: int | None = None
+    resources: Resources
     gpu_speedup: float = 1.0
     nproc: int | None = None  # ranks (per node); None: as measured
     workers: int | None = None  # DataLoader workers (DALI threads) per rank; None: as measured
     nnodes: int = 1  # nodes, each with `cpus`, the cache budget and the storage of this one
 
+    def __post_init__(self) -> None:
+        if self.resources.cpus is None:
+            raise ConfigError("a what-if configuration needs a CPU count")
+
+    @classmethod
+    def of(cls, cpus: int, cache: CacheBudget | None = None,
+           storage_read_bps: int | None = None, **knobs: Any) -> Config:
+        return cls(Resources(cpus, cache or CacheBudget(), storage_read_bps), **knobs)
+
+    @property
+    def cpus(self) -> int:
+        return int(self.resources.cpus or 1)
+
+    @property
+    def cache(self) -> CacheBudget:
+        return self.resources.cache
+
+    @property
+    def cache_spec(self) -> str:
+        return self.resources.cache.spec
+
+    @property
+    def cache_bytes(self) -> int | None:
+        return self.resources.cache.cache_bytes
+
+    @property
+    def storage_read_bps(self) -> int | None:
+        return self.resources.storage_read_bps
+
+    def with_cache(self, cache: CacheBudget | None = None) -> Config:
+        """This configuration with another page-cache budget (default: no limit)."""
+        return replace(self, resources=replace(self.resources, cache=cache or CacheBudget()))
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**self.resources.to_dict(), "gpu_speedup": self.gpu_speedup,
+                "nproc": self.nproc, "workers": self.workers, "nnodes": self.nnodes}
 
 
 @dataclass(frozen=True)
@@ -96,13 +128,13 @@ class Model:
     file_bytes: tuple[int, ...]  # page-rounded, as the page cache holds them
     layout: pipeline.Layout  # what `predict` predicts: a cold epoch, then at least 2 steady ones
     step_s: float | None  # compute per iteration at `ranks`, all-reduce included
-    prep_cpu_s: float | None  # c_prep: worker CPU seconds per sample on one busy core
-    main_cpu_s: float
-    miss_cpu_s_per_byte: float
-    throttle_efficiency: float  # bandwidth a throttle gives / the throttle
-    cache_slack_bytes: float  # effective page cache - budget, in the fit runs
-    startup_s: float  # first iteration's extra wait (worker start-up)
     policy: str
+    prep_cpu_s: float | None = None  # c_prep: worker CPU seconds per sample on one busy core
+    main_cpu_s: float = 0.0  # CPU of a rank's main process per iteration
+    miss_cpu_s_per_byte: float = 0.0
+    throttle_efficiency: float = 1.0  # bandwidth a throttle gives / the throttle
+    cache_slack_bytes: float = 0.0  # effective page cache - budget, in the fit runs
+    startup_s: float = 0.0  # first iteration's extra wait (worker start-up)
     params: tuple[Param, ...] = ()
     contention: float = 0.0  # c(k) = c_prep * (1 + contention * (k - 1))
     allreduce_s: float = 0.0  # t_allreduce of the ring law
@@ -114,6 +146,7 @@ class Model:
     measured_ranks: tuple[int, ...] = ()
     machine_cpus: int | None = None
     loader: str = "pytorch"  # pytorch: workers are DataLoader workers; dali: DALI threads
+    size_share: float = 0.0  # share of c_prep that scales with the sample's bytes (read+decode)
     fit_weights: dict[str, float] = field(default_factory=dict, compare=False)
     # each fit run's measured sigma / rate (block bootstrap): a floor on the intervals
     measured_sigma: dict[str, float] = field(default_factory=dict, compare=False)
@@ -240,14 +273,16 @@ def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None) -> p
         cpus=cfg.cpus, step_s=step, main_cpu_s=model.main_cpu_s,
         prep_cpu_s=prep_cpu_for(model, cfg) if prep is None else prep,
         read_bps=read_bps_for(model, cfg.storage_read_bps) if mode is Mode.DISK else None,
-        miss_cpu_s_per_byte=model.miss_cpu_s_per_byte, read_latency_s=model.device_latency_s)
+        miss_cpu_s_per_byte=model.miss_cpu_s_per_byte, read_latency_s=model.device_latency_s,
+        size_share=model.size_share)
 
 
 def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,
             cache_bytes: float | None, mode: Mode, seed: int, nodes: int = 1
-            ) -> tuple[list[np.ndarray], int]:
-    """Bytes each simulated read of one node misses, per epoch; and the simulated batches
-    per epoch. With several nodes each node's page cache sees its own ranks' share."""
+            ) -> tuple[list[np.ndarray], list[np.ndarray], int]:
+    """Bytes each simulated read of one node misses, per epoch; the bytes of each read
+    (hit or miss); and the simulated batches per epoch. With several nodes each node's
+    page cache sees its own ranks' share."""
     per_batch = model.batch_size * ranks * nodes  # samples of one step of the whole job
     depth = pipeline.PREFETCH_FACTOR * max(1, workers)
     batches = min(layout.batches, max(4 * depth, SIM_SAMPLES // per_batch))
@@ -262,24 +297,26 @@ def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,
     batches = min(batches, files // per_batch)
     orders = [cachesim.epoch_order(files, rng, ranks * nodes, model.batch_size, ranks)
               [:batches * model.batch_size * ranks] for _ in range(layout.epochs)]
+    read = [sizes[o].astype(float) for o in orders]
     if mode is not Mode.DISK:
-        return [np.zeros(len(o)) for o in orders], batches
+        return [np.zeros(len(o)) for o in orders], read, batches
     cap = None if cache_bytes is None else int(cache_bytes)
-    return cachesim.miss_bytes(sizes, cap, model.policy, orders), batches
+    return cachesim.miss_bytes(sizes, cap, model.policy, orders), read, batches
 
 
 def simulate_run(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
                  cache_bytes: float | None = None, seed: int = 0,
-                 misses: list[np.ndarray] | None = None, sim_batches: int | None = None,
+                 sim: tuple[list[np.ndarray], list[np.ndarray], int] | None = None,
                  **override: float) -> pipeline.Timeline:
-    """Rank 0's iterations for `cfg` over `layout`; `override` replaces pipeline fields."""
+    """Rank 0's iterations for `cfg` over `layout`; `sim`: `_misses`'s answer if the
+    caller has it; `override` replaces pipeline fields."""
     ranks = cfg.nproc or model.ranks
-    if misses is None:
-        misses, sim_batches = _misses(model, ranks, workers_for(model, cfg), layout,
-                                      cache_bytes, mode, seed, cfg.nnodes)
+    if sim is None:
+        sim = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes, mode, seed,
+                      cfg.nnodes)
+    misses, read, sim_batches = sim
     p = replace(_pipe(model, cfg, mode, override.pop("prep_cpu_s", None)), **override)
-    sim_batches = sim_batches or layout.batches
-    tl = pipeline.expand(pipeline.simulate(p, misses, sim_batches), sim_batches, layout)
+    tl = pipeline.expand(pipeline.simulate(p, misses, sim_batches, read), sim_batches, layout)
     n = min(layout.iters, len(tl.iter_s))
     first = (tl.iter_s[0] + model.startup_s,) if n else ()
     return pipeline.Timeline(tl.wait_s[:n], first + tl.iter_s[1:n], tl.epoch[:n],
@@ -306,10 +343,10 @@ def mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     varied = mode is Mode.DISK and bool(cache_bytes) and layout.batches * ranks * \
         model.batch_size < SIM_SAMPLES  # no cache (0) misses everything in any order
     for seed in range(SEEDS if varied else 1):
-        misses, batches = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes,
-                                  mode, seed, cfg.nnodes)
-        tl = simulate_run(model, cfg, layout, mode, misses=misses, sim_batches=batches,
-                          **override)
+        sim = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes, mode, seed,
+                      cfg.nnodes)
+        misses = sim[0]
+        tl = simulate_run(model, cfg, layout, mode, sim=sim, **override)
         out.append(pipeline.window_rates(tl, layout, cold_first))
         if mode is Mode.DISK:
             steady = misses[1:] if cold_first and len(misses) > 1 else misses
@@ -342,8 +379,8 @@ def run_config(model: Model, run: RunResult) -> Config:
     """
     res, job = run.spec.resources, run.spec.job
     speedup = model.step_ms / job.sim_step_ms if model.step_ms and job.device == "sim" else 1.0
-    return Config(run_cpus(run), res.cache.spec, res.cache.cache_bytes, res.storage_read_bps,
-                  gpu_speedup=speedup, nproc=job.world_size, workers=job.workers)
+    return Config(replace(res, cpus=run_cpus(run)), gpu_speedup=speedup, nproc=job.world_size,
+                  workers=job.workers)
 
 
 def layout_for(model: Model, ranks: int, layout: pipeline.Layout | None = None
