@@ -36,6 +36,7 @@ from dsanalyze.analysis.model import (
     run_cpus,
     run_layout,
     simulate_run,
+    step_for,
 )
 from dsanalyze.config import Mode, format_bytes
 from dsanalyze.errors import ConfigError
@@ -120,45 +121,66 @@ def _prep_law(points: dict[int, float]) -> tuple[float, float]:
 
 def _prep_points(model: Model, loaders: list[RunResult], cached: list[RunResult]
                  ) -> tuple[dict[int, float], list[str]]:
-    """Worker CPU per sample solved on each loader run (and prep-bound cached run at CPUs
-    without one), keyed by its busy cores: the points the one law is fitted to."""
+    """Worker CPU per sample solved on each loader run and each prep-bound cached run of
+    a job and CPU count without a loader run (every job of the prefix: they share the data
+    and the transforms), keyed by its busy cores: the points the one law is fitted to."""
     points: dict[int, list[float]] = {}
     runs = []
-    loader_cpus = {run_cpus(r) for r in loaders}
-    g = model.step_s and model.ranks * model.batch_size / model.step_s
-    for r in loaders + [r for r in cached if run_cpus(r) not in loader_cpus]:
-        if r.mode is Mode.CACHED and not (g and (stalls.run_rate(r).rate_sps or 0) < PREP_BOUND * g):
+    with_loader = {(_job_key(r), run_cpus(r)) for r in loaders}
+    for r in loaders + [r for r in cached if (_job_key(r), run_cpus(r)) not in with_loader]:
+        cfg = run_config(model, r)
+        ranks = cfg.nproc or model.ranks
+        if r.mode is Mode.CACHED and not (model.step_s and (stalls.run_rate(r).rate_sps or 0)
+                                          < PREP_BOUND * ranks * model.batch_size
+                                          / step_for(model, cfg)):
             continue
-        k = min(run_cpus(r), model.ranks * max(1, model.workers))
+        k = min(cfg.cpus, ranks * max(1, cfg.workers or 0))
         points.setdefault(k, []).append(_solve_prep(replace(model, contention=0.0), r, r.mode))
         runs.append(r.run_id)
     return {k: statistics.median(v) for k, v in points.items()}, runs
 
 
+def _loop_s(run: RunResult) -> float | None:
+    """The main process's own time per iteration, wall: (iteration - wait) over the run's
+    steady iterations (median), the step included."""
+    r0 = run.ranks[0]
+    rest = [t - w for t, w in zip(r0.iter_s[r0.warmup:], r0.wait_s[r0.warmup:])]
+    return statistics.median(rest) if rest else None
+
+
+def _fit_main(model: Model, results: list[RunResult]) -> tuple[Model, Param]:
+    """CPU of a rank's main process per iteration, measured on the cached runs' timelines:
+    (iteration - wait) less the step (synthetic runs), times the share of a core the main
+    process gets among the job's busy processes (processor sharing, as simulated)."""
+    points, runs = [], []
+    for r in _by_mode(results, Mode.CACHED):
+        loop = _loop_s(r)
+        if model.step_s is None or loop is None:
+            continue
+        cfg = run_config(model, r)
+        procs = (cfg.nproc or model.ranks) * (max(0, cfg.workers or 0) + 1)
+        points.append(max(0.0, loop - step_for(model, cfg)) * min(1.0, cfg.cpus / procs))
+        runs.append(r.run_id)
+    if not points:
+        return model, Param("main_cpu_s_per_iter", 0.0, "s", (),
+                            "not measured (needs a synthetic and a cached run): taken as 0")
+    value = statistics.median(points)
+    return replace(model, main_cpu_s=value), Param(
+        "main_cpu_s_per_iter", value, "s", tuple(runs),
+        f"measured: each cached run's loop time beyond its step (iteration - wait - step, "
+        f"median of its steady iterations) times the core share of its main process among "
+        f"the job's processes; median of {len(points)}: {min(points) * 1e3:.2f} to "
+        f"{max(points) * 1e3:.2f} ms")
+
+
 def _fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
-    """c_prep and its contention law; the main process's CPU per iteration."""
+    """c_prep and its contention law, given the main process's CPU per iteration."""
     loaders, cached = _by_mode(results, Mode.LOADER), _by_mode(results, Mode.CACHED)
-    pairs = [c for c in cached if run_cpus(c) in {run_cpus(r) for r in loaders}]
-    main_runs: list[str] = []
-    prep_runs: list[str] = []
-    points: dict[int, float] = {}
-    for _ in range(2 if loaders else 1):  # the two fits depend on each other a little
-        points, prep_runs = _prep_points(model, loaders, cached)
-        if not points:
-            break
+    points, prep_runs = _prep_points(model, loaders, cached)
+    if points:
         c0, alpha = _prep_law(points)
         model = replace(model, prep_cpu_s=c0, contention=alpha)
-        if pairs and model.step_s is not None:
-            main = pipeline.minimize(lambda x, m=model: _log_error(
-                replace(m, main_cpu_s=x), pairs), 1e-6, 0.1)
-            main_runs = [r.run_id for r in pairs + loaders]
-            model = replace(model, main_cpu_s=main)
-    params = [_prep_param(model, prep_runs, sorted(points), cached)]
-    how = (f"calibrated: cached against loader runs at the same CPUs ({len(pairs)} cached "
-           "run(s))" if main_runs else
-           "not measured (needs a loader and a cached run with the same CPUs): taken as 0")
-    params.append(Param("main_cpu_s_per_iter", model.main_cpu_s, "s", tuple(main_runs), how))
-    return model, params
+    return model, [_prep_param(model, prep_runs, sorted(points), cached)]
 
 
 def _prep_param(model: Model, runs: list[str], cores: list[int], cached: list[RunResult]
@@ -335,6 +357,14 @@ def _fit_sigma(model: Model, runs: list[RunResult], calibrated: int) -> tuple[Mo
         f"intervals are rate x exp(+-1.645 sigma), {LEVEL:.0%} nominal")
 
 
+def _speedups(runs: list[RunResult], base: Any) -> tuple[float, ...]:
+    """Base step / the sim step of each run: the GPU speed-ups some run measured."""
+    if base.device != "sim":
+        return (1.0,)
+    return tuple(sorted({base.sim_step_ms / r.spec.job.sim_step_ms for r in runs
+                         if r.spec.job.device == "sim" and r.spec.job.sim_step_ms}))
+
+
 def _refuse_device(job: Any) -> None:
     if job.device == "cpu":
         raise ConfigError("the what-if model cannot predict a --device cpu job (its step "
@@ -380,16 +410,18 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
                   step_ms=job.sim_step_ms if job.device == "sim" else None,
                   measured_cpus=tuple(sorted({run_cpus(r) for r in base})),
                   measured_ranks=tuple(sorted({r.spec.job.world_size for r in ok})),
+                  measured_speedups=_speedups(ok, job),
                   machine_cpus=base[0].environment.get("cpus_available"), loader=job.loader,
                   fit_weights=weights, measured_sigma=dict(rate_rel_sigma))
     model, device = _fit_device(model, disk)
-    model, cpu_params = _fit_cpu(model, base)
+    model, main = _fit_main(model, ok)
+    model, cpu_params = _fit_cpu(model, ok)
     model, startup = _fit_startup(model, base)
     ready = model.prep_cpu_s is not None and step is not None
     model, read_cpu = _fit_read_cpu(model, disk) if ready else (model, [])
     model, storage = _fit_throttles(model, disk) if ready else (model, [])
     model, slack = _fit_slack(model, disk)
-    calibrated = 2 + int(model.contention > 0) + int(bool(model.main_cpu_s)) + \
+    calibrated = 2 + int(model.contention > 0) + \
         int(bool(model.miss_cpu_s_per_byte)) + int(bool(storage and storage[0].runs)) + \
         int(slack.value is not None)
     model, sigma = _fit_sigma(model, base, calibrated) if ready else \
@@ -398,6 +430,6 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
                    "batches per epoch x batch size x ranks"),
              Param("dataset_bytes", float(model.dataset_bytes), "B", (base[0].run_id,),
                    "page-rounded bytes of every file"), size_param]
-    params = [*g_params, *cpu_params, *fixed, startup, *device, *read_cpu, *storage, slack,
+    params = [*g_params, main, *cpu_params, *fixed, startup, *device, *read_cpu, *storage, slack,
               sigma]
     return replace(model, params=tuple(params))

@@ -33,6 +33,7 @@ sigma the fit runs' residual log error (degrees of freedom counted).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -50,6 +51,9 @@ SIM_SAMPLES = 6000  # samples per simulated epoch; larger epochs are simulated o
 CACHE_BINDS = 0.97  # an effective cache under this share of the dataset limits hits
 PREP_BOUND = 0.9  # a cached run below this share of G is prep-bound enough to solve c_prep on
 LEVEL, Z = 0.9, 1.645  # the prediction intervals' nominal level and its normal quantile
+# A stated prior, not a fit: a law or a knob no fit run tested is taken to be right within
+# this relative error (one sigma), added in quadrature to the fit's own per assumption.
+UNTESTED_SIGMA = 0.10
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,7 @@ class Model:
     step_ms: float | None = None  # the base job's sim step (sim device), for other step times
     measured_cpus: tuple[int, ...] = ()
     measured_ranks: tuple[int, ...] = ()
+    measured_speedups: tuple[float, ...] = (1.0,)  # base step / each sim step a run measured
     machine_cpus: int | None = None
     loader: str = "pytorch"  # pytorch: workers are DataLoader workers; dali: DALI threads
     size_share: float = 0.0  # share of c_prep that scales with the sample's bytes (read+decode)
@@ -410,6 +415,18 @@ def predict_run(model: Model, run: RunResult) -> Rates:
     return mean_rates(model, cfg, layout, run.mode, cache)
 
 
+def rel_sigma_for(model: Model, cfg: Config) -> float:
+    """The relative standard error of a prediction for `cfg`: the fit's residual error,
+    widened by `UNTESTED_SIGMA` for each assumption of `untested`."""
+    return math.sqrt(model.rel_sigma ** 2 + len(untested(model, cfg)) * UNTESTED_SIGMA ** 2)
+
+
+def interval(model: Model, cfg: Config, rate_sps: float) -> tuple[float, float]:
+    """The rate's interval at the nominal level: rate x exp(-+z sigma)."""
+    k = math.exp(Z * rel_sigma_for(model, cfg))
+    return rate_sps / k, rate_sps * k
+
+
 def untested(model: Model, cfg: Config) -> tuple[str, ...]:
     """The assumptions a prediction for `cfg` rests on that no fit run tested."""
     out = []
@@ -430,7 +447,7 @@ def untested(model: Model, cfg: Config) -> tuple[str, ...]:
         out.append(f"{ranks} ranks: none measured; "
                    + ("all-reduce by the ring law" if model.allreduce_s else
                       "no all-reduce time added, each rank's loader as measured"))
-    if cfg.gpu_speedup != 1:
+    if round(cfg.gpu_speedup, 3) not in {round(x, 3) for x in model.measured_speedups}:
         out.append(f"a step {cfg.gpu_speedup:g}x faster: the compute part divided, taking no CPU")
     if model.loader == "dali":
         out.append("DALI: its threads simulated as DataLoader workers (one batch each, in order)")

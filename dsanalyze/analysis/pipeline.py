@@ -16,10 +16,12 @@ as its inputs:
   as: read its missing bytes from storage while `read_overlap` of its
   `prep_cpu_s` runs (readahead streams the file to the decoder), then the
   rest of the prep plus `miss_cpu_s_per_byte` per byte read;
-- the main process of a rank waits for its next batch in order, spends
-  `main_cpu_s` of CPU receiving it (this is where a new index is sent to a
-  worker), then the step takes `step_s` with the CPU free (an accelerator, or
-  the `sim` device); ranks leave each step together (the gradient all-reduce);
+- the main process of a rank waits for its next batch in order (this is
+  where a new index is sent to a worker; the wait ends with the batch in
+  hand), then spends `main_cpu_s` of CPU (the loop's own work, competing for
+  the cores with the workers), then the step takes `step_s` with the CPU free
+  (an accelerator, or the `sim` device); ranks leave each step together (the
+  gradient all-reduce);
 - `cpus` cores are shared equally by every process that wants CPU (at most one
   core each); the storage bandwidth `read_bps` is shared equally by every
   worker that is reading (None: reads cost no time: the device was not measured).
@@ -311,12 +313,12 @@ class _Sim:
         self.ready[rank].discard((epoch, batch))
         if self.depth:
             self._dispatch(rank, epoch, batch + self.depth)
+        if rank == 0:  # the wait ends with the batch in hand; the loop's own work follows
+            self.wait_s.append(self.now - self.iter_start[0])
+            self.epoch_of.append(epoch)
         self._cpu(self.p.main_cpu_s, Received(rank))
 
     def _received(self, rank: int) -> None:
-        if rank == 0:
-            self.wait_s.append(self.now - self.iter_start[0])
-            self.epoch_of.append(self.pos[0][0])
         self.arrived += 1
         if self.arrived == self.p.ranks:  # the all-reduce: every rank leaves together
             self.arrived = 0

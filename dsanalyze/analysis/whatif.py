@@ -34,7 +34,7 @@ from dsanalyze.analysis.model import (
     Config,
     Model,
     Rates,
-    Z,
+    interval,
     job_ranks,
     layout_for,
     mean_rates,
@@ -173,13 +173,12 @@ def predict(model: Model, cfg: Config) -> Prediction:
                         cfg.nnodes)
     g = ranks * model.batch_size / step_for(model, cfg)
     epoch_s, cached_s, compute_s = n / disk.rate_sps, n / cached.rate_sps, n / g
-    k = math.exp(Z * model.rel_sigma)
+    low, high = interval(model, cfg, disk.rate_sps)
     return Prediction(
         cfg, ranks, disk.rate_sps, epoch_s, compute_s, max(0.0, cached_s - compute_s),
         max(0.0, epoch_s - cached_s), n / disk.epoch1_sps if disk.epoch1_sps else None,
         disk.hit_rate, cache, bound_sps(model, cfg, disk.hit_rate),
-        disk.rate_sps / k, disk.rate_sps * k, max(cached_s, compute_s), untested(model, cfg),
-        model.loader)
+        low, high, max(cached_s, compute_s), untested(model, cfg), model.loader)
 
 
 def _job_rates(node: Rates, nodes: int) -> Rates:
