@@ -148,29 +148,45 @@ def _loop_s(run: RunResult) -> float | None:
     return statistics.median(rest) if rest else None
 
 
-def _fit_main(model: Model, results: list[RunResult]) -> tuple[Model, Param]:
-    """CPU of a rank's main process per iteration, measured on the cached runs' timelines:
-    (iteration - wait) less the step (synthetic runs), times the share of a core the main
-    process gets among the job's busy processes (processor sharing, as simulated)."""
-    points, runs = [], []
-    for r in _by_mode(results, Mode.CACHED):
-        loop = _loop_s(r)
-        if model.step_s is None or loop is None:
-            continue
+def _compute_bound(model: Model, run: RunResult) -> bool:
+    """A cached run at least PREP_BOUND of its job's compute rate G: its loader is ahead."""
+    cfg = run_config(model, run)
+    g = (cfg.nproc or model.ranks) * model.batch_size / step_for(model, cfg)
+    return (stalls.run_rate(run).rate_sps or 0.0) >= PREP_BOUND * g
+
+
+def _fit_main(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
+    """The main process, measured on the cached runs' timelines: its CPU per iteration,
+    (iteration - wait) less the step (synthetic runs), times the share of a core it gets
+    among the job's busy processes (processor sharing, as simulated); and the delay to take
+    a ready batch, the median wait of the compute-bound ones (their loader is ahead)."""
+    cached = [r for r in _by_mode(results, Mode.CACHED) if _loop_s(r) is not None]
+    if model.step_s is None or not cached:
+        why = "not measured (needs a synthetic and a cached run): taken as 0"
+        return model, [Param("main_cpu_s_per_iter", 0.0, "s", (), why),
+                       Param("receive_s", 0.0, "s", (), why)]
+    points = []
+    for r in cached:
         cfg = run_config(model, r)
         procs = (cfg.nproc or model.ranks) * (max(0, cfg.workers or 0) + 1)
-        points.append(max(0.0, loop - step_for(model, cfg)) * min(1.0, cfg.cpus / procs))
-        runs.append(r.run_id)
-    if not points:
-        return model, Param("main_cpu_s_per_iter", 0.0, "s", (),
-                            "not measured (needs a synthetic and a cached run): taken as 0")
-    value = statistics.median(points)
-    return replace(model, main_cpu_s=value), Param(
-        "main_cpu_s_per_iter", value, "s", tuple(runs),
-        f"measured: each cached run's loop time beyond its step (iteration - wait - step, "
-        f"median of its steady iterations) times the core share of its main process among "
-        f"the job's processes; median of {len(points)}: {min(points) * 1e3:.2f} to "
-        f"{max(points) * 1e3:.2f} ms")
+        points.append(max(0.0, (_loop_s(r) or 0.0) - step_for(model, cfg))
+                      * min(1.0, cfg.cpus / procs))
+    main = statistics.median(points)
+    ahead = [r for r in cached if _compute_bound(model, r)]
+    waits = [statistics.median(r.ranks[0].wait_s[r.ranks[0].warmup:]) for r in ahead]
+    receive = statistics.median(waits) if waits else 0.0
+    return replace(model, main_cpu_s=main, receive_s=receive), [
+        Param("main_cpu_s_per_iter", main, "s", tuple(r.run_id for r in cached),
+              f"measured: each cached run's loop time beyond its step (iteration - wait - "
+              f"step, median of its steady iterations) times the core share of its main "
+              f"process among the job's processes; median of {len(points)}: "
+              f"{min(points) * 1e3:.2f} to {max(points) * 1e3:.2f} ms"),
+        Param("receive_s", receive, "s", tuple(r.run_id for r in ahead),
+              f"measured: median wait for a batch in the {len(ahead)} compute-bound cached "
+              f"run(s), whose loader is ahead: "
+              f"{min(waits) * 1e3:.2f} to {max(waits) * 1e3:.2f} ms" if waits else
+              "not measured: no compute-bound cached run (its loader ahead of the step); "
+              "a ready batch is taken at once (untested)")]
 
 
 def _fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
@@ -430,6 +446,6 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
                    "batches per epoch x batch size x ranks"),
              Param("dataset_bytes", float(model.dataset_bytes), "B", (base[0].run_id,),
                    "page-rounded bytes of every file"), size_param]
-    params = [*g_params, main, *cpu_params, *fixed, startup, *device, *read_cpu, *storage, slack,
+    params = [*g_params, *main, *cpu_params, *fixed, startup, *device, *read_cpu, *storage, slack,
               sigma]
     return replace(model, params=tuple(params))

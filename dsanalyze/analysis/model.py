@@ -135,6 +135,7 @@ class Model:
     policy: str
     prep_cpu_s: float | None = None  # c_prep: worker CPU seconds per sample on one busy core
     main_cpu_s: float = 0.0  # CPU of a rank's main process per iteration
+    receive_s: float = 0.0  # delay for the main process to take a ready batch (not CPU)
     miss_cpu_s_per_byte: float = 0.0
     throttle_efficiency: float = 1.0  # bandwidth a throttle gives / the throttle
     cache_slack_bytes: float = 0.0  # effective page cache - budget, in the fit runs
@@ -279,7 +280,7 @@ def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None) -> p
         prep_cpu_s=prep_cpu_for(model, cfg) if prep is None else prep,
         read_bps=read_bps_for(model, cfg.storage_read_bps) if mode is Mode.DISK else None,
         miss_cpu_s_per_byte=model.miss_cpu_s_per_byte, read_latency_s=model.device_latency_s,
-        size_share=model.size_share)
+        size_share=model.size_share, receive_s=model.receive_s)
 
 
 def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,

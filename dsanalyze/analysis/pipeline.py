@@ -16,9 +16,10 @@ as its inputs:
   as: read its missing bytes from storage while `read_overlap` of its
   `prep_cpu_s` runs (readahead streams the file to the decoder), then the
   rest of the prep plus `miss_cpu_s_per_byte` per byte read;
-- the main process of a rank waits for its next batch in order (this is
-  where a new index is sent to a worker; the wait ends with the batch in
-  hand), then spends `main_cpu_s` of CPU (the loop's own work, competing for
+- the main process of a rank waits for its next batch in order, and takes it
+  `receive_s` after it is ready (handing a batch over between processes is
+  not free; this is where a new index is sent to a worker; the wait ends with
+  the batch in hand), then spends `main_cpu_s` of CPU (the loop's own work, competing for
   the cores with the workers), then the step takes `step_s` with the CPU free
   (an accelerator, or the `sim` device); ranks leave each step together (the
   gradient all-reduce);
@@ -67,6 +68,7 @@ class Pipeline:
     read_overlap: float = 1.0  # share of a sample's prep that runs while its bytes arrive
     prefetch_factor: int = PREFETCH_FACTOR
     size_share: float = 0.0  # share of the prep that scales with the sample's bytes (decode)
+    receive_s: float = 0.0  # delay, not CPU, for the main process to take a ready batch
 
     def __post_init__(self) -> None:
         if self.ranks < 1 or self.batch_size < 1 or self.workers < 0 or self.cpus <= 0:
@@ -123,6 +125,12 @@ class ChunkDone(NamedTuple):
     chunk: Chunk
 
 
+class Taken(NamedTuple):
+    """A rank's main process has its batch in hand (the receive delay passed)."""
+
+    rank: int
+
+
 class Received(NamedTuple):
     """A rank's main process took its batch (its CPU work done)."""
 
@@ -135,7 +143,7 @@ class StepDone(NamedTuple):
     rank: int
 
 
-Event = ReadStarts | PartDone | ChunkDone | Received | StepDone
+Event = ReadStarts | PartDone | ChunkDone | Taken | Received | StepDone
 
 
 class _PS:
@@ -281,6 +289,8 @@ class _Sim:
                     self._cpu(self.after.pop(key), ChunkDone(key))
             case ChunkDone(key):
                 self._chunk_done(key)
+            case Taken(rank):
+                self._taken(rank)
             case Received(rank):
                 self._received(rank)
             case StepDone(rank):
@@ -309,8 +319,11 @@ class _Sim:
 
     def _receive(self, rank: int) -> None:
         self.waiting[rank] = False
+        self.ready[rank].discard(tuple(self.pos[rank]))
+        self._timer(self.p.receive_s, Taken(rank))
+
+    def _taken(self, rank: int) -> None:
         epoch, batch = self.pos[rank]
-        self.ready[rank].discard((epoch, batch))
         if self.depth:
             self._dispatch(rank, epoch, batch + self.depth)
         if rank == 0:  # the wait ends with the batch in hand; the loop's own work follows
