@@ -76,6 +76,9 @@ LOOPS = [
     Loop("no workers", pipeline.Pipeline(1, 0, B, 1, 0.1, 0.0, 0.010, None), 0, B / 0.14),
     # two ranks in lock step, each compute-bound: 2 * 4 samples per 0.2 s
     Loop("2 ranks", pipeline.Pipeline(2, 2, B, 4, 0.2, 0.0, 0.010, None), 0, 40.0),
+    # compute-bound, a ready batch taken 10 ms after it is asked for: 4 samples per 0.21 s
+    Loop("receive delay", pipeline.Pipeline(1, 2, B, 1, 0.2, 0.0, 0.010, None, receive_s=0.01),
+         0, B / 0.21),
 ]
 
 
@@ -96,6 +99,16 @@ def test_epoch_start_refills_the_prefetch_queue() -> None:
               if i == 0 or tl.epoch[i] != tl.epoch[i - 1]]
     assert firsts == pytest.approx([B * 0.010] * 3)
     assert tl.rate_sps() < B / 0.05  # below min(G, P) = 80 samples/s
+
+
+def test_prep_scales_with_the_sample_bytes_by_its_size_share() -> None:
+    """Half the prep follows the file's bytes: small files' batches go faster, big ones'
+    slower, at the same mean."""
+    p = pipeline.Pipeline(1, 1, B, 1, 0.0, 0.0, 0.010, None, size_share=0.5)
+    sizes = np.repeat([1.0, 3.0], 10 * B)  # 10 batches of small files, then 10 of big ones
+    tl = pipeline.simulate(p, [np.zeros(20 * B)], 20, [sizes])
+    assert tl.iter_s[5] == pytest.approx(B * 0.010 * 0.75)  # 0.5 + 0.5 * 1 / 2
+    assert tl.iter_s[15] == pytest.approx(B * 0.010 * 1.25)  # 0.5 + 0.5 * 3 / 2
 
 
 @pytest.mark.parametrize("f, target, expect", [(lambda x: 10 / x, 5.0, 2.0),
@@ -157,6 +170,51 @@ def test_parameters_name_their_runs() -> None:
     assert params["device_read_bps"].value is None and "not measured" in \
         params["device_read_bps"].how
     assert params["cache_slack_bytes"].value is None
+    # the per-transform timing gives the share of the prep that follows the file's bytes
+    assert 0 < params["prep_size_share"].value < 1 and "read+decode" in \
+        params["prep_size_share"].how
+
+
+def test_main_process_measured_on_the_cached_runs_timeline() -> None:
+    """The compute-bound cached run's loader is ahead: its median wait is the delay to take
+    a ready batch; its loop time beyond the step, shared with 2 workers on 1 core, the main
+    process's CPU per iteration."""
+    runs = runs_of("compute")
+    model = whatif.fit(runs)
+    params = {p.name: p for p in model.params}
+    cached = next(r for r in runs if r.run_id == "cached-cpus1").ranks[0]
+    step = 4 / params["ingest_sps[ranks=1]"].value
+    loop = np.median([t - w for t, w in zip(cached.iter_s[2:], cached.wait_s[2:])])
+    assert params["receive_s"].runs == ("cached-cpus1",)
+    assert model.receive_s == pytest.approx(np.median(cached.wait_s[cached.warmup:]))
+    assert model.main_cpu_s == pytest.approx(max(0.0, loop - step) / 3)
+    assert "measured" in params["main_cpu_s_per_iter"].how
+
+
+def test_a_value_equal_configuration_is_the_measured_run() -> None:
+    """A cache asked as bytes or as a percentage, and the ranks and workers left unset, match
+    the run measured with them."""
+    runs = runs_of("fetch")
+    model = whatif.fit(runs)
+    run = next(r for r in runs if r.run_id == "disk-cpus2-cachenone-bw1M")
+    asked = [whatif.Config.of(2, storage_read_bps=1 << 20),
+             whatif.Config.of(2, storage_read_bps=1 << 20, nproc=1, workers=2)]
+    assert [p.measured_run for p in whatif.grid(model, asked, runs)] == [run.run_id] * 2
+    other = whatif.grid(model, [whatif.Config.of(2, storage_read_bps=1 << 20, workers=4)], runs)
+    assert other[0].measured_run is None
+
+
+def test_an_untested_assumption_widens_the_interval() -> None:
+    """Fitted on 1 CPU: 4 CPUs rest on the contention law no run tested; the interval says
+    so by its width, and the prediction names the assumption."""
+    model = whatif.fit(runs_of("prep"))
+    one, four = (whatif.predict(model, whatif.Config.of(c)) for c in (1, 4))
+    width = lambda p: math.log(p.rate_sps_high / p.rate_sps_low)  # noqa: E731
+    assert any("4 CPUs" in u for u in four.untested) and len(four.untested) > len(one.untested)
+    assert width(one) == pytest.approx(2 * 1.645 * math.sqrt(
+        model.rel_sigma ** 2 + len(one.untested) * 0.1 ** 2))
+    assert width(four) == pytest.approx(2 * 1.645 * math.sqrt(
+        model.rel_sigma ** 2 + len(four.untested) * 0.1 ** 2))
 
 
 def test_more_cpus_remove_the_prep_stall_up_to_the_workers() -> None:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from dsanalyze.analysis import cachesim, pipeline, stalls, uncertainty
+from dsanalyze.analysis import cachesim, pipeline, stalls, transforms, uncertainty
 from dsanalyze.analysis.model import (
     CACHE_BINDS,
     LEVEL,
@@ -187,6 +187,31 @@ def _fit_main(model: Model, results: list[RunResult]) -> tuple[Model, list[Param
               f"{min(waits) * 1e3:.2f} to {max(waits) * 1e3:.2f} ms" if waits else
               "not measured: no compute-bound cached run (its loader ahead of the step); "
               "a ready batch is taken at once (untested)")]
+
+
+def _fit_size_share(model: Model, results: list[RunResult]) -> tuple[Model, Param]:
+    """The image loader's (read + decode) share of a sample's timed prep, from the
+    per-transform timing of the loader runs (else the cached runs): that share of each
+    sample's prep scales with its file's bytes, the rest is the same for every sample."""
+    runs = _by_mode(results, Mode.LOADER) or _by_mode(results, Mode.CACHED)
+    shares, rows = [], []
+    for r in runs:
+        table = transforms.run_table(r)
+        total = transforms.sum_s_per_sample(table)
+        if total > 0:
+            rows = table
+            shares.append(sum(x["mean_s_per_sample"] for x in table
+                              if x["stage"] == transforms.LOADER_STAGE) / total)
+    if not shares:
+        return model, Param("prep_size_share", 0.0, "", (), "not measured: no per-transform "
+                            "timing recorded; every sample's prep taken as the mean")
+    share = statistics.median(shares)
+    steps = ", ".join(f"{x['name']} {x['mean_s_per_sample'] * 1e3:.2f} ms" for x in rows)
+    return replace(model, size_share=share), Param(
+        "prep_size_share", share, "", tuple(r.run_id for r in runs if transforms.run_table(r)),
+        f"measured: the image loader's share of the timed prep per sample (median of "
+        f"{len(shares)} run(s); e.g. {steps}); that share of a sample's prep scales with its "
+        "file's bytes, the rest is the same for every sample")
 
 
 def _fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
@@ -431,6 +456,7 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
                   fit_weights=weights, measured_sigma=dict(rate_rel_sigma))
     model, device = _fit_device(model, disk)
     model, main = _fit_main(model, ok)
+    model, size_share = _fit_size_share(model, base)
     model, cpu_params = _fit_cpu(model, ok)
     model, startup = _fit_startup(model, base)
     ready = model.prep_cpu_s is not None and step is not None
@@ -446,6 +472,6 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
                    "batches per epoch x batch size x ranks"),
              Param("dataset_bytes", float(model.dataset_bytes), "B", (base[0].run_id,),
                    "page-rounded bytes of every file"), size_param]
-    params = [*g_params, *main, *cpu_params, *fixed, startup, *device, *read_cpu, *storage, slack,
+    params = [*g_params, *main, size_share, *cpu_params, *fixed, startup, *device, *read_cpu, *storage, slack,
               sigma]
     return replace(model, params=tuple(params))
