@@ -2,8 +2,11 @@
 
 `fit` picks the base job (the fewest ranks, then the slowest sim step) and
 reads its layout, then fits, in order: the step time and the all-reduce law
-(synthetic runs), c_prep and its contention law across CPU counts and the main
-process's CPU per iteration (loader and cached runs), the DataLoader start-up,
+(synthetic runs), the main process's CPU per iteration and its delay to take a
+ready batch (measured on the cached runs' timelines), the share of the prep
+that follows the file's bytes (per-transform timing), c_prep and its
+contention law across CPU counts (loader and cached runs of every job), the
+DataLoader start-up,
 the storage device (the harness's probe in each disk run), the CPU per byte
 read, one throttle efficiency for every throttle (cold epochs), the page cache
 runs had beyond their budget, and the residual error that sizes the

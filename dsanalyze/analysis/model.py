@@ -12,7 +12,10 @@ configuration: each is one number for the job or the machine, or one law.
   one number, with one contention law across CPU counts:
   c(k) = c_prep * (1 + contention * (k - 1)) for k busy cores,
   k = min(CPUs, ranks * workers); contention is fitted when runs of two or
-  more CPU counts exist, else 0 (said so).
+  more CPU counts exist, else 0 (said so). The image loader's share of it
+  (per-transform timing) follows each sample's file bytes.
+- The main process of each rank: its CPU per iteration and the delay to take
+  a ready batch from a worker, both measured on the cached runs' timelines.
 - The storage device: read bandwidth and per-request latency measured by the
   harness on the dataset's own files before each disk run
   (`resources/storage.py`). Unthrottled storage is this device; a throttle is
@@ -28,7 +31,8 @@ configuration: each is one number for the job or the machine, or one law.
 (prefetch depth, in-order delivery, the refill at each epoch start, a worker's
 read then decode, the main process needing CPU). `analysis/calibrate.py` fits
 the parameters; a prediction's interval is the rate times exp(+-z sigma) with
-sigma the fit runs' residual log error (degrees of freedom counted).
+sigma the fit runs' residual log error (degrees of freedom counted), widened by
+`UNTESTED_SIGMA` for each assumption of the prediction no fit run tested.
 """
 
 from __future__ import annotations
