@@ -417,6 +417,36 @@ def _refuse_device(job: Any) -> None:
                           "step time measured on the target device")
 
 
+def _job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] | None,
+               policy: str, rate_rel_sigma: Mapping[str, float]) -> tuple[Model, list[Param]]:
+    """The model's job and layout (the base job's), its step law, and what it measured:
+    the step's params, then samples per epoch, dataset bytes and sample bytes."""
+    job = base[0].spec.job
+    file_bytes, size_param = file_sizes(base[0], sizes)
+    n_samples = stalls.samples_per_epoch(base[0]) or len(file_bytes)
+    batches = run_layout(base[0]).batches
+    epochs = max([3] + [run_layout(r).epochs for r in _by_mode(base, Mode.DISK)])
+    # a cold epoch, then steady ones
+    layout = pipeline.Layout(epochs, batches, epochs * batches, min(job.warmup, batches - 1))
+    step, allreduce, g_params = _fit_step(ok, _job_key(base[0]), job.world_size * job.batch_size)
+    weights = {k: 1 / max(v, NOISE_FLOOR) ** 2 * NOISE_FLOOR ** 2
+               for k, v in rate_rel_sigma.items()}
+    model = Model(ranks=job.world_size, batch_size=job.batch_size, workers=job.workers,
+                  samples_per_epoch=n_samples, file_bytes=file_bytes, layout=layout, step_s=step,
+                  policy=policy, allreduce_s=allreduce,
+                  step_ms=job.sim_step_ms if job.device == "sim" else None,
+                  measured_cpus=tuple(sorted({run_cpus(r) for r in base})),
+                  measured_ranks=tuple(sorted({r.spec.job.world_size for r in ok})),
+                  measured_speedups=_speedups(ok, job),
+                  machine_cpus=base[0].environment.get("cpus_available"), loader=job.loader,
+                  fit_weights=weights, measured_sigma=dict(rate_rel_sigma))
+    fixed = [Param("samples_per_epoch", float(n_samples), "samples", (base[0].run_id,),
+                   "batches per epoch x batch size x ranks"),
+             Param("dataset_bytes", float(model.dataset_bytes), "B", (base[0].run_id,),
+                   "page-rounded bytes of every file"), size_param]
+    return model, [*g_params, *fixed]
+
+
 def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
         policy: str = cachesim.Policy.PAGECACHE.value,
         rate_rel_sigma: Mapping[str, float] | None = None) -> Model:
@@ -436,33 +466,16 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
         raise ConfigError("the what-if model is fitted on one node's runs: fit it on a one-node "
                           "sweep and ask for several nodes with --nnodes")
     base = base_runs(ok)
-    job = base[0].spec.job
-    _refuse_device(job)
+    _refuse_device(base[0].spec.job)
     cachesim.Policy.parse(policy)
-    file_bytes, size_param = file_sizes(base[0], sizes)
-    n_samples = stalls.samples_per_epoch(base[0]) or len(file_bytes)
-    batches = run_layout(base[0]).batches
+    model, fixed = _job_model(ok, base, sizes, policy, rate_rel_sigma)
     disk = _by_mode(base, Mode.DISK)
-    epochs = max([3] + [run_layout(r).epochs for r in disk])  # a cold epoch, then steady ones
-    layout = pipeline.Layout(epochs, batches, epochs * batches, min(job.warmup, batches - 1))
-    step, allreduce, g_params = _fit_step(ok, _job_key(base[0]), job.world_size * job.batch_size)
-    weights = {k: 1 / max(v, NOISE_FLOOR) ** 2 * NOISE_FLOOR ** 2
-               for k, v in (rate_rel_sigma or {}).items()}
-    model = Model(ranks=job.world_size, batch_size=job.batch_size, workers=job.workers,
-                  samples_per_epoch=n_samples, file_bytes=file_bytes, layout=layout, step_s=step,
-                  policy=policy, allreduce_s=allreduce,
-                  step_ms=job.sim_step_ms if job.device == "sim" else None,
-                  measured_cpus=tuple(sorted({run_cpus(r) for r in base})),
-                  measured_ranks=tuple(sorted({r.spec.job.world_size for r in ok})),
-                  measured_speedups=_speedups(ok, job),
-                  machine_cpus=base[0].environment.get("cpus_available"), loader=job.loader,
-                  fit_weights=weights, measured_sigma=dict(rate_rel_sigma))
     model, device = _fit_device(model, disk)
     model, main = _fit_main(model, ok)
     model, size_share = _fit_size_share(model, base)
     model, cpu_params = _fit_cpu(model, ok)
     model, startup = _fit_startup(model, base)
-    ready = model.prep_cpu_s is not None and step is not None
+    ready = model.prep_cpu_s is not None and model.step_s is not None
     model, read_cpu = _fit_read_cpu(model, disk) if ready else (model, [])
     model, storage = _fit_throttles(model, disk) if ready else (model, [])
     model, slack = _fit_slack(model, disk)
@@ -471,10 +484,6 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
         int(slack.value is not None)
     model, sigma = _fit_sigma(model, base, calibrated) if ready else \
         (model, Param("rel_sigma", model.rel_sigma, "", (), "default: nothing to predict"))
-    fixed = [Param("samples_per_epoch", float(n_samples), "samples", (base[0].run_id,),
-                   "batches per epoch x batch size x ranks"),
-             Param("dataset_bytes", float(model.dataset_bytes), "B", (base[0].run_id,),
-                   "page-rounded bytes of every file"), size_param]
-    params = [*g_params, *main, size_share, *cpu_params, *fixed, startup, *device, *read_cpu, *storage, slack,
-              sigma]
+    params = [*fixed[:-3], *main, size_share, *cpu_params, *fixed[-3:], startup, *device,
+              *read_cpu, *storage, slack, sigma]
     return replace(model, params=tuple(params))
