@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Accuracy of the what-if model's DataLoader-workers knob (`whatif --workers`).
 
-    .venv/bin/python bench/workers_accuracy.py [--dir DIR] [--fresh]
+    .venv/bin/python bench/workers_accuracy.py [--dir DIR] [--fresh | --no-measure]
 
 1. Needs the grid of `bench/whatif_accuracy.py` under DIR (the same --dir;
    measured with 2 workers per rank) and measures, next to it, the same job
@@ -56,6 +56,8 @@ def main() -> int:
     ap.add_argument("--dir", default="/tmp/dsanalyze-whatif-bench",
                     help="where bench/whatif_accuracy.py keeps its dataset and runs")
     ap.add_argument("--fresh", action="store_true", help="re-measure the 1- and 4-worker runs")
+    ap.add_argument("--no-measure", dest="measure", action="store_false",
+                    help="only analyse the 1- and 4-worker runs already there")
     ns = ap.parse_args()
     base = Path(ns.dir)
     if not (base / "s60-n1" / "summary.json").exists():
@@ -66,7 +68,8 @@ def main() -> int:
     sizes = list(scan_dataset(grid[0].dataset["root"]).file_bytes)
     model = whatif.fit(grid, sizes)
     print(f"fitted on the {sum(r.ok for r in grid)} runs of the 2-worker grid")
-    prefixes = measure(base, ns.fresh)
+    prefixes = measure(base, ns.fresh) if ns.measure else \
+        [base / f"workers{w}" for w in WORKERS if (base / f"workers{w}" / "runs").is_dir()]
     errors = []
     print(f"\n{'run':34s} {'workers':>7s} {'measured/s':>10s} {'predicted/s':>11s} {'error':>7s}")
     for prefix in prefixes:

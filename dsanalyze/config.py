@@ -120,6 +120,12 @@ def parse_bandwidth(text: str | int | None) -> int | None:
     return bps
 
 
+def unlimited_last(x: float | None) -> float:
+    """Sort key of a resource amount: None (no limit: every CPU, no cache limit, no throttle)
+    after every number."""
+    return float("inf") if x is None else float(x)
+
+
 @dataclass(frozen=True)
 class Resources:
     """One resource configuration: CPUs, page-cache budget, storage read bandwidth."""

@@ -10,6 +10,7 @@ from conftest import harness
 from dsanalyze import store
 from dsanalyze.analysis import stalls
 from dsanalyze.analysis.advice import Advice, AdviceKind, Option, advise, measured_options
+from dsanalyze.jobs.datasets import scan_dataset
 from dsanalyze.report.advice import advice_text
 
 DATA = Path(__file__).parent / "data"
@@ -70,7 +71,7 @@ def test_prep_bound_sweep_ends_with_a_change_predicted_faster_than_every_measure
     (line,) = [s for s in out if s.startswith("Advice: ")]
     assert out.index(line) > max(i for i, s in enumerate(out) if s.startswith("cpus=1 "))
     runs = store.load_runs(prefix)
-    advice = advise(runs)
+    advice = advise(runs, list(scan_dataset(small_dataset).file_bytes))  # as the harness
     assert line == advice_text(advice)
     assert advice.kind is AdviceKind.CHANGE and line.startswith("Advice: give the job ")
     measured = measured_options(stalls.summary(runs), advice.epochs)

@@ -26,6 +26,7 @@ from dsanalyze import cli, store
 from dsanalyze.analysis import pipeline, recommend, whatif
 from dsanalyze.analysis.model import predict_run
 from dsanalyze.analysis.stalls import run_rate
+from dsanalyze.config import CacheBudget
 from dsanalyze.errors import ConfigError
 
 DATA = Path(__file__).parent / "data"
@@ -75,6 +76,9 @@ LOOPS = [
     Loop("no workers", pipeline.Pipeline(1, 0, B, 1, 0.1, 0.0, 0.010, None), 0, B / 0.14),
     # two ranks in lock step, each compute-bound: 2 * 4 samples per 0.2 s
     Loop("2 ranks", pipeline.Pipeline(2, 2, B, 4, 0.2, 0.0, 0.010, None), 0, 40.0),
+    # compute-bound, a ready batch taken 10 ms after it is asked for: 4 samples per 0.21 s
+    Loop("receive delay", pipeline.Pipeline(1, 2, B, 1, 0.2, 0.0, 0.010, None, receive_s=0.01),
+         0, B / 0.21),
 ]
 
 
@@ -97,6 +101,16 @@ def test_epoch_start_refills_the_prefetch_queue() -> None:
     assert tl.rate_sps() < B / 0.05  # below min(G, P) = 80 samples/s
 
 
+def test_prep_scales_with_the_sample_bytes_by_its_size_share() -> None:
+    """Half the prep follows the file's bytes: small files' batches go faster, big ones'
+    slower, at the same mean."""
+    p = pipeline.Pipeline(1, 1, B, 1, 0.0, 0.0, 0.010, None, size_share=0.5)
+    sizes = np.repeat([1.0, 3.0], 10 * B)  # 10 batches of small files, then 10 of big ones
+    tl = pipeline.simulate(p, [np.zeros(20 * B)], 20, [sizes])
+    assert tl.iter_s[5] == pytest.approx(B * 0.010 * 0.75)  # 0.5 + 0.5 * 1 / 2
+    assert tl.iter_s[15] == pytest.approx(B * 0.010 * 1.25)  # 0.5 + 0.5 * 3 / 2
+
+
 @pytest.mark.parametrize("f, target, expect", [(lambda x: 10 / x, 5.0, 2.0),
                                                (lambda x: 1 / x ** 2, 0.25, 2.0)])
 def test_solve_and_minimize(f, target: float, expect: float) -> None:
@@ -117,10 +131,11 @@ class Bound:
 
 
 BOUNDS = [
-    Bound("compute", "disk-cpus1-cachenone-bwnone", 3.0, whatif.Config(1), "compute"),
-    Bound("prep", "cached-cpus1", 3.0, whatif.Config(1), "prep"),
+    Bound("compute", "disk-cpus1-cachenone-bwnone", 3.0, whatif.Config.of(1), "compute"),
+    Bound("prep", "cached-cpus1", 3.0, whatif.Config.of(1), "prep"),
     # the fixture's disk runs are one cold epoch; with no page cache every epoch is cold
-    Bound("fetch", "disk-cpus2-cachenone-bw1M", 3.0, whatif.Config(2, "0", 0, 1 << 20), "fetch"),
+    Bound("fetch", "disk-cpus2-cachenone-bw1M", 3.0,
+          whatif.Config.of(2, CacheBudget("0", 0), 1 << 20), "fetch"),
 ]
 
 
@@ -155,6 +170,51 @@ def test_parameters_name_their_runs() -> None:
     assert params["device_read_bps"].value is None and "not measured" in \
         params["device_read_bps"].how
     assert params["cache_slack_bytes"].value is None
+    # the per-transform timing gives the share of the prep that follows the file's bytes
+    assert 0 < params["prep_size_share"].value < 1 and "read+decode" in \
+        params["prep_size_share"].how
+
+
+def test_main_process_measured_on_the_cached_runs_timeline() -> None:
+    """The compute-bound cached run's loader is ahead: its median wait is the delay to take
+    a ready batch; its loop time beyond the step, shared with 2 workers on 1 core, the main
+    process's CPU per iteration."""
+    runs = runs_of("compute")
+    model = whatif.fit(runs)
+    params = {p.name: p for p in model.params}
+    cached = next(r for r in runs if r.run_id == "cached-cpus1").ranks[0]
+    step = 4 / params["ingest_sps[ranks=1]"].value
+    loop = np.median([t - w for t, w in zip(cached.iter_s[2:], cached.wait_s[2:])])
+    assert params["receive_s"].runs == ("cached-cpus1",)
+    assert model.receive_s == pytest.approx(np.median(cached.wait_s[cached.warmup:]))
+    assert model.main_cpu_s == pytest.approx(max(0.0, loop - step) / 3)
+    assert "measured" in params["main_cpu_s_per_iter"].how
+
+
+def test_a_value_equal_configuration_is_the_measured_run() -> None:
+    """A cache asked as bytes or as a percentage, and the ranks and workers left unset, match
+    the run measured with them."""
+    runs = runs_of("fetch")
+    model = whatif.fit(runs)
+    run = next(r for r in runs if r.run_id == "disk-cpus2-cachenone-bw1M")
+    asked = [whatif.Config.of(2, storage_read_bps=1 << 20),
+             whatif.Config.of(2, storage_read_bps=1 << 20, nproc=1, workers=2)]
+    assert [p.measured_run for p in whatif.grid(model, asked, runs)] == [run.run_id] * 2
+    other = whatif.grid(model, [whatif.Config.of(2, storage_read_bps=1 << 20, workers=4)], runs)
+    assert other[0].measured_run is None
+
+
+def test_an_untested_assumption_widens_the_interval() -> None:
+    """Fitted on 1 CPU: 4 CPUs rest on the contention law no run tested; the interval says
+    so by its width, and the prediction names the assumption."""
+    model = whatif.fit(runs_of("prep"))
+    one, four = (whatif.predict(model, whatif.Config.of(c)) for c in (1, 4))
+    width = lambda p: math.log(p.rate_sps_high / p.rate_sps_low)  # noqa: E731
+    assert any("4 CPUs" in u for u in four.untested) and len(four.untested) > len(one.untested)
+    assert width(one) == pytest.approx(2 * 1.645 * math.sqrt(
+        model.rel_sigma ** 2 + len(one.untested) * 0.1 ** 2))
+    assert width(four) == pytest.approx(2 * 1.645 * math.sqrt(
+        model.rel_sigma ** 2 + len(four.untested) * 0.1 ** 2))
 
 
 def test_more_cpus_remove_the_prep_stall_up_to_the_workers() -> None:
@@ -200,10 +260,10 @@ def test_recommendation_names_the_workers_it_needs() -> None:
 
 def test_faster_gpu_and_more_ranks() -> None:
     model = whatif.fit(runs_of("compute"))
-    base, fast = (whatif.predict(model, whatif.Config(1, gpu_speedup=k)) for k in (1.0, 2.0))
+    base, fast = (whatif.predict(model, whatif.Config.of(1, gpu_speedup=k)) for k in (1.0, 2.0))
     assert fast.compute_s == pytest.approx(base.compute_s / 2)
     assert fast.rate_sps > 1.8 * base.rate_sps  # still compute-bound at 2x
-    two = whatif.predict(model, whatif.Config(2, nproc=2))
+    two = whatif.predict(model, whatif.Config.of(2, nproc=2))
     assert two.nproc == 2 and two.rate_sps == pytest.approx(2 * base.rate_sps, rel=0.05)
 
 
@@ -274,7 +334,7 @@ def test_no_synthetic_run_is_said() -> None:
     model = whatif.fit(runs)
     assert model.params[0].value is None and "no synthetic run" in model.params[0].how
     with pytest.raises(ConfigError, match="compute rate G was not measured"):
-        whatif.predict(model, whatif.Config(1))
+        whatif.predict(model, whatif.Config.of(1))
 
 
 # ---- the CLI --------------------------------------------------------------------------------
@@ -328,7 +388,7 @@ def test_cold_first_epoch_is_predicted_on_its_own() -> None:
     """Unlimited page cache: every epoch after the first hits; the first reads at 1 MB/s."""
     runs = runs_of("fetch")
     model = whatif.fit(runs)
-    p = whatif.predict(model, whatif.Config(2, storage_read_bps=1 << 20))
+    p = whatif.predict(model, whatif.Config.of(2, storage_read_bps=1 << 20))
     cold = run_rate(next(r for r in runs if r.run_id == "disk-cpus2-cachenone-bw1M")).rate_sps
     assert model.samples_per_epoch / p.epoch1_s == pytest.approx(cold, rel=0.05)
     assert p.hit_rate == 1.0 and p.fetch_stall_s == 0.0
@@ -352,7 +412,7 @@ def test_fitted_on_one_cpu_predicts_two_cpus() -> None:
         assert predict_run(model, whatif.spec_only(run)).rate_sps == \
             pytest.approx(measured, rel=0.10), run.run_id
     assert any("contention not fitted" in u
-               for u in whatif.predict(model, whatif.Config(2)).untested)
+               for u in whatif.predict(model, whatif.Config.of(2)).untested)
 
 
 def test_unthrottled_disk_on_a_slow_device_is_fetch_bound() -> None:
@@ -365,17 +425,17 @@ def test_unthrottled_disk_on_a_slow_device_is_fetch_bound() -> None:
         for r in runs if r.run_id != "disk-cpus2-cachenone-bw1M"]
     model = whatif.fit(slow)
     assert model.device_read_bps == 1 << 20
-    p = whatif.predict(model, whatif.Config(2, "0", 0, None))
+    p = whatif.predict(model, whatif.Config.of(2, CacheBudget("0", 0), None))
     assert p.fetch_stall_s > p.prep_stall_s + p.compute_s  # fetch-bound
     throttled = run_rate(next(r for r in runs if r.run_id == "disk-cpus2-cachenone-bw1M"))
     assert model.samples_per_epoch / p.epoch1_s == pytest.approx(throttled.rate_sps, rel=0.05)
     # a throttle above the device is the device
-    faster = whatif.predict(model, whatif.Config(2, "0", 0, 64 << 20))
+    faster = whatif.predict(model, whatif.Config.of(2, CacheBudget("0", 0), 64 << 20))
     assert faster.rate_sps == pytest.approx(p.rate_sps, rel=1e-6)
     assert any("above the measured device" in u for u in faster.untested)
     # unthrottled on the fixture's own runs (no probe recorded): said, not infinitely fast
     assert any("not measured" in u for u in whatif.predict(whatif.fit(runs),
-                                                            whatif.Config(2)).untested)
+                                                            whatif.Config.of(2)).untested)
 
 
 def _blank(run):
@@ -409,8 +469,9 @@ def test_recommendation_on_the_demo_weighs_the_cold_epoch_and_breaks_ties_by_cos
     model = whatif.fit(runs)
     preds = whatif.grid(model, whatif.configs([1, 2, 4], ["none"], [8 << 20, None],
                                               model.dataset_bytes), runs)
-    one = recommend.recommend(model, preds, runs, 15, epochs=1)
-    many = recommend.recommend(model, preds, runs, 15, epochs=50)
+    # a 20% stall budget: 50 epochs at 8 MB/s stall about 15%, one epoch 27% at the least
+    one = recommend.recommend(model, preds, runs, 20, epochs=1)
+    many = recommend.recommend(model, preds, runs, 20, epochs=50)
     assert one.chosen is None and one.closest.config.storage_read_bps is None
     assert f"stalls {one.closest.job_stall_pct(1):.1f}% of a job of 1 epoch" in one.reason
     assert one.closest.job_stall_pct(1) > one.closest.stall_pct  # the cold epoch counted
@@ -467,9 +528,9 @@ def test_more_nodes_bring_their_own_cpus() -> None:
     """The prep-bound job at 1 CPU: a second rank on the same CPU gains nothing, a
     second node (its own CPU, cache and storage) doubles the job's rate."""
     model = whatif.fit(runs_of("prep"))
-    one = whatif.predict(model, whatif.Config(1))
-    two_ranks = whatif.predict(model, whatif.Config(1, nproc=2))
-    two_nodes = whatif.predict(model, whatif.Config(1, nnodes=2))
+    one = whatif.predict(model, whatif.Config.of(1))
+    two_ranks = whatif.predict(model, whatif.Config.of(1, nproc=2))
+    two_nodes = whatif.predict(model, whatif.Config.of(1, nnodes=2))
     assert two_nodes.nproc == 2 and two_nodes.rate_sps == pytest.approx(2 * one.rate_sps,
                                                                         rel=0.1)
     assert two_ranks.rate_sps < 1.2 * one.rate_sps
@@ -501,7 +562,8 @@ def test_no_negative_zero_in_the_whatif_table() -> None:
 
     runs = runs_of("prep")
     model = whatif.fit(runs)
-    pred = replace(whatif.predict(model, whatif.Config(1)), hit_rate=-0.0001, fetch_stall_s=-0.0)
+    pred = replace(whatif.predict(model, whatif.Config.of(1)), hit_rate=-0.0001,
+                   fetch_stall_s=-0.0)
     text = "\n".join(whatif_text.whatif_lines([pred], None))
     assert "-0.00" not in text and "0.00" in text
 
@@ -518,5 +580,5 @@ def test_measured_noise_weighs_the_fit_and_floors_the_intervals() -> None:
     assert model.measured_sigma == sigmas
     noisy = whatif.fit(runs, rate_rel_sigma={k: 0.3 for k in sigmas})
     assert noisy.rel_sigma >= 0.3
-    p = whatif.predict(noisy, whatif.Config(1))
+    p = whatif.predict(noisy, whatif.Config.of(1))
     assert p.rate_sps_high / p.rate_sps >= math.exp(1.645 * 0.3) * 0.999

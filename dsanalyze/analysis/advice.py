@@ -12,9 +12,10 @@ E - 1 steady ones; its stall is that time less E compute epochs. In order:
    sample, when some runs can be held out) and predicts a grid around them;
    only configurations predicted faster than every measured one count, and
    only changes that add resources to the fastest measured configuration
-   (none taken away: cutting a knob that does not matter is no answer). The
-   cheapest of those under the stall budget is the advice; if none is under
-   it, the least stalled one.
+   (none taken away: cutting a knob that does not matter is no answer). Those
+   are ranked by the recommendation's own ranking (`recommend.rank`: the
+   cheapest under the stall budget; if none is under it, the cheapest of the
+   fastest): the advice is the recommendation in this mode.
 3. None predicted faster: keep the fastest measured configuration.
 
 This module is the only place that calls the what-if model for the advice
@@ -29,7 +30,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from dsanalyze.analysis import stalls
-from dsanalyze.config import Mode
+from dsanalyze.config import Mode, unlimited_last
 from dsanalyze.errors import DsAnalyzeError
 from dsanalyze.records import RunResult
 
@@ -116,9 +117,9 @@ def measured_options(summary: dict[str, Any], epochs: int) -> list[Option]:
 
 
 def _cost(o: Option) -> tuple:
-    big = float("inf")
-    return (o.cpus or big, big if o.cache_bytes is None else o.cache_bytes,
-            big if o.storage_read_bps is None else o.storage_read_bps, o.workers or 0)
+    """A measured configuration's cost, as `recommend.cost` ranks predictions."""
+    return (unlimited_last(o.cpus), unlimited_last(o.cache_bytes),
+            unlimited_last(o.storage_read_bps), o.workers or 0)
 
 
 def advise(results: Sequence[RunResult], sizes: Sequence[int] | None = None,
@@ -141,15 +142,16 @@ def advise(results: Sequence[RunResult], sizes: Sequence[int] | None = None,
     if calm:
         return Advice(AdviceKind.NO_CHANGE, epochs, best, calm[0], fitted, error, "", why, rows,
                       validation)
-    options = [_predicted_option(p, epochs) for p in preds if p.measured_run is None]
+    from dsanalyze.analysis.recommend import rank
+
     base = best and replace(best, cpus=best.cpus or _cpus_of_all(results))
-    faster = [o for o in options if base is None or (o.span_s < base.span_s and _adds(o, base))]
-    under = sorted((o for o in faster if o.stall_pct <= max_stall_pct), key=_cost)
-    choice = under[0] if under else min(faster, key=lambda o: (o.stall_pct, _cost(o)),
-                                        default=None)
+    faster = [p for p in preds if p.measured_run is None and (base is None or (
+        p.job_s(epochs) < base.span_s and _adds(_predicted_option(p, epochs), base)))]
+    chosen, closest = rank(faster, max_stall_pct, epochs)
+    choice = _predicted_option(closest, epochs) if closest is not None else None
     kind = AdviceKind.CHANGE if choice is not None else AdviceKind.KEEP
     marked = [{**row, "recommended": choice is not None and _same(row, choice)} for row in rows]
-    return Advice(kind, epochs, best, choice, fitted, error, "" if under else hint, why, marked,
+    return Advice(kind, epochs, best, choice, fitted, error, "" if chosen else hint, why, marked,
                   validation)
 
 
@@ -169,10 +171,8 @@ def _same(row: dict[str, Any], o: Option) -> bool:
 
 def _predicted_option(p: Any, epochs: int) -> Option:
     c = p.config
-    span = p.epoch1_s if epochs == 1 and p.epoch1_s is not None else \
-        _span(p.epoch_s, p.epoch1_s, epochs)
     return Option(c.cpus, c.cache_spec, c.cache_bytes, c.storage_read_bps, c.workers,
-                  p.rate_sps, span, _stall_pct(span, p.compute_s, epochs))
+                  p.rate_sps, p.job_s(epochs), p.job_stall_pct(epochs))
 
 
 # ---- the what-if model: the one place the advice calls it -----------------------------------

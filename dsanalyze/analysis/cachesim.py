@@ -21,30 +21,25 @@ Epoch 1 starts from an empty cache (a disk run evicts the dataset first), so
 each of its reads misses; the steady state is the mean over the epochs after
 it. Hit rates are byte-weighted (bytes served from the cache / bytes read),
 which is what the storage sees. File sizes are rounded up to whole pages, as
-the page cache holds them. Datasets of more than `MAX_FILES` files are
-simulated on a uniform sample of them with the cache scaled by the sampled
-share of the bytes (hit rates depend on C / D and the size mix, not on N).
+the page cache holds them. `simulate` replays given read orders
+(`epoch_order`) and reports each epoch; `miss_bytes` gives the bytes each read
+takes from storage, what the what-if model's pipeline simulation consumes
+(`analysis/model.py` simulates large datasets on a uniform sample of their
+files with the cache scaled by the sampled share of the bytes).
 """
 
 from __future__ import annotations
 
 import enum
-import statistics
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from dsanalyze.errors import ConfigError
 
 PAGE_BYTES = 4096
-MAX_FILES = 50_000
-TARGET_ACCESSES = 300_000  # steady epochs simulated: enough accesses for a stable mean
-MIN_STEADY_EPOCHS = 3
-MAX_STEADY_EPOCHS = 60
-PROFILE_BINS = 10
 
 
 class Policy(str, enum.Enum):
@@ -84,32 +79,6 @@ class EpochStats:
     @property
     def hit_rate(self) -> float:
         return self.hit_bytes / self.accessed_bytes if self.accessed_bytes else 0.0
-
-
-@dataclass(frozen=True)
-class HitRates:
-    """Byte hit rates of one cache for the job, cold epoch and steady state.
-
-    Byte figures are per epoch, for the whole dataset (scaled back up when a
-    sample of the files was simulated).
-    """
-
-    policy: str
-    cache_bytes: int
-    dataset_bytes: int  # page-rounded bytes of every file
-    epoch_bytes: float  # page-rounded bytes read per epoch (after the samplers' drop_last)
-    epoch1_hit: float
-    steady_hit: float
-    steady_hit_std: float  # spread between steady epochs
-    epoch1_read_bytes: float
-    steady_read_bytes: float
-    steady_resident_bytes: float
-    files_simulated: int
-    steady_epochs: int
-    steady_profile: tuple[float, ...] = ()  # byte hit rate in equal slices of a steady epoch
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def page_rounded(sizes: Sequence[int], page_bytes: int = PAGE_BYTES) -> np.ndarray:
@@ -295,49 +264,6 @@ def miss_bytes(sizes: Sequence[int] | np.ndarray, cache_bytes: int | None,
         out.append(np.array([0.0 if cache.access(int(i), size_of[int(i)]) else size_of[int(i)]
                              for i in order], dtype=float))
     return out
-
-
-def steady_epochs_for(n_files: int) -> int:
-    return max(MIN_STEADY_EPOCHS, min(MAX_STEADY_EPOCHS, -(-TARGET_ACCESSES // max(1, n_files))))
-
-
-def hit_rates(sizes: Sequence[int], cache_bytes: int | None,
-              policy: Policy | str = Policy.PAGECACHE, ranks: int = 1, batch_size: int = 1,
-              seed: int = 0, page_bytes: int = PAGE_BYTES, bins: int = PROFILE_BINS) -> HitRates:
-    """Simulate the job's reads through a cache of `cache_bytes` (None: unlimited).
-
-    Epoch 1 is cold; `steady_hit` is the byte hit rate averaged over the
-    following epochs (as many as give about `TARGET_ACCESSES` reads).
-    """
-    policy = Policy.parse(policy)
-    if len(sizes) == 0:
-        raise ConfigError("no file sizes to simulate: the dataset has no files")
-    rounded = page_rounded(sizes, page_bytes)
-    total = int(rounded.sum())
-    cap = total if cache_bytes is None else max(0, int(cache_bytes))
-    rng = np.random.default_rng(seed)
-    sim_sizes, scale = rounded, 1.0
-    if len(rounded) > MAX_FILES:
-        pick = rng.choice(len(rounded), MAX_FILES, replace=False)
-        sim_sizes = rounded[pick]
-        scale = total / float(sim_sizes.sum())  # whole-dataset bytes per simulated byte
-    sim_cap = int(cap / scale)
-    n = len(sim_sizes)
-    steady = steady_epochs_for(n)
-    orders = (epoch_order(n, rng, ranks, batch_size) for _ in range(steady + 1))
-    stats = simulate(sim_sizes, sim_cap, policy, orders, bins)
-    first, rest = stats[0], stats[1:]
-    rates = [s.hit_rate for s in rest]
-    profile = tuple(statistics.fmean(s.profile[b] for s in rest) for b in range(bins))
-    return HitRates(
-        policy=policy.value, cache_bytes=cap, dataset_bytes=total,
-        epoch_bytes=first.accessed_bytes * scale,
-        epoch1_hit=first.hit_rate, steady_hit=statistics.fmean(rates),
-        steady_hit_std=statistics.pstdev(rates),
-        epoch1_read_bytes=first.read_bytes * scale,
-        steady_read_bytes=statistics.fmean(s.read_bytes for s in rest) * scale,
-        steady_resident_bytes=statistics.fmean(s.resident_bytes for s in rest) * scale,
-        files_simulated=n, steady_epochs=steady, steady_profile=profile)
 
 
 def naive_hit(cache_bytes: int | None, dataset_bytes: int) -> float:

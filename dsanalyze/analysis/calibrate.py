@@ -2,8 +2,11 @@
 
 `fit` picks the base job (the fewest ranks, then the slowest sim step) and
 reads its layout, then fits, in order: the step time and the all-reduce law
-(synthetic runs), c_prep and its contention law across CPU counts and the main
-process's CPU per iteration (loader and cached runs), the DataLoader start-up,
+(synthetic runs), the main process's CPU per iteration and its delay to take a
+ready batch (measured on the cached runs' timelines), the share of the prep
+that follows the file's bytes (per-transform timing), c_prep and its
+contention law across CPU counts (loader and cached runs of every job), the
+DataLoader start-up,
 the storage device (the harness's probe in each disk run), the CPU per byte
 read, one throttle efficiency for every throttle (cold epochs), the page cache
 runs had beyond their budget, and the residual error that sizes the
@@ -21,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from dsanalyze.analysis import cachesim, pipeline, stalls, uncertainty
+from dsanalyze.analysis import cachesim, pipeline, stalls, transforms, uncertainty
 from dsanalyze.analysis.model import (
     CACHE_BINDS,
     LEVEL,
@@ -36,6 +39,7 @@ from dsanalyze.analysis.model import (
     run_cpus,
     run_layout,
     simulate_run,
+    step_for,
 )
 from dsanalyze.config import Mode, format_bytes
 from dsanalyze.errors import ConfigError
@@ -96,7 +100,7 @@ def _fit_step(results: list[RunResult], base: tuple[int, float | None], per_iter
 
 
 def _solve_prep(model: Model, run: RunResult, mode: Mode) -> float:
-    cfg, layout = replace(run_config(model, run), cache_bytes=None), run_layout(run)
+    cfg, layout = run_config(model, run).with_cache(), run_layout(run)
     target = stalls.run_rate(run).rate_sps or 0.0
     return pipeline.solve(lambda x: mean_rates(model, cfg, layout, mode, None,
                                                prep_cpu_s=x).rate_sps, target, 1e-6, 10.0)
@@ -120,45 +124,107 @@ def _prep_law(points: dict[int, float]) -> tuple[float, float]:
 
 def _prep_points(model: Model, loaders: list[RunResult], cached: list[RunResult]
                  ) -> tuple[dict[int, float], list[str]]:
-    """Worker CPU per sample solved on each loader run (and prep-bound cached run at CPUs
-    without one), keyed by its busy cores: the points the one law is fitted to."""
+    """Worker CPU per sample solved on each loader run and each prep-bound cached run of
+    a job and CPU count without a loader run (every job of the prefix: they share the data
+    and the transforms), keyed by its busy cores: the points the one law is fitted to."""
     points: dict[int, list[float]] = {}
     runs = []
-    loader_cpus = {run_cpus(r) for r in loaders}
-    g = model.step_s and model.ranks * model.batch_size / model.step_s
-    for r in loaders + [r for r in cached if run_cpus(r) not in loader_cpus]:
-        if r.mode is Mode.CACHED and not (g and (stalls.run_rate(r).rate_sps or 0) < PREP_BOUND * g):
+    with_loader = {(_job_key(r), run_cpus(r)) for r in loaders}
+    for r in loaders + [r for r in cached if (_job_key(r), run_cpus(r)) not in with_loader]:
+        cfg = run_config(model, r)
+        ranks = cfg.nproc or model.ranks
+        if r.mode is Mode.CACHED and not (model.step_s and (stalls.run_rate(r).rate_sps or 0)
+                                          < PREP_BOUND * ranks * model.batch_size
+                                          / step_for(model, cfg)):
             continue
-        k = min(run_cpus(r), model.ranks * max(1, model.workers))
+        k = min(cfg.cpus, ranks * max(1, cfg.workers or 0))
         points.setdefault(k, []).append(_solve_prep(replace(model, contention=0.0), r, r.mode))
         runs.append(r.run_id)
     return {k: statistics.median(v) for k, v in points.items()}, runs
 
 
+def _loop_s(run: RunResult) -> float | None:
+    """The main process's own time per iteration, wall: (iteration - wait) over the run's
+    steady iterations (median), the step included."""
+    r0 = run.ranks[0]
+    rest = [t - w for t, w in zip(r0.iter_s[r0.warmup:], r0.wait_s[r0.warmup:])]
+    return statistics.median(rest) if rest else None
+
+
+def _compute_bound(model: Model, run: RunResult) -> bool:
+    """A cached run at least PREP_BOUND of its job's compute rate G: its loader is ahead."""
+    cfg = run_config(model, run)
+    g = (cfg.nproc or model.ranks) * model.batch_size / step_for(model, cfg)
+    return (stalls.run_rate(run).rate_sps or 0.0) >= PREP_BOUND * g
+
+
+def _fit_main(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
+    """The main process, measured on the cached runs' timelines: its CPU per iteration,
+    (iteration - wait) less the step (synthetic runs), times the share of a core it gets
+    among the job's busy processes (processor sharing, as simulated); and the delay to take
+    a ready batch, the median wait of the compute-bound ones (their loader is ahead)."""
+    cached = [r for r in _by_mode(results, Mode.CACHED) if _loop_s(r) is not None]
+    if model.step_s is None or not cached:
+        why = "not measured (needs a synthetic and a cached run): taken as 0"
+        return model, [Param("main_cpu_s_per_iter", 0.0, "s", (), why),
+                       Param("receive_s", 0.0, "s", (), why)]
+    points = []
+    for r in cached:
+        cfg = run_config(model, r)
+        procs = (cfg.nproc or model.ranks) * (max(0, cfg.workers or 0) + 1)
+        points.append(max(0.0, (_loop_s(r) or 0.0) - step_for(model, cfg))
+                      * min(1.0, cfg.cpus / procs))
+    main = statistics.median(points)
+    ahead = [r for r in cached if _compute_bound(model, r)]
+    waits = [statistics.median(r.ranks[0].wait_s[r.ranks[0].warmup:]) for r in ahead]
+    receive = statistics.median(waits) if waits else 0.0
+    return replace(model, main_cpu_s=main, receive_s=receive), [
+        Param("main_cpu_s_per_iter", main, "s", tuple(r.run_id for r in cached),
+              f"measured: each cached run's loop time beyond its step (iteration - wait - "
+              f"step, median of its steady iterations) times the core share of its main "
+              f"process among the job's processes; median of {len(points)}: "
+              f"{min(points) * 1e3:.2f} to {max(points) * 1e3:.2f} ms"),
+        Param("receive_s", receive, "s", tuple(r.run_id for r in ahead),
+              f"measured: median wait for a batch in the {len(ahead)} compute-bound cached "
+              f"run(s), whose loader is ahead: "
+              f"{min(waits) * 1e3:.2f} to {max(waits) * 1e3:.2f} ms" if waits else
+              "not measured: no compute-bound cached run (its loader ahead of the step); "
+              "a ready batch is taken at once (untested)")]
+
+
+def _fit_size_share(model: Model, results: list[RunResult]) -> tuple[Model, Param]:
+    """The image loader's (read + decode) share of a sample's timed prep, from the
+    per-transform timing of the loader runs (else the cached runs): that share of each
+    sample's prep scales with its file's bytes, the rest is the same for every sample."""
+    runs = _by_mode(results, Mode.LOADER) or _by_mode(results, Mode.CACHED)
+    shares, rows = [], []
+    for r in runs:
+        table = transforms.run_table(r)
+        total = transforms.sum_s_per_sample(table)
+        if total > 0:
+            rows = table
+            shares.append(sum(x["mean_s_per_sample"] for x in table
+                              if x["stage"] == transforms.LOADER_STAGE) / total)
+    if not shares:
+        return model, Param("prep_size_share", 0.0, "", (), "not measured: no per-transform "
+                            "timing recorded; every sample's prep taken as the mean")
+    share = statistics.median(shares)
+    steps = ", ".join(f"{x['name']} {x['mean_s_per_sample'] * 1e3:.2f} ms" for x in rows)
+    return replace(model, size_share=share), Param(
+        "prep_size_share", share, "", tuple(r.run_id for r in runs if transforms.run_table(r)),
+        f"measured: the image loader's share of the timed prep per sample (median of "
+        f"{len(shares)} run(s); e.g. {steps}); that share of a sample's prep scales with its "
+        "file's bytes, the rest is the same for every sample")
+
+
 def _fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
-    """c_prep and its contention law; the main process's CPU per iteration."""
+    """c_prep and its contention law, given the main process's CPU per iteration."""
     loaders, cached = _by_mode(results, Mode.LOADER), _by_mode(results, Mode.CACHED)
-    pairs = [c for c in cached if run_cpus(c) in {run_cpus(r) for r in loaders}]
-    main_runs: list[str] = []
-    prep_runs: list[str] = []
-    points: dict[int, float] = {}
-    for _ in range(2 if loaders else 1):  # the two fits depend on each other a little
-        points, prep_runs = _prep_points(model, loaders, cached)
-        if not points:
-            break
+    points, prep_runs = _prep_points(model, loaders, cached)
+    if points:
         c0, alpha = _prep_law(points)
         model = replace(model, prep_cpu_s=c0, contention=alpha)
-        if pairs and model.step_s is not None:
-            main = pipeline.minimize(lambda x, m=model: _log_error(
-                replace(m, main_cpu_s=x), pairs), 1e-6, 0.1)
-            main_runs = [r.run_id for r in pairs + loaders]
-            model = replace(model, main_cpu_s=main)
-    params = [_prep_param(model, prep_runs, sorted(points), cached)]
-    how = (f"calibrated: cached against loader runs at the same CPUs ({len(pairs)} cached "
-           "run(s))" if main_runs else
-           "not measured (needs a loader and a cached run with the same CPUs): taken as 0")
-    params.append(Param("main_cpu_s_per_iter", model.main_cpu_s, "s", tuple(main_runs), how))
-    return model, params
+    return model, [_prep_param(model, prep_runs, sorted(points), cached)]
 
 
 def _prep_param(model: Model, runs: list[str], cores: list[int], cached: list[RunResult]
@@ -257,7 +323,7 @@ def _throttle_fit(model: Model, run: RunResult, window: tuple[pipeline.Layout, f
                   ) -> float:
     """The efficiency (bandwidth got / throttle) that reproduces one cold window."""
     layout, target, first = window
-    cfg = replace(run_config(model, run), cache_bytes=None)
+    cfg = run_config(model, run).with_cache()
     bps = cfg.storage_read_bps
 
     def rate(x: float) -> float:
@@ -335,12 +401,50 @@ def _fit_sigma(model: Model, runs: list[RunResult], calibrated: int) -> tuple[Mo
         f"intervals are rate x exp(+-1.645 sigma), {LEVEL:.0%} nominal")
 
 
+def _speedups(runs: list[RunResult], base: Any) -> tuple[float, ...]:
+    """Base step / the sim step of each run: the GPU speed-ups some run measured."""
+    if base.device != "sim":
+        return (1.0,)
+    return tuple(sorted({base.sim_step_ms / r.spec.job.sim_step_ms for r in runs
+                         if r.spec.job.device == "sim" and r.spec.job.sim_step_ms}))
+
+
 def _refuse_device(job: Any) -> None:
     if job.device == "cpu":
         raise ConfigError("the what-if model cannot predict a --device cpu job (its step "
                           "competes with the loader for the same cores, which the model does "
                           "not simulate): profile with --device sim --sim-step-ms T, T the "
                           "step time measured on the target device")
+
+
+def _job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] | None,
+               policy: str, rate_rel_sigma: Mapping[str, float]) -> tuple[Model, list[Param]]:
+    """The model's job and layout (the base job's), its step law, and what it measured:
+    the step's params, then samples per epoch, dataset bytes and sample bytes."""
+    job = base[0].spec.job
+    file_bytes, size_param = file_sizes(base[0], sizes)
+    n_samples = stalls.samples_per_epoch(base[0]) or len(file_bytes)
+    batches = run_layout(base[0]).batches
+    epochs = max([3] + [run_layout(r).epochs for r in _by_mode(base, Mode.DISK)])
+    # a cold epoch, then steady ones
+    layout = pipeline.Layout(epochs, batches, epochs * batches, min(job.warmup, batches - 1))
+    step, allreduce, g_params = _fit_step(ok, _job_key(base[0]), job.world_size * job.batch_size)
+    weights = {k: 1 / max(v, NOISE_FLOOR) ** 2 * NOISE_FLOOR ** 2
+               for k, v in rate_rel_sigma.items()}
+    model = Model(ranks=job.world_size, batch_size=job.batch_size, workers=job.workers,
+                  samples_per_epoch=n_samples, file_bytes=file_bytes, layout=layout, step_s=step,
+                  policy=policy, allreduce_s=allreduce,
+                  step_ms=job.sim_step_ms if job.device == "sim" else None,
+                  measured_cpus=tuple(sorted({run_cpus(r) for r in base})),
+                  measured_ranks=tuple(sorted({r.spec.job.world_size for r in ok})),
+                  measured_speedups=_speedups(ok, job),
+                  machine_cpus=base[0].environment.get("cpus_available"), loader=job.loader,
+                  fit_weights=weights, measured_sigma=dict(rate_rel_sigma))
+    fixed = [Param("samples_per_epoch", float(n_samples), "samples", (base[0].run_id,),
+                   "batches per epoch x batch size x ranks"),
+             Param("dataset_bytes", float(model.dataset_bytes), "B", (base[0].run_id,),
+                   "page-rounded bytes of every file"), size_param]
+    return model, [*g_params, *fixed]
 
 
 def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
@@ -362,41 +466,24 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
         raise ConfigError("the what-if model is fitted on one node's runs: fit it on a one-node "
                           "sweep and ask for several nodes with --nnodes")
     base = base_runs(ok)
-    job = base[0].spec.job
-    _refuse_device(job)
+    _refuse_device(base[0].spec.job)
     cachesim.Policy.parse(policy)
-    file_bytes, size_param = file_sizes(base[0], sizes)
-    n_samples = stalls.samples_per_epoch(base[0]) or len(file_bytes)
-    batches = run_layout(base[0]).batches
+    model, fixed = _job_model(ok, base, sizes, policy, rate_rel_sigma)
     disk = _by_mode(base, Mode.DISK)
-    epochs = max([3] + [run_layout(r).epochs for r in disk])  # a cold epoch, then steady ones
-    layout = pipeline.Layout(epochs, batches, epochs * batches, min(job.warmup, batches - 1))
-    step, allreduce, g_params = _fit_step(ok, _job_key(base[0]), job.world_size * job.batch_size)
-    weights = {k: 1 / max(v, NOISE_FLOOR) ** 2 * NOISE_FLOOR ** 2
-               for k, v in (rate_rel_sigma or {}).items()}
-    model = Model(job.world_size, job.batch_size, job.workers, n_samples, file_bytes, layout, step,
-                  None, 0.0, 0.0, 1.0, 0.0, 0.0, policy, allreduce_s=allreduce,
-                  step_ms=job.sim_step_ms if job.device == "sim" else None,
-                  measured_cpus=tuple(sorted({run_cpus(r) for r in base})),
-                  measured_ranks=tuple(sorted({r.spec.job.world_size for r in ok})),
-                  machine_cpus=base[0].environment.get("cpus_available"), loader=job.loader,
-                  fit_weights=weights, measured_sigma=dict(rate_rel_sigma))
     model, device = _fit_device(model, disk)
-    model, cpu_params = _fit_cpu(model, base)
+    model, main = _fit_main(model, ok)
+    model, size_share = _fit_size_share(model, base)
+    model, cpu_params = _fit_cpu(model, ok)
     model, startup = _fit_startup(model, base)
-    ready = model.prep_cpu_s is not None and step is not None
+    ready = model.prep_cpu_s is not None and model.step_s is not None
     model, read_cpu = _fit_read_cpu(model, disk) if ready else (model, [])
     model, storage = _fit_throttles(model, disk) if ready else (model, [])
     model, slack = _fit_slack(model, disk)
-    calibrated = 2 + int(model.contention > 0) + int(bool(model.main_cpu_s)) + \
+    calibrated = 2 + int(model.contention > 0) + \
         int(bool(model.miss_cpu_s_per_byte)) + int(bool(storage and storage[0].runs)) + \
         int(slack.value is not None)
     model, sigma = _fit_sigma(model, base, calibrated) if ready else \
         (model, Param("rel_sigma", model.rel_sigma, "", (), "default: nothing to predict"))
-    fixed = [Param("samples_per_epoch", float(n_samples), "samples", (base[0].run_id,),
-                   "batches per epoch x batch size x ranks"),
-             Param("dataset_bytes", float(model.dataset_bytes), "B", (base[0].run_id,),
-                   "page-rounded bytes of every file"), size_param]
-    params = [*g_params, *cpu_params, *fixed, startup, *device, *read_cpu, *storage, slack,
-              sigma]
+    params = [*fixed[:-3], *main, size_share, *cpu_params, *fixed[-3:], startup, *device,
+              *read_cpu, *storage, slack, sigma]
     return replace(model, params=tuple(params))

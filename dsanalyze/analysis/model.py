@@ -12,7 +12,10 @@ configuration: each is one number for the job or the machine, or one law.
   one number, with one contention law across CPU counts:
   c(k) = c_prep * (1 + contention * (k - 1)) for k busy cores,
   k = min(CPUs, ranks * workers); contention is fitted when runs of two or
-  more CPU counts exist, else 0 (said so).
+  more CPU counts exist, else 0 (said so). The image loader's share of it
+  (per-transform timing) follows each sample's file bytes.
+- The main process of each rank: its CPU per iteration and the delay to take
+  a ready batch from a worker, both measured on the cached runs' timelines.
 - The storage device: read bandwidth and per-request latency measured by the
   harness on the dataset's own files before each disk run
   (`resources/storage.py`). Unthrottled storage is this device; a throttle is
@@ -28,11 +31,13 @@ configuration: each is one number for the job or the machine, or one law.
 (prefetch depth, in-order delivery, the refill at each epoch start, a worker's
 read then decode, the main process needing CPU). `analysis/calibrate.py` fits
 the parameters; a prediction's interval is the rate times exp(+-z sigma) with
-sigma the fit runs' residual log error (degrees of freedom counted).
+sigma the fit runs' residual log error (degrees of freedom counted), widened by
+`UNTESTED_SIGMA` for each assumption of the prediction no fit run tested.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -41,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from dsanalyze.analysis import cachesim, pipeline
-from dsanalyze.config import Mode
+from dsanalyze.config import CacheBudget, Mode, Resources
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
 
@@ -50,6 +55,9 @@ SIM_SAMPLES = 6000  # samples per simulated epoch; larger epochs are simulated o
 CACHE_BINDS = 0.97  # an effective cache under this share of the dataset limits hits
 PREP_BOUND = 0.9  # a cached run below this share of G is prep-bound enough to solve c_prep on
 LEVEL, Z = 0.9, 1.645  # the prediction intervals' nominal level and its normal quantile
+# A stated prior, not a fit: a law or a knob no fit run tested is taken to be right within
+# this relative error (one sigma), added in quadrature to the fit's own per assumption.
+UNTESTED_SIGMA = 0.10
 
 
 @dataclass(frozen=True)
@@ -70,19 +78,51 @@ class Param:
 
 @dataclass(frozen=True)
 class Config:
-    """A configuration to predict. `cache_bytes` None: no limit; bandwidth None: the device."""
+    """A configuration to predict: the resources (`Resources.cpus` set; a cache budget
+    without a limit: no limit; no throttle: the device) and the job's knobs."""
 
-    cpus: int
-    cache_spec: str = "none"
-    cache_bytes: int | None = None
-    storage_read_bps: int | None = None
+    resources: Resources
     gpu_speedup: float = 1.0
     nproc: int | None = None  # ranks (per node); None: as measured
     workers: int | None = None  # DataLoader workers (DALI threads) per rank; None: as measured
     nnodes: int = 1  # nodes, each with `cpus`, the cache budget and the storage of this one
 
+    def __post_init__(self) -> None:
+        if self.resources.cpus is None:
+            raise ConfigError("a what-if configuration needs a CPU count")
+
+    @classmethod
+    def of(cls, cpus: int, cache: CacheBudget | None = None,
+           storage_read_bps: int | None = None, **knobs: Any) -> Config:
+        return cls(Resources(cpus, cache or CacheBudget(), storage_read_bps), **knobs)
+
+    @property
+    def cpus(self) -> int:
+        return int(self.resources.cpus or 1)
+
+    @property
+    def cache(self) -> CacheBudget:
+        return self.resources.cache
+
+    @property
+    def cache_spec(self) -> str:
+        return self.resources.cache.spec
+
+    @property
+    def cache_bytes(self) -> int | None:
+        return self.resources.cache.cache_bytes
+
+    @property
+    def storage_read_bps(self) -> int | None:
+        return self.resources.storage_read_bps
+
+    def with_cache(self, cache: CacheBudget | None = None) -> Config:
+        """This configuration with another page-cache budget (default: no limit)."""
+        return replace(self, resources=replace(self.resources, cache=cache or CacheBudget()))
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**self.resources.to_dict(), "gpu_speedup": self.gpu_speedup,
+                "nproc": self.nproc, "workers": self.workers, "nnodes": self.nnodes}
 
 
 @dataclass(frozen=True)
@@ -96,13 +136,14 @@ class Model:
     file_bytes: tuple[int, ...]  # page-rounded, as the page cache holds them
     layout: pipeline.Layout  # what `predict` predicts: a cold epoch, then at least 2 steady ones
     step_s: float | None  # compute per iteration at `ranks`, all-reduce included
-    prep_cpu_s: float | None  # c_prep: worker CPU seconds per sample on one busy core
-    main_cpu_s: float
-    miss_cpu_s_per_byte: float
-    throttle_efficiency: float  # bandwidth a throttle gives / the throttle
-    cache_slack_bytes: float  # effective page cache - budget, in the fit runs
-    startup_s: float  # first iteration's extra wait (worker start-up)
     policy: str
+    prep_cpu_s: float | None = None  # c_prep: worker CPU seconds per sample on one busy core
+    main_cpu_s: float = 0.0  # CPU of a rank's main process per iteration
+    receive_s: float = 0.0  # delay for the main process to take a ready batch (not CPU)
+    miss_cpu_s_per_byte: float = 0.0
+    throttle_efficiency: float = 1.0  # bandwidth a throttle gives / the throttle
+    cache_slack_bytes: float = 0.0  # effective page cache - budget, in the fit runs
+    startup_s: float = 0.0  # first iteration's extra wait (worker start-up)
     params: tuple[Param, ...] = ()
     contention: float = 0.0  # c(k) = c_prep * (1 + contention * (k - 1))
     allreduce_s: float = 0.0  # t_allreduce of the ring law
@@ -112,8 +153,10 @@ class Model:
     step_ms: float | None = None  # the base job's sim step (sim device), for other step times
     measured_cpus: tuple[int, ...] = ()
     measured_ranks: tuple[int, ...] = ()
+    measured_speedups: tuple[float, ...] = (1.0,)  # base step / each sim step a run measured
     machine_cpus: int | None = None
     loader: str = "pytorch"  # pytorch: workers are DataLoader workers; dali: DALI threads
+    size_share: float = 0.0  # share of c_prep that scales with the sample's bytes (read+decode)
     fit_weights: dict[str, float] = field(default_factory=dict, compare=False)
     # each fit run's measured sigma / rate (block bootstrap): a floor on the intervals
     measured_sigma: dict[str, float] = field(default_factory=dict, compare=False)
@@ -240,14 +283,16 @@ def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None) -> p
         cpus=cfg.cpus, step_s=step, main_cpu_s=model.main_cpu_s,
         prep_cpu_s=prep_cpu_for(model, cfg) if prep is None else prep,
         read_bps=read_bps_for(model, cfg.storage_read_bps) if mode is Mode.DISK else None,
-        miss_cpu_s_per_byte=model.miss_cpu_s_per_byte, read_latency_s=model.device_latency_s)
+        miss_cpu_s_per_byte=model.miss_cpu_s_per_byte, read_latency_s=model.device_latency_s,
+        size_share=model.size_share, receive_s=model.receive_s)
 
 
 def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,
             cache_bytes: float | None, mode: Mode, seed: int, nodes: int = 1
-            ) -> tuple[list[np.ndarray], int]:
-    """Bytes each simulated read of one node misses, per epoch; and the simulated batches
-    per epoch. With several nodes each node's page cache sees its own ranks' share."""
+            ) -> tuple[list[np.ndarray], list[np.ndarray], int]:
+    """Bytes each simulated read of one node misses, per epoch; the bytes of each read
+    (hit or miss); and the simulated batches per epoch. With several nodes each node's
+    page cache sees its own ranks' share."""
     per_batch = model.batch_size * ranks * nodes  # samples of one step of the whole job
     depth = pipeline.PREFETCH_FACTOR * max(1, workers)
     batches = min(layout.batches, max(4 * depth, SIM_SAMPLES // per_batch))
@@ -262,24 +307,26 @@ def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,
     batches = min(batches, files // per_batch)
     orders = [cachesim.epoch_order(files, rng, ranks * nodes, model.batch_size, ranks)
               [:batches * model.batch_size * ranks] for _ in range(layout.epochs)]
+    read = [sizes[o].astype(float) for o in orders]
     if mode is not Mode.DISK:
-        return [np.zeros(len(o)) for o in orders], batches
+        return [np.zeros(len(o)) for o in orders], read, batches
     cap = None if cache_bytes is None else int(cache_bytes)
-    return cachesim.miss_bytes(sizes, cap, model.policy, orders), batches
+    return cachesim.miss_bytes(sizes, cap, model.policy, orders), read, batches
 
 
 def simulate_run(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
                  cache_bytes: float | None = None, seed: int = 0,
-                 misses: list[np.ndarray] | None = None, sim_batches: int | None = None,
+                 sim: tuple[list[np.ndarray], list[np.ndarray], int] | None = None,
                  **override: float) -> pipeline.Timeline:
-    """Rank 0's iterations for `cfg` over `layout`; `override` replaces pipeline fields."""
+    """Rank 0's iterations for `cfg` over `layout`; `sim`: `_misses`'s answer if the
+    caller has it; `override` replaces pipeline fields."""
     ranks = cfg.nproc or model.ranks
-    if misses is None:
-        misses, sim_batches = _misses(model, ranks, workers_for(model, cfg), layout,
-                                      cache_bytes, mode, seed, cfg.nnodes)
+    if sim is None:
+        sim = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes, mode, seed,
+                      cfg.nnodes)
+    misses, read, sim_batches = sim
     p = replace(_pipe(model, cfg, mode, override.pop("prep_cpu_s", None)), **override)
-    sim_batches = sim_batches or layout.batches
-    tl = pipeline.expand(pipeline.simulate(p, misses, sim_batches), sim_batches, layout)
+    tl = pipeline.expand(pipeline.simulate(p, misses, sim_batches, read), sim_batches, layout)
     n = min(layout.iters, len(tl.iter_s))
     first = (tl.iter_s[0] + model.startup_s,) if n else ()
     return pipeline.Timeline(tl.wait_s[:n], first + tl.iter_s[1:n], tl.epoch[:n],
@@ -306,10 +353,10 @@ def mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     varied = mode is Mode.DISK and bool(cache_bytes) and layout.batches * ranks * \
         model.batch_size < SIM_SAMPLES  # no cache (0) misses everything in any order
     for seed in range(SEEDS if varied else 1):
-        misses, batches = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes,
-                                  mode, seed, cfg.nnodes)
-        tl = simulate_run(model, cfg, layout, mode, misses=misses, sim_batches=batches,
-                          **override)
+        sim = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes, mode, seed,
+                      cfg.nnodes)
+        misses = sim[0]
+        tl = simulate_run(model, cfg, layout, mode, sim=sim, **override)
         out.append(pipeline.window_rates(tl, layout, cold_first))
         if mode is Mode.DISK:
             steady = misses[1:] if cold_first and len(misses) > 1 else misses
@@ -342,8 +389,8 @@ def run_config(model: Model, run: RunResult) -> Config:
     """
     res, job = run.spec.resources, run.spec.job
     speedup = model.step_ms / job.sim_step_ms if model.step_ms and job.device == "sim" else 1.0
-    return Config(run_cpus(run), res.cache.spec, res.cache.cache_bytes, res.storage_read_bps,
-                  gpu_speedup=speedup, nproc=job.world_size, workers=job.workers)
+    return Config(replace(res, cpus=run_cpus(run)), gpu_speedup=speedup, nproc=job.world_size,
+                  workers=job.workers)
 
 
 def layout_for(model: Model, ranks: int, layout: pipeline.Layout | None = None
@@ -373,6 +420,18 @@ def predict_run(model: Model, run: RunResult) -> Rates:
     return mean_rates(model, cfg, layout, run.mode, cache)
 
 
+def rel_sigma_for(model: Model, cfg: Config) -> float:
+    """The relative standard error of a prediction for `cfg`: the fit's residual error,
+    widened by `UNTESTED_SIGMA` for each assumption of `untested`."""
+    return math.sqrt(model.rel_sigma ** 2 + len(untested(model, cfg)) * UNTESTED_SIGMA ** 2)
+
+
+def interval(model: Model, cfg: Config, rate_sps: float) -> tuple[float, float]:
+    """The rate's interval at the nominal level: rate x exp(-+z sigma)."""
+    k = math.exp(Z * rel_sigma_for(model, cfg))
+    return rate_sps / k, rate_sps * k
+
+
 def untested(model: Model, cfg: Config) -> tuple[str, ...]:
     """The assumptions a prediction for `cfg` rests on that no fit run tested."""
     out = []
@@ -393,7 +452,7 @@ def untested(model: Model, cfg: Config) -> tuple[str, ...]:
         out.append(f"{ranks} ranks: none measured; "
                    + ("all-reduce by the ring law" if model.allreduce_s else
                       "no all-reduce time added, each rank's loader as measured"))
-    if cfg.gpu_speedup != 1:
+    if round(cfg.gpu_speedup, 3) not in {round(x, 3) for x in model.measured_speedups}:
         out.append(f"a step {cfg.gpu_speedup:g}x faster: the compute part divided, taking no CPU")
     if model.loader == "dali":
         out.append("DALI: its threads simulated as DataLoader workers (one batch each, in order)")

@@ -16,10 +16,13 @@ as its inputs:
   as: read its missing bytes from storage while `read_overlap` of its
   `prep_cpu_s` runs (readahead streams the file to the decoder), then the
   rest of the prep plus `miss_cpu_s_per_byte` per byte read;
-- the main process of a rank waits for its next batch in order, spends
-  `main_cpu_s` of CPU receiving it (this is where a new index is sent to a
-  worker), then the step takes `step_s` with the CPU free (an accelerator, or
-  the `sim` device); ranks leave each step together (the gradient all-reduce);
+- the main process of a rank waits for its next batch in order, and takes it
+  `receive_s` after it is ready (handing a batch over between processes is
+  not free; this is where a new index is sent to a worker; the wait ends with
+  the batch in hand), then spends `main_cpu_s` of CPU (the loop's own work, competing for
+  the cores with the workers), then the step takes `step_s` with the CPU free
+  (an accelerator, or the `sim` device); ranks leave each step together (the
+  gradient all-reduce);
 - `cpus` cores are shared equally by every process that wants CPU (at most one
   core each); the storage bandwidth `read_bps` is shared equally by every
   worker that is reading (None: reads cost no time: the device was not measured).
@@ -38,6 +41,7 @@ import statistics
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -63,6 +67,8 @@ class Pipeline:
     read_latency_s: float = 0.0  # per missed sample, before its bytes flow
     read_overlap: float = 1.0  # share of a sample's prep that runs while its bytes arrive
     prefetch_factor: int = PREFETCH_FACTOR
+    size_share: float = 0.0  # share of the prep that scales with the sample's bytes (decode)
+    receive_s: float = 0.0  # delay, not CPU, for the main process to take a ready batch
 
     def __post_init__(self) -> None:
         if self.ranks < 1 or self.batch_size < 1 or self.workers < 0 or self.cpus <= 0:
@@ -91,6 +97,55 @@ class Timeline:
         return sum(t for t, e in zip(self.iter_s, self.epoch) if e == epoch)
 
 
+class Chunk(NamedTuple):
+    """Chunk `t` of batch `batch` of `epoch`, loaded by worker `worker` of rank `rank`."""
+
+    rank: int
+    worker: int
+    epoch: int
+    batch: int
+    t: int
+
+
+class ReadStarts(NamedTuple):
+    """A chunk's request latency passed: its bytes start to flow."""
+
+    chunk: Chunk
+
+
+class PartDone(NamedTuple):
+    """A chunk's read, or the prep that overlaps it, finished."""
+
+    chunk: Chunk
+
+
+class ChunkDone(NamedTuple):
+    """A chunk is read and prepared."""
+
+    chunk: Chunk
+
+
+class Taken(NamedTuple):
+    """A rank's main process has its batch in hand (the receive delay passed)."""
+
+    rank: int
+
+
+class Received(NamedTuple):
+    """A rank's main process took its batch (its CPU work done)."""
+
+    rank: int
+
+
+class StepDone(NamedTuple):
+    """A rank's compute step ended."""
+
+    rank: int
+
+
+Event = ReadStarts | PartDone | ChunkDone | Taken | Received | StepDone
+
+
 class _PS:
     """A processor-sharing resource: every active job progresses at rate(k) / k each."""
 
@@ -98,7 +153,7 @@ class _PS:
         self.capacity = capacity
         self.per_job_cap = per_job_cap
         self.virtual = 0.0  # work done by each job that was active all the time
-        self.heap: list[tuple[float, int, tuple]] = []
+        self.heap: list[tuple[float, int, Event]] = []
 
     def speed(self) -> float:
         k = len(self.heap)
@@ -109,22 +164,24 @@ class _PS:
             return math.inf
         return max(0.0, self.heap[0][0] - self.virtual) / self.speed()
 
-    def add(self, work: float, seq: int, what: tuple) -> None:
+    def add(self, work: float, seq: int, what: Event) -> None:
         heapq.heappush(self.heap, (self.virtual + work, seq, what))
 
 
-def simulate(p: Pipeline, miss_bytes: Sequence[np.ndarray], batches_per_epoch: int) -> Timeline:
+def simulate(p: Pipeline, miss_bytes: Sequence[np.ndarray], batches_per_epoch: int,
+             sample_bytes: Sequence[np.ndarray] | None = None) -> Timeline:
     """Run `len(miss_bytes)` epochs of `batches_per_epoch` iterations.
 
     `miss_bytes[e][i]` is the storage bytes sample i of epoch e needs (0: a
     cache hit); sample i of rank r's batch j is `(j * batch_size + t) * ranks + r`,
     the order `cachesim.epoch_order` gives.
     """
-    return _Sim(p, miss_bytes, batches_per_epoch).run()
+    return _Sim(p, miss_bytes, batches_per_epoch, sample_bytes).run()
 
 
 class _Sim:
-    def __init__(self, p: Pipeline, miss_bytes: Sequence[np.ndarray], batches: int) -> None:
+    def __init__(self, p: Pipeline, miss_bytes: Sequence[np.ndarray], batches: int,
+                 sample_bytes: Sequence[np.ndarray] | None = None) -> None:
         if batches < 1 or not miss_bytes:
             raise ConfigError("simulate at least one epoch of one batch")
         need = batches * p.batch_size * p.ranks
@@ -132,13 +189,18 @@ class _Sim:
             raise ConfigError(f"every epoch needs {need} sample sizes")
         self.p, self.batches = p, batches
         self.miss = [np.asarray(m, dtype=float) for m in miss_bytes]
+        self.weight = None  # each sample's prep relative to the mean: the size-scaled share
+        if sample_bytes is not None and p.size_share > 0:
+            mean = float(np.mean(np.concatenate([np.asarray(b, float) for b in sample_bytes])))
+            self.weight = [1 - p.size_share + p.size_share * np.asarray(b, float) / mean
+                           for b in sample_bytes]
         self.chunk = -(-p.batch_size // MAX_CHUNKS)  # samples simulated as one step
         self.epochs = len(miss_bytes)
         self.now = 0.0
         self.seq = 0
         self.cpu = _PS(p.cpus, 1.0)
         self.io = _PS(p.read_bps or 1.0, math.inf)
-        self.timers: list[tuple[float, int, tuple]] = []
+        self.timers: list[tuple[float, int, Event]] = []
         nw = max(1, p.workers)
         self.queues = [[deque() for _ in range(nw)] for _ in range(p.ranks)]
         self.busy = [[False] * nw for _ in range(p.ranks)]
@@ -151,19 +213,19 @@ class _Sim:
         self.iter_s: list[float] = []
         self.epoch_of: list[int] = []
         self.done = False
-        self.pending: dict[tuple, int] = {}
-        self.after: dict[tuple, float] = {}
-        self.io_bytes: dict[tuple, float] = {}
+        self.pending: dict[Chunk, int] = {}
+        self.after: dict[Chunk, float] = {}
+        self.io_bytes: dict[Chunk, float] = {}
 
     # -- scheduling helpers ------------------------------------------------------------------
     def _seq(self) -> int:
         self.seq += 1
         return self.seq
 
-    def _timer(self, delay: float, what: tuple) -> None:
+    def _timer(self, delay: float, what: Event) -> None:
         heapq.heappush(self.timers, (self.now + delay, self._seq(), what))
 
-    def _cpu(self, work: float, what: tuple) -> None:
+    def _cpu(self, work: float, what: Event) -> None:
         if work <= 0:
             self._timer(0.0, what)
         else:
@@ -198,7 +260,8 @@ class _Sim:
         n = min(self.chunk, p.batch_size - first)
         idx = [(batch * p.batch_size + i) * p.ranks + rank for i in range(first, first + n)]
         nbytes = float(self.miss[epoch][idx].sum())
-        key = (rank, w, epoch, batch, t)
+        prep = p.prep_cpu_s * (n if self.weight is None else float(self.weight[epoch][idx].sum()))
+        key = Chunk(rank, w, epoch, batch, t)
         if nbytes > 0 and p.read_bps is not None:
             # readahead streams the file while the decoder works on what arrived:
             # `read_overlap` of the prep runs alongside the read, the rest after it
@@ -206,39 +269,43 @@ class _Sim:
             misses = int(np.count_nonzero(self.miss[epoch][idx]))
             if p.read_latency_s > 0:
                 self.io_bytes[key] = nbytes
-                self._timer(p.read_latency_s * misses, ("io",) + key)
+                self._timer(p.read_latency_s * misses, ReadStarts(key))
             else:
-                self.io.add(nbytes, self._seq(), ("part",) + key)
-            self._cpu(n * p.prep_cpu_s * p.read_overlap, ("part",) + key)
-            self.after[key] = n * p.prep_cpu_s * (1 - p.read_overlap) + \
+                self.io.add(nbytes, self._seq(), PartDone(key))
+            self._cpu(prep * p.read_overlap, PartDone(key))
+            self.after[key] = prep * (1 - p.read_overlap) + \
                 nbytes * p.miss_cpu_s_per_byte
         else:
-            self._cpu(n * p.prep_cpu_s + nbytes * p.miss_cpu_s_per_byte, ("sample_done",) + key)
+            self._cpu(prep + nbytes * p.miss_cpu_s_per_byte, ChunkDone(key))
 
-    def _on(self, what: tuple) -> None:
-        kind = what[0]
-        if kind == "io":  # the request's latency passed: its bytes start to flow
-            self.io.add(self.io_bytes.pop(what[1:]), self._seq(), ("part",) + what[1:])
-        elif kind == "part":  # the read or the overlapped prep finished
-            key = what[1:]
-            self.pending[key] -= 1
-            if self.pending[key] == 0:
-                del self.pending[key]
-                self._cpu(self.after.pop(key), ("sample_done",) + key)
-        elif kind == "sample_done":
-            _, rank, w, epoch, batch, t = what
-            if (t + 1) * self.chunk < self.p.batch_size:
-                self._sample(rank, w, epoch, batch, t + 1)
-                return
-            self.queues[rank][w].popleft()
-            self.ready[rank].add((epoch, batch))
-            if self.waiting[rank] and tuple(self.pos[rank]) == (epoch, batch):
-                self._receive(rank)
-            self._next_task(rank, w)
-        elif kind == "received":
-            self._received(what[1])
-        elif kind == "step_done":
-            self._step_done(what[1])
+    def _on(self, what: Event) -> None:
+        match what:
+            case ReadStarts(key):
+                self.io.add(self.io_bytes.pop(key), self._seq(), PartDone(key))
+            case PartDone(key):
+                self.pending[key] -= 1
+                if self.pending[key] == 0:
+                    del self.pending[key]
+                    self._cpu(self.after.pop(key), ChunkDone(key))
+            case ChunkDone(key):
+                self._chunk_done(key)
+            case Taken(rank):
+                self._taken(rank)
+            case Received(rank):
+                self._received(rank)
+            case StepDone(rank):
+                self._step_done(rank)
+
+    def _chunk_done(self, key: Chunk) -> None:
+        rank, w, epoch, batch, t = key
+        if (t + 1) * self.chunk < self.p.batch_size:
+            self._sample(rank, w, epoch, batch, t + 1)
+            return
+        self.queues[rank][w].popleft()
+        self.ready[rank].add((epoch, batch))
+        if self.waiting[rank] and tuple(self.pos[rank]) == (epoch, batch):
+            self._receive(rank)
+        self._next_task(rank, w)
 
     # -- the training loop -------------------------------------------------------------------
     def _next(self, rank: int) -> None:
@@ -252,21 +319,24 @@ class _Sim:
 
     def _receive(self, rank: int) -> None:
         self.waiting[rank] = False
+        self.ready[rank].discard(tuple(self.pos[rank]))
+        self._timer(self.p.receive_s, Taken(rank))
+
+    def _taken(self, rank: int) -> None:
         epoch, batch = self.pos[rank]
-        self.ready[rank].discard((epoch, batch))
         if self.depth:
             self._dispatch(rank, epoch, batch + self.depth)
-        self._cpu(self.p.main_cpu_s, ("received", rank))
+        if rank == 0:  # the wait ends with the batch in hand; the loop's own work follows
+            self.wait_s.append(self.now - self.iter_start[0])
+            self.epoch_of.append(epoch)
+        self._cpu(self.p.main_cpu_s, Received(rank))
 
     def _received(self, rank: int) -> None:
-        if rank == 0:
-            self.wait_s.append(self.now - self.iter_start[0])
-            self.epoch_of.append(self.pos[0][0])
         self.arrived += 1
         if self.arrived == self.p.ranks:  # the all-reduce: every rank leaves together
             self.arrived = 0
             for r in range(self.p.ranks):
-                self._timer(self.p.step_s, ("step_done", r))
+                self._timer(self.p.step_s, StepDone(r))
 
     def _step_done(self, rank: int) -> None:
         if rank == 0:

@@ -12,6 +12,10 @@
 3. Else the least stalled; predictions within `tolerance` of the fastest are
    ties, broken by the same cost (never by float noise).
 
+`rank` is that ranking alone; the advice at the end of a run
+(`analysis/advice.py`) is its other mode: the same ranking over the
+predictions that add resources to the fastest measured configuration.
+
 Stalls are those of a job of `epochs` epochs: the cold first epoch, then
 steady ones (`Prediction.job_stall_pct`). The speed-up compares predictions
 with predictions: the measured configuration (the baseline run) is predicted
@@ -20,14 +24,15 @@ the same way; its measured rate is reported beside.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from dsanalyze.analysis import stalls
 from dsanalyze.analysis.calibrate import base_runs
 from dsanalyze.analysis.model import Config, Model, run_config, run_cpus
 from dsanalyze.analysis.whatif import Prediction, predict
-from dsanalyze.config import Mode, format_bytes
+from dsanalyze.config import Mode, format_bytes, unlimited_last
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
 
@@ -58,9 +63,22 @@ class Recommendation:
 
 def cost(p: Prediction) -> tuple:
     """Fewest CPUs, least cache, least bandwidth (the device last), fewest workers."""
-    c, big = p.config, float("inf")
-    return (c.cpus, big if c.cache_bytes is None else c.cache_bytes,
-            big if c.storage_read_bps is None else c.storage_read_bps, c.workers or 0)
+    c = p.config
+    return (c.cpus, unlimited_last(c.cache_bytes), unlimited_last(c.storage_read_bps),
+            c.workers or 0)
+
+
+def rank(preds: Sequence[Prediction], max_stall_pct: float, epochs: int,
+         tolerance: float = TOLERANCE, key: Callable[[Prediction], Any] = cost
+         ) -> tuple[Prediction | None, Prediction | None]:
+    """(the cheapest by `key` whose stalls stay under the limit, or None; the cheapest of
+    those within `tolerance` of the shortest job): the one ranking of the recommendation
+    and of the advice."""
+    if not preds:
+        return None, None
+    ok = [p for p in preds if p.job_stall_pct(epochs) <= max_stall_pct]
+    chosen = min(ok, key=key) if ok else None
+    return chosen, chosen or _fastest(preds, epochs, tolerance)
 
 
 def baseline_run(results: Sequence[RunResult]) -> RunResult | None:
@@ -73,11 +91,9 @@ def baseline_run(results: Sequence[RunResult]) -> RunResult | None:
     runs = [r for r in base if r.mode is Mode.DISK] or [r for r in base if r.mode is Mode.CACHED]
     if not runs:
         return None
-    big = float("inf")
-    return max(runs, key=lambda r: (run_cpus(r), big if r.spec.resources.cache.cache_bytes is None
-                                    else r.spec.resources.cache.cache_bytes,
-                                    big if r.spec.resources.storage_read_bps is None
-                                    else r.spec.resources.storage_read_bps))
+    return max(runs, key=lambda r: (run_cpus(r),
+                                    unlimited_last(r.spec.resources.cache.cache_bytes),
+                                    unlimited_last(r.spec.resources.storage_read_bps)))
 
 
 def _fastest(preds: Sequence[Prediction], epochs: int, tolerance: float) -> Prediction:
@@ -109,15 +125,14 @@ def recommend(model: Model, preds: Sequence[Prediction], results: Sequence[RunRe
     run = baseline_run(results)
     base_cfg = run_config(model, run) if run is not None else preds[0].config
     if run is not None and run.mode is not Mode.DISK:
-        base_cfg = replace(base_cfg, cache_bytes=None, cache_spec="none")
+        base_cfg = base_cfg.with_cache()
     baseline = predict(model, base_cfg)
     soft = _software(model, base_cfg, preds)
-    ok = [p for p in [*soft, *preds] if p.job_stall_pct(epochs) <= max_stall_pct]
     # on equal hardware the measured worker count first (no change), then the fewest
     key = lambda p: (cost(p)[:3], p.config.workers != baseline.config.workers,  # noqa: E731
                      p.config.workers)
-    chosen = min(ok, key=key) if ok else None
-    closest = chosen or _fastest([*preds, *soft], epochs, tolerance)
+    chosen, closest = rank([*soft, *preds], max_stall_pct, epochs, tolerance, key)
+    assert closest is not None
     software = cost(closest)[:3] == cost(baseline)[:3]
     measured = stalls.run_rate(run).rate_sps if run is not None else None
     speedup = baseline.job_s(epochs) / closest.job_s(epochs)

@@ -12,7 +12,6 @@ rate is read afterwards, to score the prediction and its interval.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -23,7 +22,7 @@ from dsanalyze.analysis.calibrate import base_runs, fit
 from dsanalyze.analysis.model import (
     LEVEL,
     Model,
-    Z,
+    interval,
     predict_run,
     run_cache,
     run_config,
@@ -116,12 +115,12 @@ def _check(model: Model, run: RunResult, split: str) -> Check:
     """Predict a held-out run from its spec; only then read the figure it measured."""
     blind = spec_only(run)
     pred = predict_run(model, blind)
-    k = math.exp(Z * model.rel_sigma)
+    cfg = run_config(model, blind)
+    low, high = interval(model, cfg, pred.rate_sps)
     cache = run_cache(model, blind) if run.mode is Mode.DISK else None
     rate = stalls.run_rate(run)
     return Check(run_label(model, run), run.mode.value, split, rate.rate_sps or 0.0, pred.rate_sps,
-                 pred.rate_sps / k, pred.rate_sps * k, rate.epoch1_rate_sps, pred.epoch1_sps,
-                 cache, untested(model, run_config(model, blind)))
+                 low, high, rate.epoch1_rate_sps, pred.epoch1_sps, cache, untested(model, cfg))
 
 
 def _loo(ok: list[RunResult], sizes: Sequence[int] | None, policy: str,

@@ -34,7 +34,7 @@ from dsanalyze.analysis.model import (
     Config,
     Model,
     Rates,
-    Z,
+    interval,
     job_ranks,
     layout_for,
     mean_rates,
@@ -48,7 +48,7 @@ from dsanalyze.analysis.model import (
     untested,
     workers_for,
 )
-from dsanalyze.config import CacheBudget, Mode
+from dsanalyze.config import CacheBudget, Mode, Resources
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
 
@@ -141,8 +141,8 @@ def configs(cpus: Sequence[int], caches: Sequence[str], bandwidths: Sequence[int
         for spec in caches:
             budget = CacheBudget.parse(spec, dataset_bytes)
             for bw in bandwidths:
-                out += [Config(int(c), budget.spec, budget.cache_bytes, bw, gpu_speedup, nproc, w,
-                               nnodes) for w in workers]
+                out += [Config(Resources(int(c), budget, bw), gpu_speedup, nproc, w, nnodes)
+                        for w in workers]
     return out
 
 
@@ -173,13 +173,12 @@ def predict(model: Model, cfg: Config) -> Prediction:
                         cfg.nnodes)
     g = ranks * model.batch_size / step_for(model, cfg)
     epoch_s, cached_s, compute_s = n / disk.rate_sps, n / cached.rate_sps, n / g
-    k = math.exp(Z * model.rel_sigma)
+    low, high = interval(model, cfg, disk.rate_sps)
     return Prediction(
         cfg, ranks, disk.rate_sps, epoch_s, compute_s, max(0.0, cached_s - compute_s),
         max(0.0, epoch_s - cached_s), n / disk.epoch1_sps if disk.epoch1_sps else None,
         disk.hit_rate, cache, bound_sps(model, cfg, disk.hit_rate),
-        disk.rate_sps / k, disk.rate_sps * k, max(cached_s, compute_s), untested(model, cfg),
-        model.loader)
+        low, high, max(cached_s, compute_s), untested(model, cfg), model.loader)
 
 
 def _job_rates(node: Rates, nodes: int) -> Rates:
@@ -188,21 +187,24 @@ def _job_rates(node: Rates, nodes: int) -> Rates:
                    epoch1_sps=node.epoch1_sps * nodes if node.epoch1_sps else None)
 
 
-def _measured_key(model: Model, run: RunResult) -> tuple:
-    c = run_config(model, run)
-    return (c.cpus, c.cache_bytes, c.storage_read_bps, round(c.gpu_speedup, 6), c.nproc,
-            c.workers)
+def comparable(model: Model, cfg: Config) -> Config:
+    """`cfg` as a value equal to a measured run's configuration when they are the same: the
+    cache by its bytes (`25%` and its bytes alike), the ranks and workers as run when left
+    unset, the speed-up rounded."""
+    cache = CacheBudget("none" if cfg.cache_bytes is None else str(cfg.cache_bytes),
+                        cfg.cache_bytes)
+    return Config(replace(cfg.resources, cache=cache), round(cfg.gpu_speedup, 6),
+                  cfg.nproc or model.ranks, workers_for(model, cfg), cfg.nnodes)
 
 
 def grid(model: Model, cfgs: Sequence[Config], results: Sequence[RunResult]) -> list[Prediction]:
     """Predict every configuration; mark the ones a disk run measured."""
-    measured = {_measured_key(model, r): r for r in results
+    measured = {comparable(model, run_config(model, r)): r for r in results
                 if r.ok and r.mode is Mode.DISK and r.ranks}
     out = []
     for cfg in cfgs:
         p = predict(model, cfg)
-        run = measured.get((cfg.cpus, cfg.cache_bytes, cfg.storage_read_bps,
-                            round(cfg.gpu_speedup, 6), p.nproc, p.config.workers))
+        run = measured.get(comparable(model, cfg))
         if run is not None:
             rate = stalls.run_rate(run)
             steady = run_layout(run).epochs >= 2
