@@ -74,12 +74,12 @@ def main() -> None:
     expected = samples_read * mean_bytes
     print(f"(c) bytes read: cached run {cached_read / 2**20:.2f} MiB while iterating "
           f"(+{startup / 2**20:.1f} MiB of libraries at start-up); disk run "
-          f"{disk.io['read_bytes'] / 2**20:.1f} MiB for {samples_read} samples iterated "
-          f"(~{expected / 2**20:.1f} MiB; ratio {disk.io['read_bytes'] / expected:.3f}, "
+          f"{disk.io.read_bytes / 2**20:.1f} MiB for {samples_read} samples iterated "
+          f"(~{expected / 2**20:.1f} MiB; ratio {disk.io.read_bytes / expected:.3f}, "
           "the excess is the loader's prefetch beyond the last iteration)")
     print(f"ground truth: throttle ratio {seen_bps / throttle:.3f}, CPU scaling {c2 / c1:.2f}, "
           f"cached read {cached_read / 2**20:.2f} MiB, disk read ratio "
-          f"{disk.io['read_bytes'] / expected:.3f}")
+          f"{disk.io.read_bytes / expected:.3f}")
 
 
 if __name__ == "__main__":

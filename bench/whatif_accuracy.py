@@ -120,7 +120,7 @@ def _warn_runs(runs: list[RunResult]) -> None:
     for r in runs:
         if not r.ok:
             print(f"run {r.run_id} {r.status}: {r.error}")
-        loose = {k: v for k, v in r.enforced.items() if "not enforced" in str(v)}
+        loose = {k: v.why for k, v in r.enforced.knobs().items() if not v.enforced}
         if loose:
             print(f"run {r.run_id}: limits not enforced: {loose}")
 
@@ -152,7 +152,7 @@ def check_cache(model: whatif.Model, runs: list[RunResult]) -> None:
 
 def report(prefixes: list[Path]) -> None:
     runs = [r for p in prefixes if (p / "runs").is_dir() for r in store.load_runs(p)]
-    sizes = list(scan_dataset(runs[0].dataset["root"]).file_bytes)
+    sizes = list(scan_dataset(runs[0].dataset.root).file_bytes)
     _warn_runs(runs)
     t0 = time.monotonic()
     val = whatif.validate(runs, sizes)

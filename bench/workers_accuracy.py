@@ -65,7 +65,7 @@ def main() -> int:
               file=sys.stderr)
         return 2
     grid = store.load_runs(base / "s60-n1")  # the base job of bench/whatif_accuracy.py
-    sizes = list(scan_dataset(grid[0].dataset["root"]).file_bytes)
+    sizes = list(scan_dataset(grid[0].dataset.root).file_bytes)
     model = whatif.fit(grid, sizes)
     print(f"fitted on the {sum(r.ok for r in grid)} runs of the 2-worker grid")
     prefixes = measure(base, ns.fresh) if ns.measure else \

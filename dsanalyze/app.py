@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dsanalyze import config, nodes, store
+from dsanalyze.analysis.advice import DEFAULT_CACHES
 from dsanalyze.config import Sweep
 from dsanalyze.errors import ConfigError, DsAnalyzeError, StoreError
 from dsanalyze.fingerprint import check_consistent
@@ -37,7 +38,7 @@ from dsanalyze.records import RunResult
 from dsanalyze.report.whatif_docs import WhatIfDocs, recommended_text
 
 WHATIF_JSON, VALIDATION_JSON, SUMMARY_JSON = "whatif.json", "validation.json", "summary.json"
-DEFAULT_CACHE_GRID = ("0", "25%", "50%", "75%", "100%")
+DEFAULT_CACHE_GRID = DEFAULT_CACHES  # `dsanalyze whatif --cache`, as the advice's grid
 
 
 # ---- measuring ------------------------------------------------------------------------------
@@ -139,12 +140,11 @@ def whatif(req: WhatIfRequest) -> WhatIfAnswer:
     """Fit the model on the prefix's runs, predict the request's grid, write `whatif.json`."""
     from dsanalyze.analysis import recommend
     from dsanalyze.analysis import whatif as model_whatif
+    from dsanalyze.analysis.advice import default_cpus
 
     runs, sizes = runs_and_sizes(req.prefix)
     model = model_whatif.fit(runs, sizes, req.cache_policy)
-    measured_cpus = sorted({model_whatif.run_cpus(r) for r in runs if r.ok and r.ranks})
-    cpus = req.cpus or tuple(sorted(set(measured_cpus)
-                                    | {2 * measured_cpus[-1], 4 * measured_cpus[-1]}))
+    cpus = req.cpus or tuple(default_cpus(runs))
     dataset_bytes = next(r.dataset.total_bytes for r in runs if r.ok)
     cfgs = model_whatif.configs(cpus, list(req.cache), list(req.storage_bps), dataset_bytes,
                                 req.gpu_speedup, req.nproc, list(req.workers), req.nnodes)

@@ -61,11 +61,6 @@ def parse_bytes(text: str | int, what: str = "size") -> int:
     return int(float(number) * _UNITS[unit.upper()])
 
 
-def unlimited_last(x: float | None) -> float:
-    """Sort key: None (no cache limit, no throttle, all CPUs) after every number."""
-    return float("inf") if x is None else x
-
-
 def format_bytes(n: float | None) -> str:
     """Human-readable binary size, for display only: 1.5G, 512M, 300K."""
     if n is None:

@@ -182,17 +182,22 @@ def default_grid(results: Sequence[RunResult]
     """CPUs: the measured counts, 2x and 4x the largest; caches: those of `dsanalyze whatif`,
     the measured ones and none; storage: the measured bandwidths and the device unthrottled;
     DataLoader workers per rank: as measured, 2x and 4x."""
-    from dsanalyze.analysis import whatif
-
     ok = [r for r in results if r.ok and r.ranks]
-    measured = sorted({whatif.run_cpus(r) for r in ok})
-    cpus = sorted(set(measured) | {2 * measured[-1], 4 * measured[-1]})
+    cpus = default_cpus(ok)
     disk = [r for r in ok if r.mode is Mode.DISK]
     caches = [*DEFAULT_CACHES, *sorted({r.spec.resources.cache.spec for r in disk}
                                        - set(DEFAULT_CACHES) - {"none"}), "none"]
     bws = sorted({r.spec.resources.storage_read_bps for r in disk} - {None}) + [None]
     w = ok[0].spec.job.workers
     return cpus, caches, bws, sorted({w, 2 * w or 1, 4 * w or 2})
+
+
+def default_cpus(results: Sequence[RunResult]) -> list[int]:
+    """The what-if CPU counts when none are asked: the measured ones, 2x and 4x the largest."""
+    from dsanalyze.analysis import whatif
+
+    measured = sorted({whatif.run_cpus(r) for r in results if r.ok and r.ranks})
+    return sorted(set(measured) | {2 * measured[-1], 4 * measured[-1]})
 
 
 def _cpus_of_all(results: Sequence[RunResult]) -> int | None:

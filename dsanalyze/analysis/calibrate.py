@@ -43,7 +43,7 @@ from dsanalyze.analysis.model import (
 )
 from dsanalyze.config import Mode, format_bytes
 from dsanalyze.errors import ConfigError
-from dsanalyze.records import RunResult
+from dsanalyze.records import LOADER_STAGE, RunResult
 
 
 def _by_mode(results: list[RunResult], mode: Mode) -> list[RunResult]:
@@ -204,7 +204,7 @@ def _fit_size_share(model: Model, results: list[RunResult]) -> tuple[Model, Para
         if total > 0:
             rows = table
             shares.append(sum(x["mean_s_per_sample"] for x in table
-                              if x["stage"] == transforms.LOADER_STAGE) / total)
+                              if x["stage"] == LOADER_STAGE) / total)
     if not shares:
         return model, Param("prep_size_share", 0.0, "", (), "not measured: no per-transform "
                             "timing recorded; every sample's prep taken as the mean")

@@ -19,10 +19,7 @@ from matplotlib.colors import Normalize  # noqa: E402  (after choosing the backe
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
-from dsanalyze.config import (
-    format_bytes,  # noqa: E402
-    unlimited_last,  # noqa: E402
-)
+from dsanalyze.config import format_bytes, unlimited_last  # noqa: E402
 from dsanalyze.report.text import knob_text  # noqa: E402
 from dsanalyze.report.whatif_docs import is_recommended  # noqa: E402
 
