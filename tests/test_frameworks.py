@@ -217,7 +217,7 @@ def test_torchdata_nodes(tmp_path, small_dataset, capsys, world, given):
                    world=world, data=small_dataset if given else None)
     check_runs(runs, world, kind="torchdata.nodes Loader", steps=("read+decode", "ToTensor"))
     check_prep_bound(runs)
-    assert {r.dataset["files"] for r in runs.values()} == {IMAGES}
+    assert {r.dataset.num_files for r in runs.values()} == {IMAGES}
     if not given:
         assert "widened to every .jpg file under" in capsys.readouterr().out
 
@@ -235,8 +235,8 @@ def test_webdataset_shards(tmp_path, shard_dir, world, given, capsys):
     assert (f"(--data {shard_dir})" if given else "SimpleShardList.urls") in out
     sizes = {str(p): p.stat().st_size for p in shard_dir.glob("*.tar")}
     cached, disk = runs["cached"], runs["disk"]
-    assert cached.io["cache_state"]["resident_before_bytes"] == sum(sizes.values())
-    assert disk.io["cache_state"]["resident_before_bytes"] <= 0.01 * sum(sizes.values())
+    assert cached.io.cache_state["resident_before_bytes"] == sum(sizes.values())
+    assert disk.io.cache_state["resident_before_bytes"] <= 0.01 * sum(sizes.values())
     table = shards.shard_table(cached, disk)
     assert table and all(r["file"] in sizes for r in table)
     read = [r for r in table if r["disk_read_bytes"]]  # shard order is shuffled in each run
