@@ -21,6 +21,7 @@ from conftest import copy_of, harness, needs_cgroups
 from dsanalyze import launch, store, sweep
 from dsanalyze.analysis import stalls
 from dsanalyze.config import Job, Mode, RunSpec, Sweep
+from dsanalyze.instrument import rank as rankenv
 from dsanalyze.monitor import InterferenceProbe
 from dsanalyze.resources import cgroups
 
@@ -130,8 +131,9 @@ def _loader_workers(mode: str) -> list[psutil.Process]:
     found = []
     for p in psutil.Process().children(recursive=True):
         try:
-            argv = p.cmdline()
-            if argv[1:3] == ["-m", "dsanalyze.jobs.image_classification"] and mode in argv:
+            # the built-in job runs under the bootstrap; its mode is in its environment
+            if "dsanalyze.jobs.image_classification" in p.cmdline() \
+                    and p.environ().get(rankenv.ENV_MODE) == mode:
                 found += p.children()
         except psutil.Error:  # ended meanwhile
             pass
