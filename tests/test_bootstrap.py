@@ -367,7 +367,8 @@ def profile_script(tmp_path: Path, data: Path, world: int, modes: str, workers: 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world", [1, 2])
+# 1 rank repeats a path the framework tests take (make test-extended runs it)
+@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.extended), 2])
 def test_harness_profiles_an_unmodified_imagenet_script(tmp_path, small_dataset, world):
     prefix, log = profile_script(tmp_path, small_dataset, world, "synthetic,cached,disk", 2)
     runs = {r.mode.value: r for r in store.load_runs(prefix)}
