@@ -76,7 +76,15 @@ def test_second_harness_on_the_same_data_refuses(small_dataset, tmp_path, capsys
         first.kill()
         first.wait()
         wait_for(lambda: not any(running(p.pid) for p in job), timeout_s=10)
-        assert not [p.pid for p in job if running(p.pid)]
+        left = [p for p in job if running(p.pid)]
+        assert not left, [f"{p.pid}: {' '.join(_argv(p))}" for p in left]  # which one lingered
     finally:
         first.kill()
         first.wait()
+
+
+def _argv(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return ["(ended)"]
