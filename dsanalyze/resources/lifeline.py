@@ -92,14 +92,39 @@ def _procs(dirs: list[str]) -> set[int]:
     return pids
 
 
+def _descendants(roots: list[int]) -> set[int]:
+    """Every process below `roots` now, by /proc's parent links. A rank runs in a session of
+    its own and its DataLoader workers in the rank's group: no signal to the launcher's group
+    reaches them, and without cgroups nothing else lists them."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                ppid = int(Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = list(roots)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
 def reap(pgids: list[int], dirs: list[str], timeout_s: float = REAP_TIMEOUT_S) -> bool:
-    """Kill the job's groups and everything in its cgroups, then remove the cgroups.
+    """Kill the job's groups, every process below their leaders and everything in its
+    cgroups, then remove the cgroups.
 
     True when every cgroup directory is gone.
     """
+    below = _descendants(pgids)  # before the kill: once a parent dies its children move away
     for pgid in pgids:
         with contextlib.suppress(OSError):
             os.killpg(pgid, signal.SIGKILL)
+    for pid in below:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + timeout_s
     left = list(dirs)
     while left and time.monotonic() < deadline:
