@@ -253,7 +253,6 @@ def plot(prefix: str | Path, run_id: str | None = None, docs: WhatIfDocs | None 
     `whatif.json`, else (only when `fit`) from the advice's query fitted here.
     """
     from dsanalyze.analysis import stalls
-    from dsanalyze.report import plots
 
     prefix = Path(prefix)
     runs = store.load_runs(prefix)
@@ -261,7 +260,15 @@ def plot(prefix: str | Path, run_id: str | None = None, docs: WhatIfDocs | None 
         raise StoreError(f"no run {run_id!r} under {prefix}: pick one of "
                          + ", ".join(r.run_id for r in runs))
     docs = docs or stored_whatif(prefix, runs) or (advise(prefix, runs) if fit else WhatIfDocs())
-    figures = plots.figures(stalls.summary(runs), runs, docs, run_id)
+    return _draw(prefix, runs, stalls.summary(runs), docs, run_id)
+
+
+def _draw(prefix: Path, runs: list[RunResult], summary: dict[str, Any], docs: WhatIfDocs,
+          run_id: str | None = None) -> list[Path]:
+    """Save every figure of runs already loaded and summarised, as PNG and SVG."""
+    from dsanalyze.report import plots
+
+    figures = plots.figures(summary, runs, docs, run_id)
     return [p for name, fig in figures.items() for p in plots.save(fig, prefix, name)]
 
 
@@ -277,8 +284,9 @@ def report(prefix: str | Path) -> list[Path]:
     prefix = Path(prefix)
     runs = store.load_runs(prefix)
     docs = advise(prefix, runs)
-    pngs = [p for p in plot(prefix, docs=docs) if p.suffix == ".png"]
-    blocks = report_text.report_blocks(stalls.summary(runs), [p.name for p in pngs],
+    summary = stalls.summary(runs)
+    pngs = [p for p in _draw(prefix, runs, summary, docs) if p.suffix == ".png"]
+    blocks = report_text.report_blocks(summary, [p.name for p in pngs],
                                        docs.recommendation, docs.validation, docs.note,
                                        title=f"Data-stall report: {prefix.name}")
     blocks += shard_blocks(runs)  # streaming datasets: reads per shard
