@@ -16,6 +16,27 @@ ROOT = Path(__file__).parent.parent
 DATA_DIR = Path(__file__).parent / "data"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`make test` runs `-n 2`), each worker gets its own share of the
+    CPUs: a test's runs then see a quiet machine of that many CPUs, as on a machine of their
+    own, not a share of CPUs that the other worker's runs are also using. Tests marked
+    `whole_machine` need every CPU; `make test` runs them afterwards, without -n."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    cpus = sorted(os.sched_getaffinity(0))
+    if worker and count and int(count) > 1 and len(cpus) >= int(count):
+        os.sched_setaffinity(0, cpus[int(worker.removeprefix("gw")) :: int(count)])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    why = pytest.mark.skip(reason="needs every CPU of the machine, and this pytest-xdist worker "
+                                  "has a share of them: run it without -n (make test does)")
+    for item in items:
+        if item.get_closest_marker("whole_machine"):
+            item.add_marker(why)
+
+
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """96 real JPEGs (about 100 KB each) in 4 classes."""
