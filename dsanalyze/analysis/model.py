@@ -65,6 +65,7 @@ LEVEL, Z = 0.9, 1.645  # the prediction intervals' nominal level and its normal 
 # A stated prior, not a fit: a law or a knob no fit run tested is taken to be right within
 # this relative error (one sigma), added in quadrature to the fit's own per assumption.
 UNTESTED_SIGMA = 0.10
+SETTLED = 0.01  # cores left to the job, found within this share, are simulated no further
 
 
 @dataclass(frozen=True)
@@ -246,18 +247,26 @@ def busy_cores(model: Model, cfg: Config) -> int:
     return max(1, min(cfg.cpus, (cfg.nproc or model.ranks) * max(1, workers_for(model, cfg))))
 
 
-def usable_cpus(model: Model, cfg: Config, mode: Mode, rate_sps: float) -> float:
-    """Cores the job's processes get in `cfg` at a job rate of `rate_sps`: its CPUs, less
-    the work outside its cgroup (others' CPU per sample x the rate, one node's as
-    simulated) beyond the cores of the machine it leaves free: min(CPUs, machine - others' cores). A configuration
-    with more CPUs than this machine is taken to have a machine of its own size."""
+def outside_load(model: Model, cfg: Config, mode: Mode) -> tuple[float, float] | None:
+    """(CPU seconds per sample outside the job's cgroup, cores of the machine) for `cfg`, or
+    None where not measured. A configuration with more CPUs than this machine is taken to
+    have a machine of its own size."""
     per_sample = model.others_disk_cpu_s_per_sample if mode is Mode.DISK else \
         model.others_cpu_s_per_sample
-    if not per_sample or not model.machine_cpus or not math.isfinite(rate_sps):
+    if not per_sample or not model.machine_cpus:
+        return None
+    return per_sample, float(max(model.machine_cpus, cfg.cpus))
+
+
+def usable_cpus(model: Model, cfg: Config, mode: Mode, rate_sps: float) -> float:
+    """Cores the job's processes get in `cfg` at a rate of `rate_sps` (one node's, as
+    simulated): its CPUs, less the work outside its cgroup (others' CPU per sample x the
+    rate) beyond the cores of the machine it leaves free: min(CPUs, machine - others)."""
+    load = outside_load(model, cfg, mode)
+    if load is None or not math.isfinite(rate_sps):
         return float(cfg.cpus)
-    machine = max(model.machine_cpus, cfg.cpus)
-    others = per_sample * rate_sps
-    return max(cfg.cpus / 2, min(float(cfg.cpus), machine - others))
+    per_sample, machine = load
+    return max(cfg.cpus / 2, min(float(cfg.cpus), machine - per_sample * rate_sps))
 
 
 def prep_cpu_for(model: Model, cfg: Config) -> float:
@@ -373,12 +382,22 @@ def mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     """Simulated steady and cold rates (and hit rate) over the layout's windows; where the
     work outside the job's cgroup takes part of its cores (`usable_cpus` at the rate
     simulated with all of them), simulated once more on the cores left."""
-    rates = _mean_rates(model, cfg, layout, mode, cache_bytes, cold_first, **override)
-    cores = usable_cpus(model, cfg, mode, rates.rate_sps)
-    if cores < cfg.cpus:
-        rates = _mean_rates(model, cfg, layout, mode, cache_bytes, cold_first,
-                            **{**override, "cpus": cores})
-    return rates
+    full = _mean_rates(model, cfg, layout, mode, cache_bytes, cold_first, **override)
+    cores = usable_cpus(model, cfg, mode, full.rate_sps)
+    if cores >= cfg.cpus:
+        return full
+
+    def at(x: float) -> Rates:
+        return _mean_rates(model, cfg, layout, mode, cache_bytes, cold_first,
+                           **{**override, "cpus": x})
+    rates = at(cores)
+    # fewer cores, a lower rate, less outside work: the fixed point of
+    # u = machine - per_sample * rate(u), the rate linear between the two simulations
+    per_sample, machine = outside_load(model, cfg, mode) or (0.0, 0.0)
+    slope = (full.rate_sps - rates.rate_sps) / (cfg.cpus - cores)
+    settled = (machine - per_sample * (rates.rate_sps - slope * cores)) / (1 + per_sample * slope)
+    settled = max(cfg.cpus / 2, min(float(cfg.cpus), settled))
+    return at(settled) if abs(settled - cores) > SETTLED * cores else rates
 
 
 def _mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,

@@ -32,11 +32,12 @@ import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dsanalyze.jobs.datasets import IMAGE_EXTENSIONS
-from dsanalyze.records import CpuScaling
+if TYPE_CHECKING:
+    from dsanalyze.records import CpuScaling
 
-PHASE_S = 0.35  # wall seconds of one phase
+PHASE_S = 0.3  # wall seconds of one phase
 ROUNDS = 2  # solo then parallel phases, each this many times
 FILES = 3  # files of the dataset each process cycles over
 CHECKSUM_BYTES = 4 << 20  # at most this much of a file that is not an image
@@ -46,6 +47,10 @@ START_TIMEOUT_S = 30.0
 def measure(files: Sequence[str], cpu_ids: Sequence[int] | None = None,
             phase_s: float = PHASE_S, rounds: int = ROUNDS) -> CpuScaling:
     """Solo and parallel CPU per item on the given CPUs (default: the harness's affinity)."""
+    # imported here: the workers run this module and need neither (they start faster)
+    from dsanalyze.jobs.datasets import IMAGE_EXTENSIONS
+    from dsanalyze.records import CpuScaling
+
     cpus = sorted(cpu_ids if cpu_ids is not None else os.sched_getaffinity(0))
     if len(cpus) < 2:
         return CpuScaling(len(cpus), None, why="one CPU: nothing runs in parallel")
