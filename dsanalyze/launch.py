@@ -83,6 +83,9 @@ class LaunchContext:
     # runs, returning why it must stop (another node lost or failed) or None.
     start_gate: Callable[[], None] | None = None
     should_abort: Callable[[], str | None] | None = None
+    # the machine's parallel efficiency (`records.CpuScaling`), measured once per sweep
+    # (`resources/cpuscale.py`) and stored with every run
+    cpu_scaling: dict[str, Any] | None = None
 
 
 def cpu_ids(cpus: int | None) -> tuple[int, ...] | None:
@@ -367,6 +370,8 @@ def _environment(spec: RunSpec, ctx: LaunchContext, ex: Execution, threads: dict
                    "cpus_available": len(os.sched_getaffinity(0)), "gpu": ex.monitor.gpu_status,
                    "cgroup_version": ctx.hierarchy.version if ctx.hierarchy else None,
                    "argv": job_argv(spec)}
+    if ctx.cpu_scaling is not None:
+        environment["cpu_scaling"] = ctx.cpu_scaling
     if ranks:
         environment["rank_extra"] = ranks[0].extra
     exit_code = script_exit_code(rank_errors)

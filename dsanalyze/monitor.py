@@ -4,8 +4,11 @@ The cgroup's own counters (CPU time, bytes read, memory) are preferred: psutil
 misses processes that lived between two samples (DataLoader workers of a short
 epoch). psutil adds per-process detail; NVML adds GPU utilisation and memory
 where there is a GPU (without one, `gpu` is recorded as absent, not an error).
-`InterferenceProbe` measures what other processes did on the run's CPUs and
-disk meanwhile (`analysis/interference.py` judges it).
+Each sample also has `machine_busy_s`, every CPU's busy seconds since boot
+(/proc/stat): with the cgroup's `cpu_usage_s` it gives the CPU spent outside
+the job's cgroup over any window. `InterferenceProbe` measures what other
+processes did on the run's CPUs and disk meanwhile, and on the whole machine
+(`analysis/interference.py` judges it).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 
@@ -109,7 +112,8 @@ class Monitor:
         self.sample()  # one last sample at the end of the run
 
     def sample(self) -> None:
-        s: dict[str, Any] = {"t_s": round(time.monotonic() - self._t0, 4), "unix_s": time.time()}
+        s: dict[str, Any] = {"t_s": round(time.monotonic() - self._t0, 4), "unix_s": time.time(),
+                             "machine_busy_s": machine_busy_s()}
         if self.counters is not None:
             s.update(self.counters())
         s.update(tree_sample(self.root_pid))
@@ -148,13 +152,39 @@ def cpu_busy_s(cpu_ids: tuple[int, ...]) -> float:
     return busy / _CLK_TCK
 
 
-def cgroup_cpu_s(cpuacct_dir: Path, cpu_ids: tuple[int, ...]) -> float | None:
-    """Seconds the cgroup's processes ran on the given CPUs (cpuacct.usage_percpu, v1)."""
+def machine_busy_s() -> float:
+    """Seconds every online CPU of the machine spent busy since boot (/proc/stat's `cpu`
+    line, all processes and the kernel): the machine-wide counterpart of `cpu_busy_s`."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / _CLK_TCK
+
+
+def cgroup_cpu_s(cpuacct_dir: Path, cpu_ids: tuple[int, ...] | None) -> float | None:
+    """Seconds the cgroup's processes ran on the given CPUs (cpuacct.usage_percpu, v1);
+    `cpu_ids` None: on every CPU."""
     try:
         per_cpu = [int(x) for x in (cpuacct_dir / "cpuacct.usage_percpu").read_text().split()]
     except (OSError, ValueError):
         return None
+    if cpu_ids is None:
+        return sum(per_cpu) / 1e9
     return sum(per_cpu[i] for i in cpu_ids if i < len(per_cpu)) / 1e9
+
+
+def online_cpus() -> int:
+    """CPUs of the machine online now (the `cpuN` lines of /proc/stat)."""
+    with open("/proc/stat") as f:
+        return sum(1 for line in f if line.startswith("cpu") and line[3:4].isdigit())
+
+
+class _Reading(NamedTuple):
+    t: float
+    busy_s: float  # the run's CPUs
+    own_s: float | None  # the cgroup, on the run's CPUs
+    disk_bytes: int | None
+    machine_busy_s: float  # every CPU of the machine
+    own_total_s: float | None  # the cgroup, on every CPU
 
 
 class InterferenceProbe:
@@ -165,6 +195,12 @@ class InterferenceProbe:
     dataset's whole disk (/proc/diskstats) minus the cgroup's (blkio). Both
     over the run's wall time, from `start()` to `stop()`. The harness's own
     sampling threads run outside the cgroup and count as others (about 1%).
+
+    Machine-wide too: `machine_cpus` online, `machine_others_cpu_s` = busy time
+    of every CPU minus the cgroup's whole usage: work done outside the job's
+    cgroup anywhere (kernel threads doing its I/O and reclaim, the harness's
+    monitor and cache limiter, other processes), which runs on the cores the
+    job leaves free, or on the job's own when it has them all.
     """
 
     def __init__(self, cpu_ids: tuple[int, ...] | None, device: str | None,
@@ -172,28 +208,37 @@ class InterferenceProbe:
         self.cpu_ids = tuple(cpu_ids) if cpu_ids else tuple(sorted(os.sched_getaffinity(0)))
         self.device = device
         self.cpuacct_dir = cpuacct_dir
-        self._start: tuple[float, float, float | None, int | None] | None = None
+        self._start: _Reading | None = None
 
-    def _now(self) -> tuple[float, float, float | None, int | None]:
-        own = cgroup_cpu_s(self.cpuacct_dir, self.cpu_ids) if self.cpuacct_dir else None
-        return time.monotonic(), cpu_busy_s(self.cpu_ids), own, diskstats_read_bytes(self.device)
+    def _now(self) -> _Reading:
+        d = self.cpuacct_dir
+        return _Reading(time.monotonic(), cpu_busy_s(self.cpu_ids),
+                        cgroup_cpu_s(d, self.cpu_ids) if d else None,
+                        diskstats_read_bytes(self.device), machine_busy_s(),
+                        cgroup_cpu_s(d, None) if d else None)
 
     def start(self) -> None:
         self._start = self._now()
 
     def stop(self, cgroup_read_bytes: int | None) -> dict[str, Any]:
         """What others did since `start()`; `cgroup_read_bytes` the cgroup's reads since it was made."""
-        t1, busy1, own1, disk1 = self._now()
-        t0, busy0, own0, disk0 = self._start or (t1, busy1, own1, disk1)
-        window_s = t1 - t0
+        b = self._now()
+        a = self._start or b
+        window_s = b.t - a.t
         out: dict[str, Any] = {"cpus": list(self.cpu_ids), "window_s": window_s,
-                               "cpu_busy_s": busy1 - busy0, "device": self.device}
-        if own1 is not None and own0 is not None and window_s > 0:
-            own_s = own1 - own0
-            others_s = max(0.0, busy1 - busy0 - own_s)
+                               "cpu_busy_s": b.busy_s - a.busy_s, "device": self.device,
+                               "machine_cpus": online_cpus(),
+                               "machine_busy_s": b.machine_busy_s - a.machine_busy_s}
+        if b.own_s is not None and a.own_s is not None and window_s > 0:
+            own_s = b.own_s - a.own_s
+            others_s = max(0.0, b.busy_s - a.busy_s - own_s)
             out.update(cgroup_cpu_s=own_s, others_cpu_s=others_s,
                        others_cpu_pct=100 * others_s / (window_s * len(self.cpu_ids)))
-        if disk0 is not None and disk1 is not None and cgroup_read_bytes is not None:
-            out.update(disk_read_bytes=disk1 - disk0, cgroup_read_bytes=cgroup_read_bytes,
-                       others_read_bytes=max(0, disk1 - disk0 - cgroup_read_bytes))
+        if b.own_total_s is not None and a.own_total_s is not None:
+            out["machine_others_cpu_s"] = max(0.0, out["machine_busy_s"]
+                                              - (b.own_total_s - a.own_total_s))
+        if a.disk_bytes is not None and b.disk_bytes is not None and cgroup_read_bytes is not None:
+            out.update(disk_read_bytes=b.disk_bytes - a.disk_bytes,
+                       cgroup_read_bytes=cgroup_read_bytes,
+                       others_read_bytes=max(0, b.disk_bytes - a.disk_bytes - cgroup_read_bytes))
         return out

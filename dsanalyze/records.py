@@ -227,6 +227,43 @@ class IoRecord:
 
 
 @dataclass(frozen=True)
+class CpuScaling:
+    """The machine's parallel efficiency, measured once per sweep by the harness
+    (`resources/cpuscale.py`) and stored in each run's `environment["cpu_scaling"]`.
+
+    CPU seconds per item of the dataset's own work (`work`: decode, a PIL decode and resize
+    of a few of its images; checksum, a read of other files from memory and a CRC), first
+    by one process pinned to one CPU (`solo_cpu_s`), then by `cpus` processes at once,
+    each pinned to its own (`parallel_cpu_s`). contention = (parallel / solo - 1) /
+    (cpus - 1), at least 0: the CPU per item each extra busy core adds (shared caches,
+    SMT siblings). None, with `why`, where it was not measured (one CPU, no files).
+    """
+
+    cpus: int
+    contention: float | None
+    work: str | None = None
+    solo_cpu_s: float | None = None
+    parallel_cpu_s: float | None = None
+    items: int = 0  # decoded (or checksummed) in all, both phases
+    probe_s: float = 0.0  # wall time the probe took
+    why: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CpuScaling:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    @classmethod
+    def of_run(cls, run: RunResult) -> CpuScaling | None:
+        """The probe a run recorded, None for runs before it existed."""
+        d = run.environment.get("cpu_scaling")
+        return cls.from_dict(d) if isinstance(d, dict) else None
+
+
+@dataclass(frozen=True)
 class RankRecord:
     """Per-iteration timings of one rank, in the order they happened.
 

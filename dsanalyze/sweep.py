@@ -26,8 +26,8 @@ from dsanalyze.config import Mode, RunSpec, Sweep
 from dsanalyze.errors import ConfigError, DatasetError, FailureKind, NodeLost, ResourceError
 from dsanalyze.fingerprint import Fingerprint, check_resumable, check_unchanged
 from dsanalyze.jobs.datasets import DatasetInfo
-from dsanalyze.records import RunResult
-from dsanalyze.resources import cgroups
+from dsanalyze.records import CpuScaling, RunResult
+from dsanalyze.resources import cgroups, cpuscale
 from dsanalyze.resources.datalock import DataLock
 
 
@@ -216,6 +216,8 @@ def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
         _remember_memory(ctx, done)
         return None
     check_unchanged(datafind.rescan(spec.job, ctx.dataset), fp)
+    if ctx.cpu_scaling is None:
+        ctx.cpu_scaling = cpu_scaling(ctx, m.resume)
     result = _run(spec, ctx, group, seq)
     result = dataclasses.replace(result, dataset=dataclasses.replace(result.dataset,
                                                                       fingerprint=fp.to_dict()))
@@ -226,6 +228,16 @@ def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
         # every other run would read the same file: stop here
         raise DatasetError(result.error)
     return result
+
+
+def cpu_scaling(ctx: launch.LaunchContext, resume: bool) -> dict[str, Any]:
+    """The machine's parallel efficiency for every run of the sweep: measured once, before
+    its first run is (outside any cgroup); a resumed sweep keeps the one its stored runs have."""
+    if resume:
+        for run in store.load_readable_runs(ctx.prefix)[0]:
+            if (found := CpuScaling.of_run(run)) is not None:
+                return found.to_dict()
+    return cpuscale.measure(ctx.dataset.files).to_dict()
 
 
 def next_repeat(sweep: Sweep, specs: list[RunSpec], repeat: int,

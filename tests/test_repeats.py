@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -119,6 +120,10 @@ def test_probe_sees_cpu_time_of_processes_outside_the_cgroup():
     assert found["others_cpu_pct"] > 50
     assert found["others_cpu_s"] + found["cgroup_cpu_s"] == pytest.approx(found["cpu_busy_s"])
     assert found["cpu_busy_s"] == pytest.approx(found["window_s"], rel=0.2)
+    # machine-wide: every online CPU, the burners among the others (ticks of 10 ms)
+    assert found["machine_cpus"] == os.cpu_count()
+    assert found["machine_busy_s"] >= found["cpu_busy_s"] - 0.05
+    assert found["machine_others_cpu_s"] >= found["others_cpu_s"] - 0.05
 
 
 def _repeats(prefix: Path) -> int:

@@ -108,6 +108,16 @@ def test_resume_reruns_only_what_was_missing(small_dataset, tmp_path):
     assert len(after) == 4
     assert all(after[name] == mtime for name, mtime in before.items())
     assert our_cgroups(proc.pid) == []  # the killed harness's cgroup was cleaned
+    # the machine's parallel decode probe, measured once by the first harness, kept by the
+    # resumed one; the machine-wide CPU in every monitor sample and in the probe of others
+    runs = load_runs(prefix)
+    assert len({json.dumps(r.environment["cpu_scaling"]) for r in runs}) == 1
+    assert runs[0].environment["cpu_scaling"]["cpus"] == len(os.sched_getaffinity(0))
+    for run in runs:
+        assert all("machine_busy_s" in m and "cpu_usage_s" in m for m in run.monitor)
+        probe = run.io.interference
+        assert probe["machine_cpus"] == os.cpu_count()
+        assert 0 <= probe["machine_others_cpu_s"] <= probe["machine_busy_s"]
 
 
 def test_oom_is_reported_as_such(small_dataset, tmp_path):

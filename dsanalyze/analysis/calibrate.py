@@ -24,7 +24,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from dsanalyze.analysis import cachesim, pipeline, stalls, transforms, uncertainty
+from dsanalyze.analysis import (
+    cachesim,
+    interference,
+    pipeline,
+    stalls,
+    transforms,
+    uncertainty,
+)
 from dsanalyze.analysis.model import (
     CACHE_BINDS,
     LEVEL,
@@ -43,7 +50,7 @@ from dsanalyze.analysis.model import (
 )
 from dsanalyze.config import Mode, format_bytes
 from dsanalyze.errors import ConfigError
-from dsanalyze.records import LOADER_STAGE, RunResult
+from dsanalyze.records import LOADER_STAGE, CpuScaling, RunResult
 
 
 def _by_mode(results: list[RunResult], mode: Mode) -> list[RunResult]:
@@ -106,11 +113,13 @@ def _solve_prep(model: Model, run: RunResult, mode: Mode) -> float:
                                                prep_cpu_s=x).rate_sps, target, 1e-6, 10.0)
 
 
-def _prep_law(points: dict[int, float]) -> tuple[float, float]:
-    """(c_prep, contention) of c(k) = c_prep (1 + contention (k - 1)), least squares in log."""
+def _prep_law(points: dict[int, float], probed: float | None = None) -> tuple[float, float]:
+    """(c_prep, contention) of c(k) = c_prep (1 + contention (k - 1)), least squares in log;
+    with one busy-core count, the contention `probed` on the machine (else 0)."""
     if len(points) == 1:
         k, x = next(iter(points.items()))
-        return x, 0.0
+        alpha = probed or 0.0
+        return x / (1 + alpha * (k - 1)), alpha
 
     def sse(alpha: float) -> float:
         c0 = math.exp(statistics.fmean(math.log(x / (1 + alpha * (k - 1)))
@@ -217,14 +226,34 @@ def _fit_size_share(model: Model, results: list[RunResult]) -> tuple[Model, Para
         "file's bytes, the rest is the same for every sample")
 
 
+def _probe(results: list[RunResult]) -> tuple[CpuScaling, list[str]] | None:
+    """The machine's parallel decode probe the runs recorded (one per sweep), and its runs."""
+    found = [(s, r.run_id) for r in results
+             if (s := CpuScaling.of_run(r)) is not None and s.contention is not None]
+    if not found:
+        return None
+    return found[0][0], [i for _, i in found]
+
+
 def _fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
     """c_prep and its contention law, given the main process's CPU per iteration."""
     loaders, cached = _by_mode(results, Mode.LOADER), _by_mode(results, Mode.CACHED)
     points, prep_runs = _prep_points(model, loaders, cached)
+    probe = _probe(results)
     if points:
-        c0, alpha = _prep_law(points)
-        model = replace(model, prep_cpu_s=c0, contention=alpha)
-    return model, [_prep_param(model, prep_runs, sorted(points), cached)]
+        c0, alpha = _prep_law(points, probe[0].contention if probe else None)
+        model = replace(model, prep_cpu_s=c0, contention=alpha,
+                        contention_probed=len(points) == 1 and probe is not None)
+    params = [_prep_param(model, prep_runs, sorted(points), cached)]
+    if model.contention_probed and probe:
+        scaling, ids = probe
+        params.append(Param(
+            "contention", model.contention, "", tuple(ids),
+            f"measured by the machine's parallel decode probe: {scaling.work} of the dataset's "
+            f"files took {scaling.solo_cpu_s * 1e3:.2f} ms CPU per item alone on one core, "
+            f"{scaling.parallel_cpu_s * 1e3:.2f} ms on each of {scaling.cpus} cores at once "
+            "(the runs measured one busy-core count, so the job's own law is untested)"))
+    return model, params
 
 
 def _prep_param(model: Model, runs: list[str], cores: list[int], cached: list[RunResult]
@@ -234,7 +263,9 @@ def _prep_param(model: Model, runs: list[str], cores: list[int], cached: list[Ru
         return Param("prep_cpu_s_per_sample", None, "s", ids,
                      "not measured: the cached runs are compute-bound, so prep is faster than "
                      "they show; run harness.py --modes loader")
-    law = (f"contention {model.contention:.3f} per extra busy core, fitted across busy cores "
+    law = (f"contention {model.contention:.3f} per extra busy core from the machine's "
+           "parallel decode probe (one busy-core count measured)" if model.contention_probed else
+           f"contention {model.contention:.3f} per extra busy core, fitted across busy cores "
            f"{cores}" if model.contention else
            f"contention 0: one busy-core count measured ({cores[0]}), so each extra core is "
            "taken to add a full core of prep (untested)" if len(cores) == 1 else
@@ -242,6 +273,34 @@ def _prep_param(model: Model, runs: list[str], cores: list[int], cached: list[Ru
     return Param("prep_cpu_s_per_sample", model.prep_cpu_s, "s", tuple(runs),
                  f"c_prep: worker CPU per sample on one busy core ({1 / model.prep_cpu_s:.1f} "
                  f"samples/s per core); {law}")
+
+
+def _fit_others(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
+    """The work outside the job's cgroup per sample (`interference.outside_cpu_s_per_sample`),
+    median over the loader and cached runs, and over the disk runs (their kernel I/O work
+    besides; the others' figure where none recorded it), with the machine's online CPUs."""
+    machine = [m for r in results if (m := (r.io.interference or {}).get("machine_cpus"))]
+    found = {mode: [(r.run_id, x) for r in results if r.ok and r.ranks and r.mode in modes
+                    and (x := interference.outside_cpu_s_per_sample(r)) is not None]
+             for mode, modes in (("cached", (Mode.LOADER, Mode.CACHED)), ("disk", (Mode.DISK,)))}
+    if not machine or not (found["cached"] or found["disk"]):
+        return model, [Param("others_cpu_s_per_sample", 0.0, "s", (), "not measured: the runs "
+                             "predate the machine-wide CPU samples; work outside the job's "
+                             "cgroup taken to take none of its cores")]
+    value = {k: statistics.median(x for _, x in v) if v else None for k, v in found.items()}
+    mem = value["cached"] if value["cached"] is not None else value["disk"]
+    disk = value["disk"] if value["disk"] is not None else mem
+    model = replace(model, machine_cpus=max(machine), others_cpu_s_per_sample=mem,
+                    others_disk_cpu_s_per_sample=disk)
+    how = (f"measured: CPU outside the job's cgroup on any of the machine's {max(machine)} "
+           "cores (kernel I/O and reclaim, the harness's monitor and limiter) per sample of the "
+           "steady iterations, median of {n} run(s); it takes the job's cores where the job "
+           "wants more than the machine has free of it")
+    return model, [Param(f"others_cpu_s_per_sample[{k}]", v, "s",
+                         tuple(i for i, _ in found[k] or found["cached"]),
+                         how.format(n=len(found[k])) if found[k] else
+                         "not measured on these runs: the loader and cached runs' figure")
+                   for k, v in (("cached", mem), ("disk", disk))]
 
 
 def _residual(model: Model, run: RunResult) -> float:
@@ -471,6 +530,7 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
     model, fixed = _job_model(ok, base, sizes, policy, rate_rel_sigma)
     disk = _by_mode(base, Mode.DISK)
     model, device = _fit_device(model, disk)
+    model, others = _fit_others(model, ok)
     model, main = _fit_main(model, ok)
     model, size_share = _fit_size_share(model, base)
     model, cpu_params = _fit_cpu(model, ok)
@@ -479,11 +539,12 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
     model, read_cpu = _fit_read_cpu(model, disk) if ready else (model, [])
     model, storage = _fit_throttles(model, disk) if ready else (model, [])
     model, slack = _fit_slack(model, disk)
-    calibrated = 2 + int(model.contention > 0) + \
+    calibrated = 2 + int(model.contention > 0 and not model.contention_probed) + \
         int(bool(model.miss_cpu_s_per_byte)) + int(bool(storage and storage[0].runs)) + \
         int(slack.value is not None)
     model, sigma = _fit_sigma(model, base, calibrated) if ready else \
         (model, Param("rel_sigma", model.rel_sigma, "", (), "default: nothing to predict"))
-    params = [*fixed[:-3], *main, size_share, *cpu_params, *fixed[-3:], startup, *device,
+    params = [*fixed[:-3], *main, size_share, *cpu_params, *others, *fixed[-3:], startup,
+              *device,
               *read_cpu, *storage, slack, sigma]
     return replace(model, params=tuple(params))

@@ -12,8 +12,15 @@ configuration: each is one number for the job or the machine, or one law.
   one number, with one contention law across CPU counts:
   c(k) = c_prep * (1 + contention * (k - 1)) for k busy cores,
   k = min(CPUs, ranks * workers); contention is fitted when runs of two or
-  more CPU counts exist, else 0 (said so). The image loader's share of it
-  (per-transform timing) follows each sample's file bytes.
+  more CPU counts exist, else the machine's parallel decode probe's
+  (`resources/cpuscale.py`, recorded with the runs), else 0 (said so). The
+  image loader's share of it (per-transform timing) follows each sample's
+  file bytes.
+- Work outside the job's cgroup (the kernel's I/O and reclaim for it, the
+  harness's monitor and cache limiter): CPU seconds per sample of the steady
+  iterations, machine-wide, for disk runs and for the others. It runs on the
+  cores the job leaves free; a configuration that wants more cores than the
+  machine has free of it gets min(CPUs, machine - others' cores).
 - The main process of each rank: its CPU per iteration and the delay to take
   a ready batch from a worker, both measured on the cached runs' timelines.
 - The storage device: read bandwidth and per-request latency measured by the
@@ -58,6 +65,7 @@ LEVEL, Z = 0.9, 1.645  # the prediction intervals' nominal level and its normal 
 # A stated prior, not a fit: a law or a knob no fit run tested is taken to be right within
 # this relative error (one sigma), added in quadrature to the fit's own per assumption.
 UNTESTED_SIGMA = 0.10
+SETTLED = 0.01  # cores left to the job, found within this share, are simulated no further
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,10 @@ class Model:
     startup_s: float = 0.0  # first iteration's extra wait (worker start-up)
     params: tuple[Param, ...] = ()
     contention: float = 0.0  # c(k) = c_prep * (1 + contention * (k - 1))
+    contention_probed: bool = False  # contention from the machine's probe, not the job's runs
+    # CPU seconds per sample spent outside the job's cgroup, machine-wide (0: not measured)
+    others_cpu_s_per_sample: float = 0.0  # loader and cached runs
+    others_disk_cpu_s_per_sample: float = 0.0  # disk runs (the kernel's I/O work besides)
     allreduce_s: float = 0.0  # t_allreduce of the ring law
     device_read_bps: float | None = None  # the storage device (None: not measured)
     device_latency_s: float = 0.0
@@ -233,6 +245,28 @@ def file_sizes(result: RunResult, sizes: Sequence[int] | None) -> tuple[tuple[in
 def busy_cores(model: Model, cfg: Config) -> int:
     """Cores the workers can keep busy: min(CPUs, ranks * workers)."""
     return max(1, min(cfg.cpus, (cfg.nproc or model.ranks) * max(1, workers_for(model, cfg))))
+
+
+def outside_load(model: Model, cfg: Config, mode: Mode) -> tuple[float, float] | None:
+    """(CPU seconds per sample outside the job's cgroup, cores of the machine) for `cfg`, or
+    None where not measured. A configuration with more CPUs than this machine is taken to
+    have a machine of its own size."""
+    per_sample = model.others_disk_cpu_s_per_sample if mode is Mode.DISK else \
+        model.others_cpu_s_per_sample
+    if not per_sample or not model.machine_cpus:
+        return None
+    return per_sample, float(max(model.machine_cpus, cfg.cpus))
+
+
+def usable_cpus(model: Model, cfg: Config, mode: Mode, rate_sps: float) -> float:
+    """Cores the job's processes get in `cfg` at a rate of `rate_sps` (one node's, as
+    simulated): its CPUs, less the work outside its cgroup (others' CPU per sample x the
+    rate) beyond the cores of the machine it leaves free: min(CPUs, machine - others)."""
+    load = outside_load(model, cfg, mode)
+    if load is None or not math.isfinite(rate_sps):
+        return float(cfg.cpus)
+    per_sample, machine = load
+    return max(cfg.cpus / 2, min(float(cfg.cpus), machine - per_sample * rate_sps))
 
 
 def prep_cpu_for(model: Model, cfg: Config) -> float:
@@ -345,7 +379,30 @@ class Rates:
 def mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
                cache_bytes: float | None, cold_first: bool | None = None,
                **override: float) -> Rates:
-    """Simulated steady and cold rates (and hit rate) over the layout's windows."""
+    """Simulated steady and cold rates (and hit rate) over the layout's windows; where the
+    work outside the job's cgroup takes part of its cores (`usable_cpus` at the rate
+    simulated with all of them), simulated once more on the cores left."""
+    full = _mean_rates(model, cfg, layout, mode, cache_bytes, cold_first, **override)
+    cores = usable_cpus(model, cfg, mode, full.rate_sps)
+    if cores >= cfg.cpus:
+        return full
+
+    def at(x: float) -> Rates:
+        return _mean_rates(model, cfg, layout, mode, cache_bytes, cold_first,
+                           **{**override, "cpus": x})
+    rates = at(cores)
+    # fewer cores, a lower rate, less outside work: the fixed point of
+    # u = machine - per_sample * rate(u), the rate linear between the two simulations
+    per_sample, machine = outside_load(model, cfg, mode) or (0.0, 0.0)
+    slope = (full.rate_sps - rates.rate_sps) / (cfg.cpus - cores)
+    settled = (machine - per_sample * (rates.rate_sps - slope * cores)) / (1 + per_sample * slope)
+    settled = max(cfg.cpus / 2, min(float(cfg.cpus), settled))
+    return at(settled) if abs(settled - cores) > SETTLED * cores else rates
+
+
+def _mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
+                cache_bytes: float | None, cold_first: bool | None = None,
+                **override: float) -> Rates:
     cold_first = mode is Mode.DISK if cold_first is None else cold_first
     ranks = cfg.nproc or model.ranks
     out, hits = [], []
@@ -436,11 +493,14 @@ def untested(model: Model, cfg: Config) -> tuple[str, ...]:
     """The assumptions a prediction for `cfg` rests on that no fit run tested."""
     out = []
     top = max(model.measured_cpus, default=0)
+    probed = "contention from the machine's parallel decode probe"
     if cfg.cpus > top:
-        law = "contention law" if model.contention else "linear scaling (contention not fitted)"
+        law = probed if model.contention_probed else "contention law" if model.contention \
+            else "linear scaling (contention not fitted)"
         out.append(f"{cfg.cpus} CPUs: beyond the {top} measured; prep by the {law}")
     elif cfg.cpus not in model.measured_cpus and len(model.measured_cpus) == 1:
-        out.append(f"{cfg.cpus} CPUs: only {top} measured; contention not fitted")
+        out.append(f"{cfg.cpus} CPUs: only {top} measured; "
+                   + (probed if model.contention_probed else "contention not fitted"))
     if model.machine_cpus and cfg.cpus > model.machine_cpus:
         out.append(f"{cfg.cpus} CPUs: more than this machine's {model.machine_cpus}")
     if cfg.nnodes > 1:
