@@ -393,6 +393,7 @@ def test_harness_profiles_an_unmodified_imagenet_script(tmp_path, small_dataset,
     assert all(b == n == str(96 // world // BATCH) for _, _, b, n in passes)
 
 
+@pytest.mark.whole_machine
 @pytest.mark.slow
 def test_synthetic_rate_does_not_depend_on_the_loaders_workers(tmp_path, small_dataset):
     rates = {}

@@ -17,6 +17,7 @@ def summary_of(prefix: Path) -> dict:
     return json.loads((prefix / "summary.json").read_text())
 
 
+@pytest.mark.whole_machine
 @pytest.mark.parametrize("nproc,batch,step_ms", [(1, 8, 20.0), (2, 4, 25.0)])
 def test_synthetic_rate_is_nproc_b_over_t(small_dataset, tmp_path, nproc, batch, step_ms):
     prefix = tmp_path / "r"
@@ -52,6 +53,7 @@ def test_two_ranks_all_modes_combined(small_dataset, tmp_path):
     assert runs["cached-cpusall"].io.cache_state["resident_before_bytes"] == disk.dataset.total_bytes
 
 
+@pytest.mark.whole_machine
 @pytest.mark.parametrize("workers,batch,step_ms,bound", [
     (1, 16, 5.0, "prep"),       # one worker decoding ~100 KB JPEGs cannot feed a 5 ms step
     (2, 2, 150.0, "compute"),   # two samples per 150 ms step: the loader keeps up easily

@@ -28,6 +28,7 @@ DATA = Path(__file__).parent / "data"
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
 
 
+@pytest.mark.whole_machine
 @pytest.mark.skipif(not TWO_CPUS, reason="the parallel phase needs two CPUs")
 def test_probe_measures_solo_and_parallel_cpu_per_decode(small_dataset: Path) -> None:
     files = scan_dataset(small_dataset).files

@@ -87,6 +87,7 @@ def test_signal_leaves_no_cgroup(small_dataset, tmp_path, sig, code, word):
     assert our_cgroups(proc.pid) == []
 
 
+@pytest.mark.whole_machine
 def test_resume_reruns_only_what_was_missing(small_dataset, tmp_path):
     prefix = tmp_path / "r"
     argv = [sys.executable, str(ROOT / "harness.py"), "--data", str(small_dataset), "--prefix",
