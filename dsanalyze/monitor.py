@@ -142,22 +142,24 @@ def cpu_busy_s(cpu_ids: tuple[int, ...]) -> float:
     (guest time is already counted in user.)
     """
     wanted = {f"cpu{i}" for i in cpu_ids}
-    busy = 0
     with open("/proc/stat") as f:
-        for line in f:
-            parts = line.split()
-            if parts and parts[0] in wanted:
-                user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, parts[1:9])
-                busy += user + nice + system + irq + softirq + steal
+        busy = sum(_busy_ticks(parts) for line in f if (parts := line.split())
+                   and parts[0] in wanted)
     return busy / _CLK_TCK
+
+
+def _busy_ticks(parts: list[str]) -> int:
+    """Busy clock ticks of one /proc/stat `cpu` line, split: user, nice, system, irq,
+    softirq and steal (idle and iowait are not busy; guest is already in user)."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, parts[1:9])
+    return user + nice + system + irq + softirq + steal
 
 
 def machine_busy_s() -> float:
     """Seconds every online CPU of the machine spent busy since boot (/proc/stat's `cpu`
     line, all processes and the kernel): the machine-wide counterpart of `cpu_busy_s`."""
     with open("/proc/stat") as f:
-        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
-    return (user + nice + system + irq + softirq + steal) / _CLK_TCK
+        return _busy_ticks(f.readline().split()) / _CLK_TCK
 
 
 def cgroup_cpu_s(cpuacct_dir: Path, cpu_ids: tuple[int, ...] | None) -> float | None:

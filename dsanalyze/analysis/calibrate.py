@@ -545,6 +545,5 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
     model, sigma = _fit_sigma(model, base, calibrated) if ready else \
         (model, Param("rel_sigma", model.rel_sigma, "", (), "default: nothing to predict"))
     params = [*fixed[:-3], *main, size_share, *cpu_params, *others, *fixed[-3:], startup,
-              *device,
-              *read_cpu, *storage, slack, sigma]
+              *device, *read_cpu, *storage, slack, sigma]
     return replace(model, params=tuple(params))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 
@@ -65,21 +66,19 @@ def warning(run_id: str, mode: Mode, found: dict[str, Any]) -> str | None:
 
 def outside_cpu_s_per_sample(result: RunResult) -> float | None:
     """CPU seconds spent outside the run's cgroup anywhere on the machine, per sample of its
-    steady iterations (a disk run of two or more epochs: those after the first; else those
-    after the warm-up): the monitor samples' machine-wide busy time (`machine_busy_s`) less
-    the cgroup's (`cpu_usage_s`), over the samples inside the window, per second, divided by
-    the job's rate over it. The kernel's work for the job (I/O completion, reclaim), the
-    harness's monitor and cache limiter, and any other process. None: not recorded.
+    steady window (`window.steady_window`, the iterations its rate counts): the monitor
+    samples' machine-wide busy time (`machine_busy_s`) less the cgroup's (`cpu_usage_s`),
+    over the samples inside the window, per second, divided by the job's rate over it. The
+    kernel's work for the job (I/O completion, reclaim), the harness's monitor and cache
+    limiter, and any other process. None: not recorded.
     """
-    if not result.ranks or not result.ranks[0].start_unix_s:
+    window = steady_window(result)
+    if window is None or not window.ranks[0].start_unix_s or not window.chosen[0]:
         return None
-    r0 = result.ranks[0]
-    first = r0.warmup
-    if result.mode is Mode.DISK and r0.epoch and r0.epoch[-1] != r0.epoch[0]:
-        first = next(i for i, e in enumerate(r0.epoch) if e != r0.epoch[0])
-    lo = r0.start_unix_s + sum(r0.iter_s[:first])
-    hi = r0.start_unix_s + sum(r0.iter_s)
-    samples = sum(sum(r.samples[first:]) for r in result.ranks)
+    r0, chosen = window.ranks[0], window.chosen[0]  # the window's iterations are consecutive
+    lo = r0.start_unix_s + sum(r0.iter_s[:chosen[0]])
+    hi = r0.start_unix_s + sum(r0.iter_s[:chosen[-1] + 1])
+    samples = window.samples()
     inside = [m for m in result.monitor if lo <= m.get("unix_s", 0.0) <= hi
               and "machine_busy_s" in m and "cpu_usage_s" in m]
     if len(inside) < 3 or hi <= lo or not samples:
