@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Accuracy of the what-if model on this machine, out of sample only.
 
-    .venv/bin/python bench/whatif_accuracy.py [--dir DIR] [--fresh] [--lock /tmp/dsa.lock]
+    .venv/bin/python bench/whatif_accuracy.py [--dir DIR] [--fresh] [--repeats R]
+                                              [--lock /tmp/dsa.lock]
 
 1. Measures a grid with harness.py (resumable: completed runs are kept; one
    prefix per job under DIR): the built-in job on the sim device (batch 8,
@@ -11,11 +12,16 @@
      {0, 50%} on the device and 24 MiB/s at cache 0;
    - a step twice as fast (30 ms: `--gpu-speedup 2`) at 1 and 2 CPUs, cache 0;
    - 2 ranks (60 ms) at 2 CPUs, cache 0, the device and 24 MiB/s.
-   26 runs: about 25 minutes on 2 quiet CPUs.
+   26 runs: about 14 minutes on 2 quiet CPUs per pass (`--no-advice`).
    Every disk run records the storage device's cold bandwidth and latency.
+   `--repeats R` (default 2) measures the whole grid R times, one pass after
+   the other, so that the host's drift (this VM's CPUs slow down and speed up
+   by 10-20% over minutes) falls on every configuration alike rather than on
+   whichever job ran in a slow minute; a configuration's figure is the mean
+   over its repeats, as in the stall table.
 2. `whatif.validate` over every run: leave-one-configuration-out (each disk
-   run, and each cached run of the other jobs, predicted by a model fitted on
-   every other run) and extrapolation (fitted on the base job at 1 CPU only:
+   configuration, and each cached one of the other jobs, with its repeats,
+   predicted by a model fitted on every other run) and extrapolation (fitted on the base job at 1 CPU only:
    2 CPUs, the faster step and 2 ranks predicted). 24 MiB/s at cache 0 lies
    between the measured 16 and 40 MiB/s; 50% between 25% and 100%.
 3. Prints each held-out run (measured, predicted, 90% interval), the
@@ -30,6 +36,7 @@ import argparse
 import contextlib
 import fcntl
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -41,13 +48,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dsanalyze import store  # noqa: E402
-from dsanalyze.analysis import whatif  # noqa: E402
+from dsanalyze.analysis import stalls, whatif  # noqa: E402
 from dsanalyze.config import format_bytes  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset, scan_dataset  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
 
 IMAGES, CLASSES, SIZE, JITTER, SEED = 500, 4, (1200, 900), 0.3, 5
-COMMON = ["-b", "8", "-j", "2", "--epochs", "3", "--warmup", "2", "--resume", "--no-plots"]
+COMMON = ["-b", "8", "-j", "2", "--epochs", "3", "--warmup", "2", "--resume", "--no-plots",
+          "--no-advice"]  # the advice fits the model after every part: minutes, and not asked
 ALL_MODES = "synthetic,cached,loader,disk"
 
 
@@ -78,8 +86,8 @@ PARTS = [
 TARGET_MEDIAN_PCT, TARGET_MAX_PCT, TARGET_COVERAGE_PTS = 3.0, 10.0, 10.0
 
 
-def measure(base: Path, fresh: bool, lock: str | None) -> list[Path]:
-    """Measure every part of the grid not measured yet; the job prefixes."""
+def measure(base: Path, fresh: bool, lock: str | None, repeats: int) -> list[Path]:
+    """Measure every part of the grid not measured yet, `repeats` passes; the job prefixes."""
     data = base / "data"
     if fresh:
         for part in PARTS:
@@ -90,14 +98,18 @@ def measure(base: Path, fresh: bool, lock: str | None) -> list[Path]:
             n, total = make_dataset(data, IMAGES, CLASSES, SIZE, JITTER, SEED)
         print(f"dataset: {n} JPEGs, {format_bytes(total)} in {data}", flush=True)
     t0 = time.monotonic()
-    for part in PARTS:  # the grid in parts, so that a shared lock is held minutes, not more
-        argv = [sys.executable, str(REPO / "harness.py"), "--data", str(data), "--prefix",
-                str(base / part.job), "--cpus", part.cpus, "--storage-bw", part.storage_bw,
-                "--cache", part.cache, "--modes", part.modes, *part.job_args, *COMMON]
-        with _locked(lock):
-            rc = subprocess.run(argv, cwd=REPO, stdout=subprocess.DEVNULL).returncode
-        print(f"  {part.job} cpus {part.cpus}, storage {part.storage_bw}, cache {part.cache}: "
-              f"harness exit status {rc}", flush=True)
+    # pass k asks for k repeats with --resume: the earlier passes' runs are kept, so each
+    # pass measures only its own repeat, after the whole grid's previous one
+    for k in range(1, repeats + 1):
+        for part in PARTS:  # the grid in parts, so that a shared lock is held minutes, not more
+            argv = [sys.executable, str(REPO / "harness.py"), "--data", str(data), "--prefix",
+                    str(base / part.job), "--cpus", part.cpus, "--storage-bw", part.storage_bw,
+                    "--cache", part.cache, "--modes", part.modes, "--repeats", str(k),
+                    *part.job_args, *COMMON]
+            with _locked(lock):
+                rc = subprocess.run(argv, cwd=REPO, stdout=subprocess.DEVNULL).returncode
+            print(f"  pass {k}: {part.job} cpus {part.cpus}, storage {part.storage_bw}, cache "
+                  f"{part.cache}: harness exit status {rc}", flush=True)
     print(f"grid measured in {time.monotonic() - t0:.0f} s", flush=True)
     return sorted({base / part.job for part in PARTS})
 
@@ -131,7 +143,8 @@ def _print_checks(val: whatif.Validation) -> None:
         if split.fit_runs:
             print(f"  fitted on {len(split.fit_runs)} runs: {', '.join(split.fit_runs)}")
         for c in split.checks:
-            print(f"  {c.run_id:48s} measured {c.measured_sps:6.1f}  predicted "
+            label = c.run_id + (f" x{c.repeats}" if c.repeats > 1 else "")
+            print(f"  {label:51s} measured {c.measured_sps:6.1f}  predicted "
                   f"{c.predicted_sps:6.1f} [{c.low_sps:6.1f}, {c.high_sps:6.1f}] "
                   f"{c.error_pct:+6.1f}% {'' if c.covered else 'OUTSIDE'}")
 
@@ -150,6 +163,33 @@ def check_cache(model: whatif.Model, runs: list[RunResult]) -> None:
                   f"({100 * (c.predicted_read_bytes / c.measured_read_bytes - 1):+.0f}%)")
 
 
+def check_noise(runs: list[RunResult]) -> None:
+    """What no model can beat: how far the repeats of one configuration lie apart, and the
+    machine's decode probe (its contention between 2 busy cores) at each sweep's start."""
+    spreads = []
+    for config in whatif.configurations([r for r in runs if r.ok and r.ranks]):
+        rates = [stalls.run_rate(r).rate_sps for r in config]
+        if len(rates) > 1 and all(rates):
+            spreads.append((100 * (max(rates) - min(rates)) / statistics.fmean(rates),
+                            validation_label(config[0])))
+    if spreads:
+        spreads.sort()
+        print(f"\nrun-to-run noise: the repeats of one configuration lie apart by (max - min) / "
+              f"mean: median {statistics.median(s for s, _ in spreads):.1f}%, max "
+              f"{spreads[-1][0]:.1f}% ({spreads[-1][1]}) over {len(spreads)} configurations")
+    probes = sorted({(r.environment.get("cpu_scaling") or {}).get("contention") or 0.0
+                     for r in runs if r.environment.get("cpu_scaling")})
+    if probes:
+        print(f"decode probe at each sweep's start: contention {', '.join(f'{c:.2f}' for c in probes)}"
+              " (CPU per item added by a second busy core)")
+
+
+def validation_label(run: RunResult) -> str:
+    job = run.spec.job
+    return f"{run.spec.run_id.removesuffix(f'-r{run.spec.repeat}')} [{job.world_size} rank(s), " \
+           f"step {job.sim_step_ms:g} ms]"
+
+
 def report(prefixes: list[Path]) -> None:
     runs = [r for p in prefixes if (p / "runs").is_dir() for r in store.load_runs(p)]
     sizes = list(scan_dataset(runs[0].dataset.root).file_bytes)
@@ -162,6 +202,7 @@ def report(prefixes: list[Path]) -> None:
     for p in val.model.params:
         print(f"  {p.name:32s} {'-' if p.value is None else f'{p.value:.4g}'} {p.unit}: {p.how}")
     check_cache(val.model, runs)
+    check_noise(runs)
     lines = []
     for split in val.splits:
         if split.checks:
@@ -173,7 +214,8 @@ def report(prefixes: list[Path]) -> None:
     ok = (f["median_abs_error_pct"] <= TARGET_MEDIAN_PCT and f["max_abs_error_pct"] <=
           TARGET_MAX_PCT and abs(f["coverage"] - f["nominal"]) * 100 <= TARGET_COVERAGE_PTS)
     print("\n" + "; ".join(lines))
-    print(f"FIGURE what-if model, out of sample (both splits, {f['held_out']} held-out runs): "
+    print(f"FIGURE what-if model, out of sample (both splits, {f['held_out']} held-out "
+          f"configurations, {max(c.repeats for c in val.checks)} repeat(s) each): "
           f"median |error| {f['median_abs_error_pct']:.1f}%, max {f['max_abs_error_pct']:.1f}%, "
           f"interval coverage {f['coverage']:.0%} at {f['nominal']:.0%} nominal "
           f"({'meets' if ok else 'misses'} the target {TARGET_MEDIAN_PCT:g}% / "
@@ -187,12 +229,14 @@ def main() -> int:
     ap.add_argument("--fresh", action="store_true", help="re-measure every run")
     ap.add_argument("--no-measure", dest="measure", action="store_false",
                     help="only analyse the runs already there")
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="passes over the grid; each configuration's figure is their mean")
     ap.add_argument("--lock", help="flock this file around each harness call (e.g. /tmp/dsa.lock)")
     ap.add_argument("--measure-only", dest="analyse", action="store_false",
                     help="measure the grid, do not analyse it")
     ns = ap.parse_args()
     base = Path(ns.dir)
-    prefixes = measure(base, ns.fresh, ns.lock) if ns.measure else \
+    prefixes = measure(base, ns.fresh, ns.lock, ns.repeats) if ns.measure else \
         sorted({base / part.job for part in PARTS})
     if not ns.analyse:
         return 0

@@ -108,6 +108,30 @@ def test_work_outside_the_cgroup_takes_cores_only_from_a_job_with_every_core() -
     assert got / free == pytest.approx(cores / 2, rel=0.05)
 
 
+def test_another_process_on_a_core_the_job_left_free_is_not_the_jobs_outside_work() -> None:
+    """At 1 CPU of 2 a process busy on the other core is seen by no interference check (it
+    is not on the run's CPUs) but lands in the machine-wide figure: ten times the other
+    runs' outside work is set aside, named, and does not take cores from 2-CPU predictions."""
+    def outside(r):
+        return _with_outside(r, 0.9 if r.run_id == "cached-cpus1" else 0.03)
+    runs = [outside(r) if r.mode is not Mode.SYNTHETIC else r for r in _prep_runs()]
+    quiet = [_with_outside(r, 0.03) if r.mode is not Mode.SYNTHETIC else r for r in _prep_runs()]
+    model, calm = whatif.fit(runs), whatif.fit(quiet)
+    names = {p.name: p for p in model.params}
+    cached = names["others_cpu_s_per_sample[cached]"]
+    assert cached.runs == ("loader-cpus1",)
+    assert "left out" in cached.how and "cached-cpus1" in cached.how
+    loader = next(r for r in runs if r.run_id == "loader-cpus1")
+    assert model.others_cpu_s_per_sample == pytest.approx(
+        interference.outside_cpu_s_per_sample(loader))
+    two = whatif.Config.of(2)
+    assert whatif.predict(model, two).rate_sps == pytest.approx(
+        whatif.predict(calm, two).rate_sps, rel=0.02)
+    # every run alike: nothing is set aside
+    assert "left out" not in {p.name: p for p in calm.params}[
+        "others_cpu_s_per_sample[cached]"].how
+
+
 def test_records_without_the_machine_figures_predict_as_before() -> None:
     """Old runs (no probe, no machine-wide samples): contention 0, no outside work, said."""
     model = whatif.fit(_prep_runs())

@@ -9,6 +9,10 @@ sim device, 64 JPEGs of about 100 KB, batch 4, 2 workers, one epoch), trimmed
     $H --prefix whatif_prep --sim-step-ms 4 --cpus 1 --modes synthetic,loader,cached,disk
     $H --prefix whatif_fetch --sim-step-ms 4 --cpus 2 --storage-bw none,1M \\
         --modes synthetic,loader,cached,disk
+
+whatif_caches holds seven untrimmed runs of bench/whatif_accuracy.py's base job (500
+JPEGs of about 530 KB, batch 8, 60 ms step, 3 epochs) at 1 CPU, unthrottled: synthetic,
+loader (its second repeat), cached, and disk at cache 0 (two repeats), 25% and 100%.
 """
 
 from __future__ import annotations
@@ -456,10 +460,30 @@ def test_validate_reads_nothing_measured_in_held_out_runs() -> None:
     # leave-one-out: each run's own fold predicts it from its spec alone
     for run in (r for r in runs if r.mode.value == "disk"):
         model = whatif.fit([r for r in runs if r is not run])
-        assert whatif._check(model, _blank(run), "loo") == whatif._check(model, run, "loo")
+        assert whatif._check(model, (_blank(run),), "loo") == whatif._check(model, (run,), "loo")
     doc = whatif.validation_document(val)
     assert 0 <= doc["coverage"] <= 1 and doc["nominal"] == 0.9
     assert {s["name"] for s in doc["splits"]} == {"leave-one-out", "extrapolation"}
+
+
+def test_validate_holds_out_a_configuration_with_its_repeats() -> None:
+    """A repeat of the held-out configuration left in the fit would predict it in sample:
+    both are held out, and the figure predicted is their mean rate."""
+    runs = store.load_runs(DATA / "report_sweep")
+    disk = next(r for r in runs if r.mode.value == "disk")
+    twin = replace(disk, spec=replace(disk.spec, repeat=2),
+                   ranks=tuple(replace(k, iter_s=tuple(1.25 * t for t in k.iter_s)) for k in disk.ranks))
+    alone = {c.run_id: c for c in whatif.validate(runs).splits[0].checks}[disk.run_id]
+    both = {c.run_id: c for c in whatif.validate([*runs, twin]).splits[0].checks}[disk.run_id]
+    assert both.repeats == 2 and alone.repeats == 1
+    # the fold is the same without the twin: it was held out too
+    assert both.predicted_sps == alone.predicted_sps
+    assert (both.low_sps, both.high_sps) == (alone.low_sps, alone.high_sps)
+    twin_rate = run_rate(twin).rate_sps
+    assert twin_rate == pytest.approx(alone.measured_sps / 1.25, rel=0.02)
+    assert both.measured_sps == pytest.approx((alone.measured_sps + twin_rate) / 2)
+    assert len(whatif.validate([*runs, twin]).splits[0].checks) == len(
+        whatif.validate(runs).splits[0].checks)
 
 
 def test_recommendation_on_the_demo_weighs_the_cold_epoch_and_breaks_ties_by_cost() -> None:
@@ -582,3 +606,24 @@ def test_measured_noise_weighs_the_fit_and_floors_the_intervals() -> None:
     assert noisy.rel_sigma >= 0.3
     p = whatif.predict(noisy, whatif.Config.of(1))
     assert p.rate_sps_high / p.rate_sps >= math.exp(1.645 * 0.3) * 0.999
+
+
+def _slower(run, factor: float):
+    return replace(run, ranks=tuple(replace(k, iter_s=tuple(t * factor for t in k.iter_s))
+                                    for k in run.ranks))
+
+
+def test_read_cost_comes_from_the_contrast_across_cache_budgets() -> None:
+    """whatif_caches: the built-in job at 1 CPU, prep-bound, unthrottled, cache 0 (twice),
+    25% and 100% (bench/whatif_accuracy.py). The read cost is fitted on how the rate changes
+    with the bytes missed, not on the level: every disk run 10% slower leaves it unchanged
+    (the level belongs to the prep cost), and cache 0 held out is predicted within 5%."""
+    runs = runs_of("caches")
+    model = whatif.fit(runs)
+    (param,) = [p for p in model.params if p.name == "read_cpu_bps"]
+    assert "across the cache budgets" in param.how and len(param.runs) == 4
+    slow = whatif.fit([_slower(r, 1.1) if r.mode.value == "disk" else r for r in runs])
+    assert slow.miss_cpu_s_per_byte == pytest.approx(model.miss_cpu_s_per_byte, rel=1e-9, abs=1e-15)
+    loo = {c.run_id: c for c in whatif.validate(runs).splits[0].checks}
+    cold = loo["disk-cpus1-cache0B-bwnone"]
+    assert cold.repeats == 2 and abs(cold.error_pct) < 5

@@ -1,13 +1,17 @@
 """Out-of-sample validation of the what-if model: two splits, errors and interval coverage.
 
-- leave-one-configuration-out: each disk run (and each cached run of a job
-  other than the base one) predicted by a model fitted on every other run;
+- leave-one-configuration-out: each disk configuration (and each cached one of
+  a job other than the base one) predicted by a model fitted on every other
+  run;
 - extrapolation: fitted on the base job at the fewest CPUs (one rank, the
-  slowest step), every other such run predicted.
+  slowest step), every other such configuration predicted.
 
-A held-out run is predicted from its spec and iteration layout only
-(`spec_only` blanks everything it measured about the machine); its measured
-rate is read afterwards, to score the prediction and its interval.
+A configuration is a run and its repeats (`--repeats`, `--target-ci`): they
+are held out together, so that no repeat of the predicted configuration is in
+the fit, and the figure predicted is their mean rate (as the stall table pools
+them). A held-out configuration is predicted from its spec and iteration
+layout only (`spec_only` blanks everything it measured about the machine);
+its measured rate is read afterwards, to score the prediction and its interval.
 """
 
 from __future__ import annotations
@@ -29,25 +33,35 @@ from dsanalyze.analysis.model import (
     run_cpus,
     untested,
 )
-from dsanalyze.config import Mode
+from dsanalyze.config import Mode, RunSpec
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import Enforcement, IoRecord, RunResult
 
-LOO_RULE = ("each configuration held out in turn: each disk run (and each cached run of a job other than "
-            "the base one) predicted by a model fitted on every other run")
+LOO_RULE = ("each configuration held out in turn, with its repeats: each disk configuration (and each "
+            "cached one of a job other than the base one) predicted by a model fitted on every "
+            "other run")
 EXTRAPOLATION_RULE = ("fitted on the base job's runs (one rank, the slowest step) at "
-                      "the fewest CPUs; every other disk run (and cached run of another job) "
-                      "predicted")
+                      "the fewest CPUs; every other disk configuration (and cached one of another "
+                      "job) predicted")
 
 
-def _targets(ok: list[RunResult]) -> list[RunResult]:
-    """Runs a validation predicts: disk runs, and cached runs of other jobs than the base
-    one (other rank counts, other step times); cached runs when there is no disk run."""
+def configurations(runs: Sequence[RunResult]) -> list[tuple[RunResult, ...]]:
+    """The runs grouped by configuration (job, mode, resources): a run and its repeats,
+    first repeat first, in the order the configurations first appear."""
+    groups: dict[RunSpec, list[RunResult]] = {}
+    for r in sorted(runs, key=lambda r: r.spec.repeat):
+        groups.setdefault(replace(r.spec, repeat=1), []).append(r)
+    return [tuple(g) for g in groups.values()]
+
+
+def _targets(ok: list[RunResult]) -> list[tuple[RunResult, ...]]:
+    """Configurations a validation predicts: disk ones, and cached ones of other jobs than
+    the base one (other rank counts, other step times); cached ones when there is no disk run."""
     base = {id(r) for r in base_runs(ok)}
     disk = [r for r in ok if r.mode is Mode.DISK]
     if not disk:
-        return [r for r in ok if r.mode is Mode.CACHED]
-    return disk + [r for r in ok if r.mode is Mode.CACHED and id(r) not in base]
+        return configurations([r for r in ok if r.mode is Mode.CACHED])
+    return configurations(disk + [r for r in ok if r.mode is Mode.CACHED and id(r) not in base])
 
 
 def run_label(model: Model, run: RunResult) -> str:
@@ -81,6 +95,7 @@ class Check:
     predicted_epoch1_sps: float | None
     cache_bytes: float | None  # the page cache it was predicted with (None: no limit)
     untested: tuple[str, ...] = ()
+    repeats: int = 1  # runs of the configuration; the measured figures are their mean
 
     @property
     def error_pct(self) -> float:
@@ -97,7 +112,8 @@ class Check:
                 "covered": self.covered, "error_pct": self.error_pct,
                 "measured_epoch1_sps": self.measured_epoch1_sps,
                 "predicted_epoch1_sps": self.predicted_epoch1_sps,
-                "cache_bytes": self.cache_bytes, "untested": list(self.untested)}
+                "cache_bytes": self.cache_bytes, "untested": list(self.untested),
+                "repeats": self.repeats}
 
 
 @dataclass(frozen=True)
@@ -111,28 +127,38 @@ class Split:
     note: str = ""
 
 
-def _check(model: Model, run: RunResult, split: str) -> Check:
-    """Predict a held-out run from its spec; only then read the figure it measured."""
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def _check(model: Model, config: tuple[RunResult, ...], split: str) -> Check:
+    """Predict a held-out configuration from its spec; only then read the figures its runs
+    measured (the mean over its repeats)."""
+    run = config[0]
     blind = spec_only(run)
     pred = predict_run(model, blind)
     cfg = run_config(model, blind)
     low, high = interval(model, cfg, pred.rate_sps)
     cache = run_cache(model, blind) if run.mode is Mode.DISK else None
-    rate = stalls.run_rate(run)
-    return Check(run_label(model, run), run.mode.value, split, rate.rate_sps or 0.0, pred.rate_sps,
-                 low, high, rate.epoch1_rate_sps, pred.epoch1_sps, cache, untested(model, cfg))
+    rates = [stalls.run_rate(r) for r in config]
+    return Check(run_label(model, run), run.mode.value, split,
+                 _mean([r.rate_sps for r in rates]) or 0.0, pred.rate_sps, low, high,
+                 _mean([r.epoch1_rate_sps for r in rates]), pred.epoch1_sps, cache,
+                 untested(model, cfg), len(config))
 
 
 def _loo(ok: list[RunResult], sizes: Sequence[int] | None, policy: str,
          weights: dict[str, float] | None) -> Split:
     checks = []
-    for run in _targets(ok):
-        rest = [r for r in ok if r is not run]
+    for config in _targets(ok):
+        held = {id(r) for r in config}
+        rest = [r for r in ok if id(r) not in held]
         try:
             model = fit(rest, sizes, policy, weights)
         except ConfigError:
-            continue  # the run was the only one giving a parameter: nothing to predict it with
-        checks.append(_check(model, run, "loo"))
+            continue  # the configuration alone gave a parameter: nothing to predict it with
+        checks.append(_check(model, config, "loo"))
     return Split("leave-one-out", LOO_RULE, tuple(checks))
 
 
@@ -142,14 +168,14 @@ def _extrapolation(ok: list[RunResult], sizes: Sequence[int] | None, policy: str
     fewest = min(run_cpus(r) for r in base)
     fit_runs = [r for r in base if run_cpus(r) == fewest]
     ids = {id(r) for r in fit_runs}
-    held = [r for r in _targets(ok) if id(r) not in ids]
+    held = [c for c in _targets(ok) if id(c[0]) not in ids]
     if not held:
         return Split("extrapolation", EXTRAPOLATION_RULE, (), note=(
             "not made: every run has the fewest CPUs, one rank and the slowest step; measure "
             "more CPUs (harness.py --cpus 1,2) to test extrapolation"))
     model = fit(fit_runs, sizes, policy, weights)
     return Split("extrapolation", EXTRAPOLATION_RULE,
-                 tuple(_check(model, r, "extrapolation") for r in held),
+                 tuple(_check(model, c, "extrapolation") for c in held),
                  tuple(r.run_id for r in fit_runs))
 
 

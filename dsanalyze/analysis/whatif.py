@@ -53,7 +53,7 @@ from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
 
 __all__ = ["Check", "Config", "Model", "Prediction", "Split", "Validation", "cache_check",
-           "configs", "fit", "grid", "predict", "run_cpus", "spec_only", "split_summary",
+           "configs", "configurations", "fit", "grid", "predict", "run_cpus", "spec_only", "split_summary",
            "untested", "validate", "validation_document", "whatif_document"]
 
 
@@ -271,6 +271,7 @@ from dsanalyze.analysis.validation import (  # noqa: E402
     Split,
     Validation,
     _check,  # noqa: E402,F401  (tests)
+    configurations,
     spec_only,
     split_summary,
     validate,

@@ -87,7 +87,7 @@ def _split_lines(split: Any) -> list[str]:
         lines.append(f"fitted on: {', '.join(split.fit_runs)}")
     if split.note:
         return lines + [split.note]
-    rows = [[c.run_id, f"{c.measured_sps:.1f}", f"{c.predicted_sps:.1f}",
+    rows = [[c.run_id + (f" (mean of {c.repeats})" if c.repeats > 1 else ""), f"{c.measured_sps:.1f}", f"{c.predicted_sps:.1f}",
              f"{c.low_sps:.1f}-{c.high_sps:.1f}", "yes" if c.covered else "NO",
              f"{c.error_pct:+.1f}%", _dash(c.measured_epoch1_sps, "{:.1f}"),
              _dash(c.predicted_epoch1_sps, "{:.1f}"),
@@ -120,9 +120,9 @@ def validation_lines(val: Any, cache_checks: list[Any], summary: Any) -> list[st
             f = summary(split.checks)
             lines.append(f"{split.name}: median absolute error {f['median_abs_error_pct']:.1f}%, "
                          f"maximum {f['max_abs_error_pct']:.1f}% over {f['held_out']} held-out "
-                         f"run(s); {f['coverage']:.0%} inside their {f['nominal']:.0%} interval")
+                         f"configuration(s); {f['coverage']:.0%} inside their {f['nominal']:.0%} interval")
     f = summary(val.checks)
     lines.append(f"both splits: median absolute error {f['median_abs_error_pct']:.1f}%, maximum "
-                 f"{f['max_abs_error_pct']:.1f}% over {f['held_out']} held-out run(s); coverage "
+                 f"{f['max_abs_error_pct']:.1f}% over {f['held_out']} held-out configuration(s); coverage "
                  f"{f['coverage']:.0%} (nominal {f['nominal']:.0%})")
     return lines
