@@ -279,10 +279,14 @@ def _repeat_tag(sweep: Sweep, repeat: int) -> str:
 
 
 def _remember_memory(ctx: launch.LaunchContext, result: RunResult) -> None:
+    """The job's memory for the disk runs' limit at the cached run's CPUs: the largest peak of
+    the cached runs seen (with repeats the peak moves by 10% between runs, more than the
+    margin: a disk run limited by a lower repeat's peak was killed for memory)."""
     if result.mode is Mode.CACHED and result.ok:
         peak = result.io.job_memory_peak_bytes
         if peak:
-            ctx.job_memory_bytes[result.spec.resources.cpus] = int(peak)
+            cpus = result.spec.resources.cpus
+            ctx.job_memory_bytes[cpus] = max(int(peak), ctx.job_memory_bytes.get(cpus, 0))
         ctx.library_files = result.io.mapped_files or ctx.library_files
 
 

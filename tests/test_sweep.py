@@ -41,6 +41,11 @@ def test_cached_run_sets_the_job_memory_of_disk_runs(tmp_path):
     sweep._remember_memory(ctx, result(Mode.CACHED, cpus=2, job_memory_peak_bytes=700 << 20))
     sweep._remember_memory(ctx, result(Mode.SYNTHETIC, cpus=1, job_memory_peak_bytes=1 << 30))
     assert ctx.job_memory_bytes == {2: 700 << 20}
+    # a repeat whose peak is lower does not lower the limit of the disk runs after it
+    sweep._remember_memory(ctx, result(Mode.CACHED, cpus=2, job_memory_peak_bytes=640 << 20))
+    assert ctx.job_memory_bytes == {2: 700 << 20}
+    sweep._remember_memory(ctx, result(Mode.CACHED, cpus=2, job_memory_peak_bytes=760 << 20))
+    assert ctx.job_memory_bytes == {2: 760 << 20}
 
 
 def test_a_fresh_sweep_sets_aside_an_earlier_sweeps_repeats(tmp_path):
