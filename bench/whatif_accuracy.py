@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import fcntl
 import shutil
 import statistics
@@ -48,10 +49,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dsanalyze import store  # noqa: E402
-from dsanalyze.analysis import stalls, whatif  # noqa: E402
+from dsanalyze.analysis import stalls  # noqa: E402
 from dsanalyze.config import format_bytes  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset, scan_dataset  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
+from dsanalyze.whatif import api as whatif  # noqa: E402
 
 IMAGES, CLASSES, SIZE, JITTER, SEED = 500, 4, (1200, 900), 0.3, 5
 COMMON = ["-b", "8", "-j", "2", "--epochs", "3", "--warmup", "2", "--resume", "--no-plots",
@@ -185,8 +187,9 @@ def check_noise(runs: list[RunResult]) -> None:
 
 
 def validation_label(run: RunResult) -> str:
+    """The configuration's id (its first repeat's) and its job."""
     job = run.spec.job
-    return f"{run.spec.run_id.removesuffix(f'-r{run.spec.repeat}')} [{job.world_size} rank(s), " \
+    return f"{dataclasses.replace(run.spec, repeat=1).run_id} [{job.world_size} rank(s), " \
            f"step {job.sim_step_ms:g} ms]"
 
 

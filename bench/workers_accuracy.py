@@ -26,10 +26,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dsanalyze import store  # noqa: E402
-from dsanalyze.analysis import whatif  # noqa: E402
-from dsanalyze.analysis.model import predict_run  # noqa: E402
 from dsanalyze.analysis.stalls import run_rate  # noqa: E402
 from dsanalyze.jobs.datasets import scan_dataset  # noqa: E402
+from dsanalyze.whatif import api as whatif  # noqa: E402
+from dsanalyze.whatif.model import predict_run  # noqa: E402
 
 WORKERS = (1, 4)
 JOB_ARGS = ["-b", "8", "--epochs", "3", "--warmup", "2", "--sim-step-ms", "60", "--cpus", "1,2",

@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from dsanalyze import config, nodes, store
-from dsanalyze.analysis.advice import DEFAULT_CACHES
 from dsanalyze.config import Sweep
 from dsanalyze.errors import ConfigError, DsAnalyzeError, StoreError
 from dsanalyze.fingerprint import check_consistent
 from dsanalyze.records import RunResult
 from dsanalyze.report.whatif_docs import WhatIfDocs, recommended_text
+from dsanalyze.whatif.advice import DEFAULT_CACHES
 
 WHATIF_JSON, VALIDATION_JSON, SUMMARY_JSON = "whatif.json", "validation.json", "summary.json"
 DEFAULT_CACHE_GRID = DEFAULT_CACHES  # `dsanalyze whatif --cache`, as the advice's grid
@@ -129,18 +129,18 @@ class WhatIfRequest:
 
 @dataclass(frozen=True)
 class WhatIfAnswer:
-    model: Any  # analysis.model.Model
-    predictions: list[Any]  # analysis.whatif.Prediction, one per configuration
-    recommendation: Any  # analysis.recommend.Recommendation, or None
+    model: Any  # whatif.model.Model
+    predictions: list[Any]  # whatif.api.Prediction, one per configuration
+    recommendation: Any  # whatif.recommend.Recommendation, or None
     document: dict[str, Any]  # what `whatif.json` holds
     path: Path
 
 
 def whatif(req: WhatIfRequest) -> WhatIfAnswer:
     """Fit the model on the prefix's runs, predict the request's grid, write `whatif.json`."""
-    from dsanalyze.analysis import recommend
-    from dsanalyze.analysis import whatif as model_whatif
-    from dsanalyze.analysis.advice import default_cpus
+    from dsanalyze.whatif import api as model_whatif
+    from dsanalyze.whatif import recommend
+    from dsanalyze.whatif.advice import default_cpus
 
     runs, sizes = runs_and_sizes(req.prefix)
     model = model_whatif.fit(runs, sizes, req.cache_policy)
@@ -159,7 +159,7 @@ def whatif(req: WhatIfRequest) -> WhatIfAnswer:
 
 @dataclass(frozen=True)
 class Validation:
-    validation: Any  # analysis.validation's result: both splits, errors, coverage
+    validation: Any  # whatif.validation's result: both splits, errors, coverage
     cache_checks: list[Any]  # the cache simulator against each disk run's read counter
     document: dict[str, Any]  # what `validation.json` holds
     path: Path
@@ -167,7 +167,7 @@ class Validation:
 
 def validate(prefix: str | Path, cache_policy: str = "pagecache") -> Validation:
     """The model judged out of sample (leave-one-out and extrapolation); `validation.json`."""
-    from dsanalyze.analysis import whatif as model_whatif
+    from dsanalyze.whatif import api as model_whatif
 
     runs, sizes = runs_and_sizes(prefix)
     val = model_whatif.validate(runs, sizes, cache_policy)
@@ -179,9 +179,9 @@ def validate(prefix: str | Path, cache_policy: str = "pagecache") -> Validation:
 
 def advise(prefix: str | Path, runs: list[RunResult] | None = None) -> WhatIfDocs:
     """The answer printed after the table: the advice's own what-if query over its default
-    grid (`analysis/advice.py`), its validation, and the answer in words."""
-    from dsanalyze.analysis.advice import advise as advice_of
+    grid (`whatif/advice.py`), its validation, and the answer in words."""
     from dsanalyze.report.advice import advice_text
+    from dsanalyze.whatif.advice import advise as advice_of
 
     runs = store.load_runs(prefix) if runs is None else runs
     a = advice_of(runs, dataset_sizes(runs))

@@ -241,7 +241,7 @@ def _cmd_trace(ns: argparse.Namespace) -> int:
     return 0
 
 
-# ---- what-if and validate (computed in analysis/whatif.py, worded in report/whatif_text.py) --
+# ---- what-if and validate (computed in whatif/api.py, worded in report/whatif_text.py) --
 
 def _workers(text: str | None) -> tuple[int | None, ...]:
     if not text:
@@ -292,8 +292,8 @@ def _cmd_whatif(ns: argparse.Namespace) -> int:
 def _cmd_validate(ns: argparse.Namespace) -> int:
     import json
 
-    from dsanalyze.analysis import whatif
     from dsanalyze.report import whatif_text
+    from dsanalyze.whatif import api as whatif
 
     checked = app.validate(ns.prefix, ns.cache_policy)
     if ns.json:

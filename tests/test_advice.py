@@ -1,4 +1,4 @@
-"""The answer at the end of every run: `analysis/advice.py` and its words in `report/advice.py`."""
+"""The answer at the end of every run: `whatif/advice.py` and its words in `report/advice.py`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from conftest import harness
 
 from dsanalyze import store
 from dsanalyze.analysis import stalls
-from dsanalyze.analysis.advice import Advice, AdviceKind, Option, advise, measured_options
 from dsanalyze.jobs.datasets import scan_dataset
 from dsanalyze.report.advice import advice_text
+from dsanalyze.whatif.advice import Advice, AdviceKind, Option, advise, measured_options
 
 DATA = Path(__file__).parent / "data"
 MIB = 1 << 20

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from dsanalyze.analysis import cachesim
 from dsanalyze.errors import ConfigError
+from dsanalyze.whatif import cachesim
 
 PAGE = 4096
 

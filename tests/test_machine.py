@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 
 from dsanalyze import store
-from dsanalyze.analysis import interference, whatif
-from dsanalyze.analysis.model import usable_cpus
+from dsanalyze.analysis import interference
 from dsanalyze.analysis.stalls import run_rate
 from dsanalyze.config import Mode
 from dsanalyze.jobs.datasets import scan_dataset
 from dsanalyze.records import CpuScaling
 from dsanalyze.resources import cpuscale
+from dsanalyze.whatif import api as whatif
+from dsanalyze.whatif.model import usable_cpus
 
 DATA = Path(__file__).parent / "data"
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2

@@ -352,7 +352,7 @@ import sys
 from dsanalyze import cli
 main = cli.harness_main if sys.argv[1] == "harness" else cli.main
 code = main(sys.argv[2:])
-print("model fitted:", "dsanalyze.analysis.calibrate" in sys.modules)
+print("model fitted:", "dsanalyze.whatif.calibrate" in sys.modules)
 sys.exit(code)
 """
 

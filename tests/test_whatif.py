@@ -27,11 +27,12 @@ import numpy as np
 import pytest
 
 from dsanalyze import cli, store
-from dsanalyze.analysis import pipeline, recommend, whatif
-from dsanalyze.analysis.model import predict_run
 from dsanalyze.analysis.stalls import run_rate
 from dsanalyze.config import CacheBudget
 from dsanalyze.errors import ConfigError
+from dsanalyze.whatif import api as whatif
+from dsanalyze.whatif import pipeline, recommend
+from dsanalyze.whatif.model import predict_run
 
 DATA = Path(__file__).parent / "data"
 
@@ -466,13 +467,17 @@ def test_validate_reads_nothing_measured_in_held_out_runs() -> None:
     assert {s["name"] for s in doc["splits"]} == {"leave-one-out", "extrapolation"}
 
 
+def _slower(run, factor: float):
+    return replace(run, ranks=tuple(replace(k, iter_s=tuple(t * factor for t in k.iter_s))
+                                    for k in run.ranks))
+
+
 def test_validate_holds_out_a_configuration_with_its_repeats() -> None:
     """A repeat of the held-out configuration left in the fit would predict it in sample:
     both are held out, and the figure predicted is their mean rate."""
     runs = store.load_runs(DATA / "report_sweep")
     disk = next(r for r in runs if r.mode.value == "disk")
-    twin = replace(disk, spec=replace(disk.spec, repeat=2),
-                   ranks=tuple(replace(k, iter_s=tuple(1.25 * t for t in k.iter_s)) for k in disk.ranks))
+    twin = replace(_slower(disk, 1.25), spec=replace(disk.spec, repeat=2))
     alone = {c.run_id: c for c in whatif.validate(runs).splits[0].checks}[disk.run_id]
     both = {c.run_id: c for c in whatif.validate([*runs, twin]).splits[0].checks}[disk.run_id]
     assert both.repeats == 2 and alone.repeats == 1
@@ -519,7 +524,7 @@ def test_a_cpu_device_is_refused() -> None:
 def test_page_cache_the_run_had_excludes_shared_memory() -> None:
     """DataLoader batches in /dev/shm count in the cgroup's file cache (v1 `cache`, v2
     `file`); the page cache a run had is that less `shmem_bytes`."""
-    from dsanalyze.analysis.model import _steady_window, effective_cache
+    from dsanalyze.whatif.model import _steady_window, effective_cache
 
     run = next(r for r in runs_of("fetch") if r.run_id == "disk-cpus2-cachenone-bwnone")
     lo, hi = _steady_window(run)
@@ -565,7 +570,7 @@ def test_more_nodes_bring_their_own_cpus() -> None:
 
 def test_a_node_caches_only_what_its_own_ranks_read() -> None:
     rng = np.random.default_rng(0)
-    from dsanalyze.analysis import cachesim
+    from dsanalyze.whatif import cachesim
 
     whole = cachesim.epoch_order(100, np.random.default_rng(0), ranks=4, batch_size=5)
     node0 = cachesim.epoch_order(100, rng, ranks=4, batch_size=5, kept=2)
@@ -606,11 +611,6 @@ def test_measured_noise_weighs_the_fit_and_floors_the_intervals() -> None:
     assert noisy.rel_sigma >= 0.3
     p = whatif.predict(noisy, whatif.Config.of(1))
     assert p.rate_sps_high / p.rate_sps >= math.exp(1.645 * 0.3) * 0.999
-
-
-def _slower(run, factor: float):
-    return replace(run, ranks=tuple(replace(k, iter_s=tuple(t * factor for t in k.iter_s))
-                                    for k in run.ranks))
 
 
 def test_read_cost_comes_from_the_contrast_across_cache_budgets() -> None:

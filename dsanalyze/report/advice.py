@@ -7,13 +7,13 @@ What-if section.
         (41% stalled). From the what-if model fitted on the 6 runs just made; its median
         error on held-out runs: 4.1%."
 
-Every number is the `Advice` value's (`analysis/advice.py`).
+Every number is the `Advice` value's (`whatif/advice.py`).
 """
 
 from __future__ import annotations
 
-from dsanalyze.analysis.advice import Advice, AdviceKind, Option
 from dsanalyze.report.text import bandwidth_text, cache_text, number
+from dsanalyze.whatif.advice import Advice, AdviceKind, Option
 
 
 def option_label(o: Option) -> str:

@@ -1,7 +1,7 @@
 """What the what-if model says about a prefix, as the plots and the report take it.
 
 A value (`WhatIfDocs`) that `app.py` fills from a stored `whatif.json` or from
-the advice's own query; the numbers come from `analysis/whatif.py`. Nothing
+the advice's own query; the numbers come from `whatif/api.py`. Nothing
 here fits, reads a file or scans a dataset.
 """
 
@@ -25,7 +25,7 @@ class WhatIfDocs:
     validation: dict[str, Any] | None = None  # the `validate --json` document
     recommendation: list[str] = field(default_factory=list)  # the answer in words, per line
     note: str | None = None  # why something is missing
-    advice: Any = None  # analysis.advice.Advice, when the model was fitted here
+    advice: Any = None  # whatif.advice.Advice, when the model was fitted here
 
 
 def recommended_text(row: dict[str, Any]) -> str:

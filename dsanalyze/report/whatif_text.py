@@ -1,6 +1,6 @@
 """The terminal text of `dsanalyze whatif` and `dsanalyze validate`.
 
-Pure formatting over what `analysis/whatif.py` returns: the model's parameters
+Pure formatting over what `whatif/api.py` returns: the model's parameters
 with their provenance, the prediction grid, the recommendation in words, and
 the validation of held-out runs. The CLI prints these lines.
 """

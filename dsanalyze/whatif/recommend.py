@@ -13,7 +13,7 @@
    ties, broken by the same cost (never by float noise).
 
 `rank` is that ranking alone; the advice at the end of a run
-(`analysis/advice.py`) is its other mode: the same ranking over the
+(`whatif/advice.py`) is its other mode: the same ranking over the
 predictions that add resources to the fastest measured configuration.
 
 Stalls are those of a job of `epochs` epochs: the cold first epoch, then
@@ -29,12 +29,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dsanalyze.analysis import stalls
-from dsanalyze.analysis.calibrate import base_runs
-from dsanalyze.analysis.model import Config, Model, run_config, run_cpus
-from dsanalyze.analysis.whatif import Prediction, predict
 from dsanalyze.config import Mode, format_bytes, unlimited_last
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
+from dsanalyze.whatif.api import Prediction, predict
+from dsanalyze.whatif.calibrate import base_runs
+from dsanalyze.whatif.model import Config, Model, run_config, run_cpus
 
 TOLERANCE = 0.02  # job times closer than this (relative) are ties, broken by cost
 WORKER_CHOICES = (1, 2, 4, 8, 16)

@@ -21,9 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dsanalyze.analysis import cachesim, stalls
-from dsanalyze.analysis.calibrate import base_runs, fit
-from dsanalyze.analysis.model import (
+from dsanalyze.analysis import stalls
+from dsanalyze.config import Mode, RunSpec
+from dsanalyze.errors import ConfigError
+from dsanalyze.records import Enforcement, IoRecord, RunResult
+from dsanalyze.whatif import cachesim
+from dsanalyze.whatif.calibrate import base_runs, fit
+from dsanalyze.whatif.model import (
     LEVEL,
     Model,
     interval,
@@ -33,9 +37,6 @@ from dsanalyze.analysis.model import (
     run_cpus,
     untested,
 )
-from dsanalyze.config import Mode, RunSpec
-from dsanalyze.errors import ConfigError
-from dsanalyze.records import Enforcement, IoRecord, RunResult
 
 LOO_RULE = ("each configuration held out in turn, with its repeats: each disk configuration (and each "
             "cached one of a job other than the base one) predicted by a model fitted on every "

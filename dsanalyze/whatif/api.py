@@ -1,6 +1,6 @@
 """What-if: predict, recommend and validate, as pure functions over stored runs.
 
-    model = fit(results, sizes)                      # analysis/calibrate.py over analysis/model.py
+    model = fit(results, sizes)                      # whatif/calibrate.py over whatif/model.py
     preds = grid(model, configs(...), results)       # one Prediction per combination
     rec = recommend(model, preds, results, max_stall_pct=5, epochs=1)
     val = validate(results, sizes)                   # both splits, out of sample
@@ -27,9 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from dsanalyze.analysis import cachesim, stalls
-from dsanalyze.analysis.calibrate import fit
-from dsanalyze.analysis.model import (
+from dsanalyze.analysis import stalls
+from dsanalyze.config import CacheBudget, Mode, Resources
+from dsanalyze.errors import ConfigError
+from dsanalyze.records import RunResult
+from dsanalyze.whatif import cachesim
+from dsanalyze.whatif.calibrate import fit
+from dsanalyze.whatif.model import (
     LEVEL,
     Config,
     Model,
@@ -48,9 +52,6 @@ from dsanalyze.analysis.model import (
     untested,
     workers_for,
 )
-from dsanalyze.config import CacheBudget, Mode, Resources
-from dsanalyze.errors import ConfigError
-from dsanalyze.records import RunResult
 
 __all__ = ["Check", "Config", "Model", "Prediction", "Split", "Validation", "cache_check",
            "configs", "configurations", "fit", "grid", "predict", "run_cpus", "spec_only", "split_summary",
@@ -266,7 +267,7 @@ def cache_check(model: Model, results: Sequence[RunResult], seeds: int = 3) -> l
 
 
 # the validation lives in its own module; re-exported here, the what-if facade
-from dsanalyze.analysis.validation import (  # noqa: E402
+from dsanalyze.whatif.validation import (  # noqa: E402
     Check,
     Split,
     Validation,

@@ -142,7 +142,7 @@ def advise(results: Sequence[RunResult], sizes: Sequence[int] | None = None,
     if calm:
         return Advice(AdviceKind.NO_CHANGE, epochs, best, calm[0], fitted, error, "", why, rows,
                       validation)
-    from dsanalyze.analysis.recommend import rank
+    from dsanalyze.whatif.recommend import rank
 
     base = best and replace(best, cpus=best.cpus or _cpus_of_all(results))
     faster = [p for p in preds if p.measured_run is None and (base is None or (
@@ -194,7 +194,7 @@ def default_grid(results: Sequence[RunResult]
 
 def default_cpus(results: Sequence[RunResult]) -> list[int]:
     """The what-if CPU counts when none are asked: the measured ones, 2x and 4x the largest."""
-    from dsanalyze.analysis import whatif
+    from dsanalyze.whatif import api as whatif
 
     measured = sorted({whatif.run_cpus(r) for r in results if r.ok and r.ranks})
     return sorted(set(measured) | {2 * measured[-1], 4 * measured[-1]})
@@ -202,7 +202,7 @@ def default_cpus(results: Sequence[RunResult]) -> list[int]:
 
 def _cpus_of_all(results: Sequence[RunResult]) -> int | None:
     """What `--cpus all` was, in CPUs (the most any completed run had)."""
-    from dsanalyze.analysis import whatif
+    from dsanalyze.whatif import api as whatif
 
     return max((whatif.run_cpus(r) for r in results if r.ok and r.ranks), default=None)
 
@@ -211,7 +211,8 @@ def _fit_and_predict(results: list[RunResult], sizes: Sequence[int] | None,
                      max_stall_pct: float) -> tuple[list[Any], list[dict[str, Any]], str]:
     """The model fitted on every run, its predictions over `default_grid`, whatif.json rows,
     and the model's own hint when nothing meets the budget."""
-    from dsanalyze.analysis import recommend, whatif
+    from dsanalyze.whatif import api as whatif
+    from dsanalyze.whatif import recommend
 
     model = whatif.fit(results, sizes)
     cpus, caches, bws, workers = default_grid(results)
@@ -225,7 +226,7 @@ def _fit_and_predict(results: list[RunResult], sizes: Sequence[int] | None,
 def _validation(results: list[RunResult], sizes: Sequence[int] | None
                 ) -> tuple[dict[str, Any] | None, str]:
     """The model validated on held-out runs (`validate --json`), or None and why not."""
-    from dsanalyze.analysis import whatif
+    from dsanalyze.whatif import api as whatif
 
     try:
         return whatif.validation_document(whatif.validate(results, sizes)), ""

@@ -24,15 +24,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from dsanalyze.analysis import (
-    cachesim,
-    interference,
-    pipeline,
-    stalls,
-    transforms,
-    uncertainty,
-)
-from dsanalyze.analysis.model import (
+from dsanalyze.analysis import interference, stalls, transforms, uncertainty
+from dsanalyze.config import Mode, format_bytes
+from dsanalyze.errors import ConfigError
+from dsanalyze.records import LOADER_STAGE, CpuScaling, RunResult
+from dsanalyze.whatif import cachesim, pipeline
+from dsanalyze.whatif.model import (
     CACHE_BINDS,
     LEVEL,
     PREP_BOUND,
@@ -48,9 +45,6 @@ from dsanalyze.analysis.model import (
     simulate_run,
     step_for,
 )
-from dsanalyze.config import Mode, format_bytes
-from dsanalyze.errors import ConfigError
-from dsanalyze.records import LOADER_STAGE, CpuScaling, RunResult
 
 
 def _by_mode(results: list[RunResult], mode: Mode) -> list[RunResult]:
@@ -388,8 +382,8 @@ def _fit_read_cpu(model: Model, disk: list[RunResult]) -> tuple[Model, list[Para
     else:
         # the runs without a page cache, where it is not confounded with the cache model
         runs = [r for r in unthrottled if not r.spec.resources.cache.cache_bytes] or unthrottled
-        runs = [r for r in runs if run_cpus(r) == min(map(run_cpus, runs))] if runs else []
-        contrast = False
+        fewest = min(map(run_cpus, runs), default=None)
+        runs, contrast = [r for r in runs if run_cpus(r) == fewest], False
     if not runs:
         return model, [Param("read_cpu_bps", None, "B/s", (), "not measured: no unthrottled "
                              "disk run; reads are taken to cost no CPU")]

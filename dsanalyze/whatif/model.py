@@ -36,7 +36,7 @@ configuration: each is one number for the job or the machine, or one law.
 
 `pipeline.simulate` turns these into rates: it has the loop's structure
 (prefetch depth, in-order delivery, the refill at each epoch start, a worker's
-read then decode, the main process needing CPU). `analysis/calibrate.py` fits
+read then decode, the main process needing CPU). `whatif/calibrate.py` fits
 the parameters; a prediction's interval is the rate times exp(+-z sigma) with
 sigma the fit runs' residual log error (degrees of freedom counted), widened by
 `UNTESTED_SIGMA` for each assumption of the prediction no fit run tested.
@@ -52,10 +52,10 @@ from typing import Any
 
 import numpy as np
 
-from dsanalyze.analysis import cachesim, pipeline
 from dsanalyze.config import CacheBudget, Mode, Resources
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
+from dsanalyze.whatif import cachesim, pipeline
 
 SEEDS = 3  # permutations averaged per disk prediction
 SIM_SAMPLES = 6000  # samples per simulated epoch; larger epochs are simulated on a sample
