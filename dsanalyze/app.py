@@ -35,10 +35,8 @@ from dsanalyze.errors import ConfigError, DsAnalyzeError, StoreError
 from dsanalyze.fingerprint import check_consistent
 from dsanalyze.records import RunResult
 from dsanalyze.report.whatif_docs import WhatIfDocs, recommended_text
-from dsanalyze.whatif.advice import DEFAULT_CACHES
 
 WHATIF_JSON, VALIDATION_JSON, SUMMARY_JSON = "whatif.json", "validation.json", "summary.json"
-DEFAULT_CACHE_GRID = DEFAULT_CACHES  # `dsanalyze whatif --cache`, as the advice's grid
 
 
 # ---- measuring ------------------------------------------------------------------------------
@@ -108,53 +106,61 @@ def _write_summary(prefix: Path) -> dict[str, Any] | None:
 class WhatIfRequest:
     """A what-if query: the grid of hardware to predict, from the runs of `prefix`.
 
-    `cpus` None: the measured counts, 2x and 4x the largest. `cache`: budgets
-    as written (`50%`, `2G`, `none`). `storage_bps`: None is the measured
-    device. `nproc`/`workers` None: as measured.
+    A knob left None takes the advice's grid (`whatif.advice.default_grid`):
+    `cpus` the measured counts, 2x and 4x the largest; `cache` 0, 25%, ...,
+    100%, the measured budgets and none; `storage_bps` the measured bandwidths
+    and the device (None in the tuple); `workers` as measured, 2x and 4x. So
+    `--recommend` with no values gives the advice's answer. `cache`: budgets
+    as written (`50%`, `2G`, `none`). `nproc` None: as measured. `epochs`
+    None: as many as the disk runs measured.
     """
 
     prefix: str
     cpus: tuple[int, ...] | None = None
-    cache: tuple[str, ...] = DEFAULT_CACHE_GRID
-    storage_bps: tuple[float | None, ...] = (None,)
+    cache: tuple[str, ...] | None = None
+    storage_bps: tuple[float | None, ...] | None = None
     gpu_speedup: float = 1.0
     nproc: int | None = None
     nnodes: int = 1
-    workers: tuple[int | None, ...] = (None,)
+    workers: tuple[int | None, ...] | None = None
     cache_policy: str = "pagecache"
     recommend: bool = False
     max_stall_pct: float = 5.0
-    epochs: int = 1
+    epochs: int | None = None
 
 
 @dataclass(frozen=True)
 class WhatIfAnswer:
     model: Any  # whatif.model.Model
     predictions: list[Any]  # whatif.api.Prediction, one per configuration
-    recommendation: Any  # whatif.recommend.Recommendation, or None
+    advice: Any  # whatif.advice.Advice with `--recommend` (the decision), else None
     document: dict[str, Any]  # what `whatif.json` holds
     path: Path
 
 
 def whatif(req: WhatIfRequest) -> WhatIfAnswer:
-    """Fit the model on the prefix's runs, predict the request's grid, write `whatif.json`."""
+    """Fit the model on the prefix's runs, predict the request's grid, write `whatif.json`;
+    with `recommend`, the decision over it (`whatif.advice.conclude`, the advice's own)."""
+    from dsanalyze.whatif import advice as advice_of
     from dsanalyze.whatif import api as model_whatif
-    from dsanalyze.whatif import recommend
-    from dsanalyze.whatif.advice import default_cpus
 
     runs, sizes = runs_and_sizes(req.prefix)
     model = model_whatif.fit(runs, sizes, req.cache_policy)
-    cpus = req.cpus or tuple(default_cpus(runs))
+    cpus, caches, bws, workers = advice_of.default_grid(runs)
     dataset_bytes = next(r.dataset.total_bytes for r in runs if r.ok)
-    cfgs = model_whatif.configs(cpus, list(req.cache), list(req.storage_bps), dataset_bytes,
-                                req.gpu_speedup, req.nproc, list(req.workers), req.nnodes)
+    cfgs = model_whatif.configs(
+        req.cpus or cpus, list(req.cache or caches), list(req.storage_bps or bws),
+        dataset_bytes, req.gpu_speedup, req.nproc, list(req.workers or workers), req.nnodes)
     preds = model_whatif.grid(model, cfgs, runs)
-    rec = recommend.recommend(model, preds, runs, req.max_stall_pct, req.epochs) \
-        if req.recommend else None
-    doc = model_whatif.whatif_document(preds, rec)
+    answer = None
+    if req.recommend:
+        val, why = advice_of.validation(runs, sizes, req.cache_policy)
+        answer = advice_of.conclude(model, preds, runs, val, why, req.max_stall_pct,
+                                    req.epochs, model_whatif.whatif_document)
+    doc = answer.rows if answer else model_whatif.whatif_document(preds)
     path = Path(req.prefix) / WHATIF_JSON
     store.write_json_atomic(path, doc)
-    return WhatIfAnswer(model, preds, rec, doc, path)
+    return WhatIfAnswer(model, preds, answer, doc, path)
 
 
 @dataclass(frozen=True)
@@ -180,11 +186,17 @@ def validate(prefix: str | Path, cache_policy: str = "pagecache") -> Validation:
 def advise(prefix: str | Path, runs: list[RunResult] | None = None) -> WhatIfDocs:
     """The answer printed after the table: the advice's own what-if query over its default
     grid (`whatif/advice.py`), its validation, and the answer in words."""
-    from dsanalyze.report.advice import advice_text
     from dsanalyze.whatif.advice import advise as advice_of
 
     runs = store.load_runs(prefix) if runs is None else runs
     a = advice_of(runs, dataset_sizes(runs))
+    return advice_docs(a)
+
+
+def advice_docs(a: Any) -> WhatIfDocs:
+    """An `Advice` as the plots and the report take it: its rows, validation and words."""
+    from dsanalyze.report.advice import advice_text
+
     notes = [] if a.rows else [f"What-if: no model fitted on these runs: {a.note}"]
     if a.rows and a.validation is None:
         notes.append(f"Validation: {a.validation_note}")
@@ -272,18 +284,18 @@ def _draw(prefix: Path, runs: list[RunResult], summary: dict[str, Any], docs: Wh
     return [p for name, fig in figures.items() for p in plots.save(fig, prefix, name)]
 
 
-def report(prefix: str | Path) -> list[Path]:
+def report(prefix: str | Path, docs: WhatIfDocs | None = None) -> list[Path]:
     """Write `PREFIX/report.md` and the self-contained `report.html`, figures redrawn.
 
-    Its what-if section is the advice's own query, fitted here (not the last
-    `whatif` query, whose grid may answer another question)."""
+    Its what-if section is the advice (`docs`, else the advice's own query fitted
+    here; not the last `whatif` query, whose grid may answer another question)."""
     from dsanalyze.analysis import stalls
     from dsanalyze.report import summary as report_text
     from dsanalyze.report.shards import shard_blocks
 
     prefix = Path(prefix)
     runs = store.load_runs(prefix)
-    docs = advise(prefix, runs)
+    docs = docs or advise(prefix, runs)
     summary = stalls.summary(runs)
     pngs = [p for p in _draw(prefix, runs, summary, docs) if p.suffix == ".png"]
     blocks = report_text.report_blocks(summary, [p.name for p in pngs],

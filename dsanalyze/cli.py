@@ -243,9 +243,9 @@ def _cmd_trace(ns: argparse.Namespace) -> int:
 
 # ---- what-if and validate (computed in whatif/api.py, worded in report/whatif_text.py) --
 
-def _workers(text: str | None) -> tuple[int | None, ...]:
+def _workers(text: str | None) -> tuple[int | None, ...] | None:
     if not text:
-        return (None,)
+        return None
     try:
         return tuple(int(w) for w in config.split_list(text))
     except ValueError:
@@ -265,9 +265,9 @@ def whatif_request(ns: argparse.Namespace) -> app.WhatIfRequest:
     if cpus is not None and any(c is None for c in cpus):
         raise ConfigError("--cpus needs numbers for a what-if, such as 1,2,4,8")
     return app.WhatIfRequest(
-        prefix=ns.prefix, cpus=cpus, cache=config.split_list(ns.cache),
-        storage_bps=tuple(config.parse_bandwidth(b)
-                          for b in config.split_list(ns.storage_bw or "none")),
+        prefix=ns.prefix, cpus=cpus, cache=config.split_list(ns.cache) if ns.cache else None,
+        storage_bps=tuple(config.parse_bandwidth(b) for b in config.split_list(ns.storage_bw))
+        if ns.storage_bw else None,
         gpu_speedup=ns.gpu_speedup, nproc=ns.nproc, nnodes=ns.nnodes, workers=_workers(ns.workers),
         cache_policy=ns.cache_policy, recommend=ns.recommend, max_stall_pct=_pct(ns.max_stall),
         epochs=ns.epochs)
@@ -284,7 +284,7 @@ def _cmd_whatif(ns: argparse.Namespace) -> int:
         return 0
     print("\n".join([*whatif_text.params_lines(answer.model), *whatif_text.slack_lines(answer.model),
                      "", whatif_text.ASSUMPTIONS, "",
-                     *whatif_text.whatif_lines(answer.predictions, answer.recommendation)]))
+                     *whatif_text.whatif_lines(answer.predictions, answer.advice)]))
     print(f"results: {answer.path}")
     return 0
 
@@ -312,26 +312,27 @@ def _whatif_parsers(sub: Any) -> None:
                        "storage, GPU speed, ranks")
     w.add_argument("prefix")
     w.add_argument("--cpus", help="CPU counts (default: the measured ones, 2x and 4x the largest)")
-    w.add_argument("--cache", default=",".join(app.DEFAULT_CACHE_GRID),
-                   help="page-cache budgets, %% of the dataset's bytes or sizes (0,25%%,2G,none)")
+    w.add_argument("--cache", help="page-cache budgets, %% of the dataset's bytes or sizes "
+                   "(default: 0,25%%,50%%,75%%,100%%, the measured ones and none)")
     w.add_argument("--storage-bw", dest="storage_bw",
-                   help="storage read bandwidths: none (as measured),100M,1G")
+                   help="storage read bandwidths: none (the measured device),100M,1G (default: "
+                   "the measured ones and none)")
     w.add_argument("--gpu-speedup", dest="gpu_speedup", type=float, default=1.0,
                    help="the accelerator k times faster (compute step / k)")
     w.add_argument("--nproc", type=int, help="ranks per node (default: as measured)")
     w.add_argument("--nnodes", type=int, default=1,
                    help="nodes, each with the CPUs, cache and storage given (default 1)")
     w.add_argument("--workers", help="DataLoader workers per rank (-j), e.g. 1,2,4,8 "
-                   "(default: as measured)")
+                   "(default: as measured, 2x and 4x)")
     w.add_argument("--cache-policy", dest="cache_policy", choices=policies, default="pagecache",
                    help="pagecache: Linux's two-list LRU (default); lru: textbook LRU; "
                    "noevict: MinIO-style, admit until full")
     w.add_argument("--recommend", action="store_true",
                    help="name the cheapest combination with stalls under --max-stall")
     w.add_argument("--max-stall", dest="max_stall", default="5%", help="stall budget (5%%)")
-    w.add_argument("--epochs", type=int, default=1,
+    w.add_argument("--epochs", type=int,
                    help="epochs of your real job: the recommendation weighs the cold first "
-                   "epoch against the steady ones (default 1)")
+                   "epoch against the steady ones (default: as many as the disk runs measured)")
     w.add_argument("--json", action="store_true", help="print whatif.json instead of tables")
     v = sub.add_parser("validate", help="out of sample: leave-one-out and extrapolation splits, "
                        "errors and interval coverage")

@@ -297,17 +297,20 @@ def test_cli_plot_with_a_chosen_run(prefix, capsys):
 def test_heatmap_cells_equal_the_whatif_json_of_the_real_model(prefix, capsys):
     """`dsanalyze whatif` writes whatif.json; the redrawn heatmap shows exactly its numbers."""
     assert cli.main(["whatif", str(prefix), "--cpus", "1,2,4", "--cache", "0,50%,none",
-                     "--storage-bw", "none,8M", "--recommend", "--max-stall", "100%"]) == 0
+                     "--storage-bw", "none,8M", "--workers", "2", "--recommend",
+                     "--max-stall", "100%"]) == 0
     capsys.readouterr()
     doc = json.loads((prefix / "whatif.json").read_text())
     docs = app.stored_whatif(prefix, store.load_runs(prefix))
     assert docs.rows == doc  # newer than every run: read, not refitted
-    # any stall allowed: the cheapest of all, whatever the model predicts
+    # any stall allowed: the cheapest measured configuration, by its measured numbers (no
+    # prediction undercuts a measurement)
     (chosen,) = [r for r in doc if r["recommended"]]
-    assert (chosen["cpus"], chosen["cache_bytes"], chosen["storage_read_bps"]) == (1, 0, 8 * MIB)
+    assert (chosen["cpus"], chosen["cache_bytes"], chosen["storage_read_bps"]) == \
+        (1, None, 8 * MIB) and chosen["measured"]
     assert docs.recommendation == [
-        "Recommended by `dsanalyze whatif` (whatif.json): **1 CPU, cache 0, disk 8M/s**: "
-        f"stalls {chosen['stall_pct']:.1f}% of the epoch, {chosen['rate_sps']:.1f} samples/s, "
+        "Recommended by `dsanalyze whatif` (whatif.json): **1 CPU, cache unlimited, disk "
+        f"8M/s**: stalls {chosen['stall_pct']:.1f}% of the epoch, {chosen['rate_sps']:.1f} samples/s, "
         f"an epoch in {chosen['epoch_s']:.2f} s (compute {chosen['compute_s']:.2f} s, prep stall "
         f"{chosen['prep_stall_s']:.2f} s, fetch stall {chosen['fetch_stall_s']:.2f} s)"]
     fig = whatif_plots.whatif_heatmap(doc)

@@ -30,8 +30,11 @@ from dsanalyze import cli, store
 from dsanalyze.analysis.stalls import run_rate
 from dsanalyze.config import CacheBudget
 from dsanalyze.errors import ConfigError
+from dsanalyze.report.advice import advice_text
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif import pipeline, recommend
+from dsanalyze.whatif.advice import Advice
+from dsanalyze.whatif.decision import DecisionKind
 from dsanalyze.whatif.model import predict_run
 
 DATA = Path(__file__).parent / "data"
@@ -256,9 +259,9 @@ def test_recommendation_names_the_workers_it_needs() -> None:
                                                          workers=[2, 8]), runs)
     model = whatif.fit(runs)
     stalls_2 = min(p.job_stall_pct(20) for p in preds if p.config.workers == 2)
-    rec = recommend.recommend(model, preds, runs, stalls_2 - 1, epochs=20)  # 2 workers cannot
-    assert rec.chosen is not None and rec.chosen.config.workers > 2 and not rec.software
-    assert (rec.chosen.config.cpus, rec.chosen.config.workers) == \
+    d = recommend.recommend(model, preds, runs, stalls_2 - 1, epochs=20)  # 2 workers cannot
+    assert d.kind is DecisionKind.CHANGE and d.meets_budget and d.choice.workers > 2
+    assert (d.choice.cpus, d.choice.workers) == \
         min((p.config.cpus, p.config.workers) for p in preds
             if p.job_stall_pct(20) <= stalls_2 - 1)
 
@@ -272,34 +275,36 @@ def test_faster_gpu_and_more_ranks() -> None:
     assert two.nproc == 2 and two.rate_sps == pytest.approx(2 * base.rate_sps, rel=0.05)
 
 
-def test_recommend_the_cheapest_unstalled() -> None:
+def test_a_measured_configuration_within_the_budget_is_the_answer() -> None:
+    """At a 70% budget the measured 2-CPU unthrottled run qualifies by its own numbers: it is
+    the answer, though the model predicts cheaper ones under the budget too."""
     runs = runs_of("fetch")
     model = whatif.fit(runs)
     cfgs = whatif.configs([1, 2], ["0"], [1 << 20, 64 << 20], 1 << 30)
     preds = whatif.grid(model, cfgs, runs)
-    rec = recommend.recommend(model, preds, runs, max_stall_pct=70)
-    assert rec.chosen is not None and rec.chosen.config.storage_read_bps == 64 << 20
-    assert rec.chosen.config.cpus == min(p.config.cpus for p in preds
-                                         if p.job_stall_pct(1) <= 70)
-    # cheaper than the measured configuration (no limit, the device), which also qualifies
-    assert rec.baseline_run == "disk-cpus2-cachenone-bwnone" and not rec.software
-    assert rec.baseline.job_stall_pct(1) <= 70
-    # predicted against predicted: the measured configuration predicted the same way
-    assert rec.speedup == pytest.approx(rec.baseline.job_s(1) / rec.chosen.job_s(1))
-    assert rec.baseline_sps == pytest.approx(run_rate(next(
-        r for r in runs if r.run_id == rec.baseline_run)).rate_sps)
-    none = recommend.recommend(model, preds, runs, max_stall_pct=0.1)
-    assert none.chosen is None
-    assert none.closest.job_s(1) <= 1.02 * min(p.job_s(1) for p in preds)
+    d = recommend.recommend(model, preds, runs, max_stall_pct=70, epochs=1)
+    assert d.kind is DecisionKind.MEASURED and d.choice.measured
+    assert d.choice.run_id == "disk-cpus2-cachenone-bwnone"
+    rate = run_rate(next(r for r in runs if r.run_id == d.choice.run_id)).rate_sps
+    assert d.choice.rate_sps == pytest.approx(rate)  # its measured rate, not a prediction
+    # every prediction of this grid has a page cache of 0: cheaper than the measured (no limit)
+    assert any(p.job_stall_pct(1) <= 70 for p in preds)
+    # nothing meets 0.1%: a prediction only if faster than every measured job
+    none = recommend.recommend(model, preds, runs, max_stall_pct=0.1, epochs=1)
+    assert not none.meets_budget
+    if none.kind is DecisionKind.CHANGE:
+        assert none.choice.span_s < none.best_measured.span_s
+    else:
+        assert none.kind is DecisionKind.KEEP and none.choice == none.best_measured
 
 
 def test_whatif_document() -> None:
     runs = runs_of("compute")
     preds = whatif.grid(whatif.fit(runs), whatif.configs([1, 2], ["0", "none"], [None], 10 ** 6),
                         runs)
-    rec = recommend.recommend(whatif.fit(runs), preds, runs, 50)
-    doc = whatif.whatif_document(preds, rec)
-    assert sum(d["recommended"] for d in doc) == 1
+    rec = recommend.recommend(whatif.fit(runs), preds, runs, 0.1)
+    doc = whatif.whatif_document(preds, rec.prediction)
+    assert sum(d["recommended"] for d in doc) == (rec.prediction is not None)
     # a worker count outside the grid is appended as its own row
     assert len(doc) == 4 or (len(doc) == 5 and doc[-1]["recommended"] and doc[-1]["workers"] != 2)
     for d in doc:
@@ -356,7 +361,7 @@ def _copy(case: str, tmp_path: Path, keep=lambda name: True) -> Path:
 def test_cli_whatif_json_and_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     prefix = _copy("fetch", tmp_path)
     rc = cli.main(["whatif", str(prefix), "--cpus", "1,2", "--cache", "none",
-                   "--storage-bw", "none,1M", "--json"])
+                   "--storage-bw", "none,1M", "--workers", "2", "--json"])
     assert rc == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads((prefix / "whatif.json").read_text())
@@ -370,13 +375,13 @@ def test_cli_whatif_json_and_file(tmp_path: Path, capsys: pytest.CaptureFixture)
 def test_cli_whatif_recommend_in_words(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     prefix = _copy("fetch", tmp_path)
     rc = cli.main(["whatif", str(prefix), "--cpus", "1,2", "--cache", "0",
-                   "--storage-bw", "1M,64M", "--recommend", "--max-stall", "70%"])
+                   "--storage-bw", "1M,64M", "--recommend", "--max-stall", "70%", "--epochs", "1"])
     out = capsys.readouterr().out
-    assert rc == 0 and "recommendation: " in out and " ± " in out
-    assert "2 CPUs, page cache 0B, storage 64M/s, 2 DataLoader workers per rank is the " \
-        "cheapest change" in out
+    # the measured 2-CPU run meets 70% by its own numbers: no prediction undercuts it
+    assert rc == 0 and "recommendation: Advice: no change needed: cpus=2 cache=unlimited " \
+        "bw=unthrottled stalls " in out
     doc = json.loads((prefix / "whatif.json").read_text())
-    assert sum(d["recommended"] for d in doc) == 1
+    assert sum(d["recommended"] for d in doc) == 0  # that configuration is not in this grid
 
 
 def test_cli_validate(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -491,27 +496,20 @@ def test_validate_holds_out_a_configuration_with_its_repeats() -> None:
         whatif.validate(runs).splits[0].checks)
 
 
-def test_recommendation_on_the_demo_weighs_the_cold_epoch_and_breaks_ties_by_cost() -> None:
-    """The demo's runs (1 and 2 CPUs, 8 MB/s or the device, no cache limit): one epoch is
-    all cold, so 8 MB/s stalls it; fifty epochs are mostly cached, so 8 MB/s is enough."""
+def test_recommendation_on_the_demo_weighs_the_cold_epoch() -> None:
+    """The demo's runs (1 and 2 CPUs, 8 MB/s or the device, no cache limit, one cold epoch
+    each): a job of one epoch is all cold, so 8 MB/s stalls it; of fifty, mostly cached."""
     runs = store.load_runs(DATA / "report_sweep")
     model = whatif.fit(runs)
     preds = whatif.grid(model, whatif.configs([1, 2, 4], ["none"], [8 << 20, None],
                                               model.dataset_bytes), runs)
-    # a 20% stall budget: 50 epochs at 8 MB/s stall about 15%, one epoch 27% at the least
-    one = recommend.recommend(model, preds, runs, 20, epochs=1)
-    many = recommend.recommend(model, preds, runs, 20, epochs=50)
-    assert one.chosen is None and one.closest.config.storage_read_bps is None
-    assert f"stalls {one.closest.job_stall_pct(1):.1f}% of a job of 1 epoch" in one.reason
-    assert one.closest.job_stall_pct(1) > one.closest.stall_pct  # the cold epoch counted
-    assert many.chosen is not None and many.chosen.config.storage_read_bps == 8 << 20
-    assert many.chosen.config.cpus == 2  # 4 CPUs tie with 2 (2 workers): the cheaper wins
-    four = next(p for p in preds if (p.config.cpus, p.config.storage_read_bps) == (4, 8 << 20))
-    assert four.job_s(50) == pytest.approx(many.chosen.job_s(50), rel=0.02)
-    # predicted against predicted, the measured figure beside
-    assert many.baseline.config.cpus == 2 and many.baseline_run == "disk-cpus2-cachenone-bwnone"
-    assert many.speedup == pytest.approx(many.baseline.job_s(50) / many.chosen.job_s(50))
-    assert f"measured {many.baseline_sps:.1f}" in many.reason
+    slow = next(p for p in preds if (p.config.cpus, p.config.storage_read_bps) == (4, 8 << 20))
+    assert slow.job_stall_pct(1) > 20 > slow.job_stall_pct(50)
+    assert slow.job_stall_pct(1) > slow.stall_pct  # the cold epoch counted
+    # a 20% budget: the cheapest measured configuration meets it, by its measured numbers
+    d = recommend.recommend(model, preds, runs, 20, epochs=50)
+    assert d.kind is DecisionKind.MEASURED
+    assert (d.choice.cpus, d.choice.storage_read_bps) == (1, None)
 
 
 def test_a_cpu_device_is_refused() -> None:
@@ -544,13 +542,14 @@ def test_more_workers_on_the_cpus_you_have_come_before_more_cpus() -> None:
     preds = whatif.grid(model, whatif.configs([2, 4], ["none"], [None], model.dataset_bytes),
                         runs)
     limit = min(p.job_stall_pct(20) for p in preds) - 1  # more CPUs alone cannot
-    rec = recommend.recommend(model, preds, runs, limit, epochs=20)
-    assert rec.chosen is not None and rec.software
-    assert rec.chosen.config.cpus == 2 and rec.chosen.config.workers > 1
-    assert f"DataLoader workers instead of 1 keep the stalls under {limit:g}% on the " \
-           "hardware you have" in rec.reason
-    doc = whatif.whatif_document(preds, rec)
-    assert doc[-1]["recommended"] and doc[-1]["workers"] == rec.chosen.config.workers
+    d = recommend.recommend(model, preds, runs, limit, epochs=20)
+    assert d.kind is DecisionKind.CHANGE and d.meets_budget
+    assert d.choice.cpus == 2 and d.choice.workers > 1
+    text = advice_text(Advice(d, fitted_runs=len(runs)))
+    assert text.startswith(f"Advice: give the job {d.choice.workers} DataLoader workers per "
+                           "rank (1 measured): predicted ")
+    doc = whatif.whatif_document(preds, d.prediction)
+    assert doc[-1]["recommended"] and doc[-1]["workers"] == d.choice.workers
 
 
 def test_more_nodes_bring_their_own_cpus() -> None:

@@ -54,3 +54,14 @@ def with_cold_epoch(cfg: dict[str, Any]) -> dict[str, Any]:
     disk = cfg["modes"].get("disk") or {}
     return {**cfg, "cold_epoch": cold_epoch(cfg),
             "cold_only": disk.get("rate_sps") is not None and disk.get("epoch1_s") is None}
+
+
+def job_s(epoch_s: float, epoch1_s: float | None, epochs: int) -> float:
+    """A job of `epochs` epochs: the cold first (`epoch1_s`; a steady one when None), then
+    steady ones of `epoch_s`. The one span of the advice, the what-if and the table."""
+    return (epoch1_s if epoch1_s is not None else epoch_s) + (epochs - 1) * epoch_s
+
+
+def stall_pct(span_s: float, stalled_s: float) -> float:
+    """The share of a job's span stalled, in percent (0 for an empty span)."""
+    return 100 * max(0.0, stalled_s) / span_s if span_s > 0 else 0.0

@@ -23,6 +23,7 @@ the longest rank's measured time (ranks advance together through DDP).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -37,6 +38,16 @@ from dsanalyze.records import RunResult
 INPUT_BOUND_PCT = 5.0  # TF profiler: input-bound when > 5% of step time waits for data
 HIGHLY_INPUT_BOUND_PCT = 20.0
 WIDE_SPREAD_PCT = 10.0  # torch.utils.benchmark warns when IQR/median > 10%
+
+
+class Bound(enum.Enum):
+    """What the table calls a configuration (`verdict` words it; the advice reads it)."""
+
+    PREP = "prep"  # a prep stall above 5% of the time, its whole interval above 0
+    FETCH = "fetch"  # the same of the fetch stall (the larger of the two when both are)
+    COMPUTE = "compute"  # every stall's interval at most 5% of the time
+    NOISE = "within noise"  # a stall that may exceed 5% but cannot be told from 0
+    UNKNOWN = "unknown"  # no synthetic and cached runs to compare
 
 
 @dataclass(frozen=True)
@@ -149,6 +160,7 @@ class Breakdown:
     fetch_stall_pct: float | None
     verdict: str
     warnings: tuple[str, ...] = ()
+    bound: str = Bound.UNKNOWN.value  # `Bound` value: what the verdict calls it
     prep_stall_s_low: float | None = None
     prep_stall_s_high: float | None = None
     prep_stall_pct_low: float | None = None
@@ -178,14 +190,31 @@ def _likely_text(kind: str, stall: StallInterval) -> str:
     return f"{stall.pct:.0f}% ±{stall.half_width_pct:.0f} of time is {kind} stall"
 
 
+def _likely(stalls: dict[str, StallInterval]) -> list[tuple[float, str]]:
+    return sorted(((s.pct, k) for k, s in stalls.items()
+                   if s.significance is Significance.LIKELY and s.pct > INPUT_BOUND_PCT),
+                  reverse=True)
+
+
+def bound(prep: StallInterval | None, fetch: StallInterval | None) -> Bound:
+    """The table's classification of one configuration (the rules of `verdict`)."""
+    stalls = {k: s for k, s in (("prep", prep), ("fetch", fetch)) if s is not None}
+    if not stalls:
+        return Bound.UNKNOWN
+    likely = _likely(stalls)
+    if likely:
+        return Bound(likely[0][1])
+    if all(s.pct_high <= INPUT_BOUND_PCT for s in stalls.values()):
+        return Bound.COMPUTE
+    return Bound.NOISE
+
+
 def verdict(prep: StallInterval | None, fetch: StallInterval | None) -> str:
     """In words: `likely prep-bound: 41% ±3 of time is prep stall`, or `within noise: ...`."""
     if prep is None and fetch is None:
         return "unknown: no synthetic and cached runs to compare"
     stalls = {k: s for k, s in (("prep", prep), ("fetch", fetch)) if s is not None}
-    likely = sorted(((s.pct, k) for k, s in stalls.items()
-                     if s.significance is Significance.LIKELY and s.pct > INPUT_BOUND_PCT),
-                    reverse=True)
+    likely = _likely(stalls)
     if likely:
         (pct, kind), *rest = likely
         level = "highly " if pct > HIGHLY_INPUT_BOUND_PCT else ""
@@ -282,7 +311,8 @@ def _breakdown(anchor: RunResult, group: dict[Mode, list[RunResult]], level: flo
         enforced=enforcement([r for runs in group.values() for r in runs]),
         compute_s=t_g[0] if t_g else None, total_s=total[0] if total else None,
         **_stall_fields("prep", prep), **_stall_fields("fetch", fetch),
-        verdict=verdict(prep, fetch), warnings=tuple(_warnings(anchor, rates, prep, fetch)),
+        verdict=verdict(prep, fetch), bound=bound(prep, fetch).value,
+        warnings=tuple(_warnings(anchor, rates, prep, fetch)),
         level=level)
 
 

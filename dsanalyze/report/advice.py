@@ -1,19 +1,23 @@
-"""The advice in words: one or two sentences, after the table and at the head of the report's
-What-if section.
+"""The decision in words: after the table, heading the report's what-if, and after
+`dsanalyze whatif --recommend`'s grid.
 
     advice_text(advise(runs, sizes))
-    -> "Advice: give the job 4 CPUs (2 measured): predicted 2 epochs in 1.9 s, 3% stalled,
-        first epoch included, against 3.4 s measured at cpus=2 cache=unlimited bw=unthrottled
-        (41% stalled). From the what-if model fitted on the 6 runs just made; its median
-        error on held-out runs: 4.1%."
+    -> "Advice: give the job 4 CPUs (2 measured): predicted 370 samples/s (90% interval
+        340-402), 2 epochs in 1.90 s, 3% stalled, first epoch included, against 3.40 s
+        measured at cpus=2 cache=unlimited bw=unthrottled (41% stalled, likely prep-bound).
+        Untested: 4 CPUs: beyond the 2 measured; .... From the what-if model fitted on the 6
+        runs of this sweep; beyond the measured range (CPUs), its extrapolation error on
+        held-out runs: median 4.1%, maximum 9.0%, 67% inside their 90% intervals."
 
-Every number is the `Advice` value's (`whatif/advice.py`).
+Every number is the `Advice` value's (`whatif/advice.py`, `whatif/decision.py`).
 """
 
 from __future__ import annotations
 
+from dsanalyze.analysis.stalls import Bound
 from dsanalyze.report.text import bandwidth_text, cache_text, number
-from dsanalyze.whatif.advice import Advice, AdviceKind, Option
+from dsanalyze.whatif.advice import Advice
+from dsanalyze.whatif.decision import Decision, DecisionKind, ErrorQuote, Option, StallReason
 
 
 def option_label(o: Option) -> str:
@@ -23,10 +27,14 @@ def option_label(o: Option) -> str:
             f"bw={bandwidth_text(o.storage_read_bps)}")
 
 
-def change_text(choice: Option, base: Option | None) -> str:
+def worker_word(loader: str) -> str:
+    return "DALI threads" if loader == "dali" else "DataLoader workers"
+
+
+def change_text(choice: Option, base: Option | None, loader: str = "pytorch") -> str:
     """What differs from `base`, in words: `4 CPUs (2 measured), cache 50% (25M) (unlimited)`."""
     parts = []
-    if base is None or choice.cpus != base.cpus:
+    if base is None or choice.cpus_used != base.cpus_used:
         parts.append(f"{choice.cpus} CPU" + "s" * (choice.cpus != 1)
                      + (f" ({base.cpus or 'all'} measured)" if base else ""))
     if base is None or choice.cache_bytes != base.cache_bytes:
@@ -38,7 +46,13 @@ def change_text(choice: Option, base: Option | None) -> str:
         parts.append(f"storage at {disk}" + (f" ({bandwidth_text(base.storage_read_bps)} "
                                              "measured)" if base else ""))
     if base is not None and choice.workers != base.workers:
-        parts.append(f"{choice.workers} DataLoader workers per rank ({base.workers} measured)")
+        parts.append(f"{choice.workers} {worker_word(loader)} per rank ({base.workers} measured)")
+    if choice.gpu_speedup != 1:
+        parts.append(f"a step {choice.gpu_speedup:g}x faster")
+    if base is not None and choice.nproc not in (None, base.nproc):
+        parts.append(f"{choice.nproc} ranks ({base.nproc} measured)")
+    if choice.nnodes > 1:
+        parts.append(f"{choice.nnodes} nodes")
     return ", ".join(parts) or option_label(choice)
 
 
@@ -46,34 +60,97 @@ def _epochs(n: int) -> str:
     return "1 epoch (cold)" if n == 1 else f"{n} epochs"
 
 
-def _first_included(a: Advice) -> str:
-    return ", first epoch included" if a.epochs > 1 else ""
+def _first_included(d: Decision) -> str:
+    return ", first epoch included" if d.epochs > 1 else ""
 
 
-def _model_text(a: Advice) -> str:
-    error = f"its median error on held-out runs: {number(a.validation_error_pct)}%" \
-        if a.validation_error_pct is not None else \
-        f"not validated ({a.validation_note or 'no run held out'})"
-    return f"From the what-if model fitted on the {a.fitted_runs} runs of this sweep; {error}."
+def _bound_text(o: Option) -> str:
+    """What the table calls a measured configuration."""
+    if o.bound in (Bound.PREP.value, Bound.FETCH.value):
+        return f"likely {o.bound}-bound"
+    return {Bound.COMPUTE.value: "compute-bound", Bound.NOISE.value: "stalls within noise"}.get(
+        o.bound or "", "not split")
+
+
+def _rate_text(o: Option, what: str) -> str:
+    if o.rate_sps_low is None or o.rate_sps_high is None:
+        return f"{number(o.rate_sps)} samples/s {what}"
+    return (f"{number(o.rate_sps)} samples/s {what} (interval {number(o.rate_sps_low)}-"
+            f"{number(o.rate_sps_high)})")
+
+
+def _reason_text(d: Decision) -> str:
+    o = d.choice
+    if d.reason is StallReason.FETCH:
+        return "the fetch stall dominates: measure more cache or storage bandwidth"
+    if d.reason is StallReason.WORKERS and o is not None:
+        return (f"the prep stall left does not shrink with more CPUs: {o.workers} "
+                f"{worker_word(d.loader)} per rank use at most {o.workers} core(s) each, and "
+                "each epoch starts with an empty prefetch queue")
+    return "the prep stall dominates: measure more CPUs"
+
+
+def error_text(e: ErrorQuote | None, beyond: tuple[str, ...], why_not: str) -> str:
+    """The validation split that speaks for a prediction, in words."""
+    where = f"beyond the measured range ({', '.join(beyond)}), " if beyond else ""
+    if e is None:
+        return f"{where}not validated ({why_not or 'no run held out'})"
+    if e.median_abs_error_pct is None:
+        return f"{where}its {e.split} error is unknown ({e.note or 'no run held out'})"
+    return (f"{where}its {e.split} error on {e.held_out} held-out configuration(s): median "
+            f"{number(e.median_abs_error_pct)}%, maximum {number(e.max_abs_error_pct)}%, "
+            f"{e.coverage:.0%} inside their {e.nominal:.0%} intervals")
+
+
+def _measured_text(a: Advice) -> str:
+    d = a.decision
+    o = d.choice
+    assert o is not None
+    there = "; the job is compute-bound there" if o.bound == Bound.COMPUTE.value else \
+        f"; within the {d.max_stall_pct:g}% stall budget (the table: {_bound_text(o)})"
+    return (f"Advice: no change needed: {option_label(o)} stalls {number(o.stall_pct, '{:.0f}')}"
+            f"% of {_epochs(d.epochs)}{_first_included(d)}, {_rate_text(o, 'measured')}"
+            f"{there}.")
+
+
+def _change_text(a: Advice) -> str:
+    d = a.decision
+    c, best = d.choice, d.best_measured
+    assert c is not None
+    against = "" if best is None else (
+        f", against {number(best.span_s, '{:.2f}')} s measured at {option_label(best)} "
+        f"({number(best.stall_pct, '{:.0f}')}% stalled, {_bound_text(best)})")
+    over = "" if d.meets_budget else \
+        f" Nothing predicted keeps the stalls under {d.max_stall_pct:g}%: {_reason_text(d)}."
+    untested = f" Untested: {'; '.join(c.untested)}." if c.untested else ""
+    return (f"Advice: give the job {change_text(c, best, d.loader)}: predicted "
+            f"{_rate_text(c, 'steady')}, {_epochs(d.epochs)} in {number(c.span_s, '{:.2f}')} s, "
+            f"{number(c.stall_pct, '{:.0f}')}% stalled{_first_included(d)}{against}.{over}"
+            f"{untested} From the what-if model fitted on the {a.fitted_runs} runs of this "
+            f"sweep; {error_text(d.error, d.beyond, a.validation_note)}.")
+
+
+def _keep_text(a: Advice) -> str:
+    d = a.decision
+    best = d.best_measured
+    assert best is not None
+    over = f" ({_reason_text(d)})" if d.reason is not None else ""
+    return (f"Advice: keep {option_label(best)}: no configuration of the what-if grid is "
+            f"predicted faster than its measured {_epochs(d.epochs)} in "
+            f"{number(best.span_s, '{:.2f}')} s ({number(best.stall_pct, '{:.0f}')}% "
+            f"stalled, {_bound_text(best)}){over}. From the what-if model fitted on the "
+            f"{a.fitted_runs} runs of this sweep.")
 
 
 def advice_text(a: Advice) -> str:
-    """The advice in one or two sentences."""
-    best = a.best_measured
-    if a.kind is AdviceKind.NO_CHANGE and a.choice is not None:
-        return (f"Advice: no change needed: {option_label(a.choice)} stalls "
-                f"{number(a.choice.stall_pct, '{:.0f}')}% of {_epochs(a.epochs)}"
-                f"{_first_included(a)}; the job is compute-bound there.")
-    if a.kind is AdviceKind.NO_MODEL or best is None:
+    """The advice in one or a few sentences."""
+    kind = a.decision.kind
+    if kind is DecisionKind.MEASURED:
+        return _measured_text(a)
+    if a.note:  # no model
         return f"Advice: none: the what-if model could not be fitted on these runs ({a.note})."
-    if a.kind is AdviceKind.KEEP or a.choice is None:
-        return (f"Advice: keep {option_label(best)}: no configuration of the what-if grid is "
-                f"predicted faster than its measured {_epochs(a.epochs)} in "
-                f"{number(best.span_s, '{:.2f}')} s ({number(best.stall_pct, '{:.0f}')}% "
-                f"stalled){' (' + a.note + ')' if a.note else ''}. {_model_text(a)}")
-    c = a.choice
-    return (f"Advice: give the job {change_text(c, best)}: predicted {_epochs(a.epochs)} in "
-            f"{number(c.span_s, '{:.2f}')} s, {number(c.stall_pct, '{:.0f}')}% stalled"
-            f"{_first_included(a)} ({number(c.rate_sps)} samples/s steady), against "
-            f"{number(best.span_s, '{:.2f}')} s measured at {option_label(best)} "
-            f"({number(best.stall_pct, '{:.0f}')}% stalled). {_model_text(a)}")
+    if kind is DecisionKind.CHANGE:
+        return _change_text(a)
+    if kind is DecisionKind.KEEP:
+        return _keep_text(a)
+    return "Advice: none: no configuration was measured with its stalls split."

@@ -61,9 +61,12 @@ def untested_lines(preds: list[Any]) -> list[str]:
             *[f"  - {u}" for u in seen]] if seen else []
 
 
-def whatif_lines(preds: list[Any], rec: Any | None, level: float = 0.9) -> list[str]:
+def whatif_lines(preds: list[Any], advice: Any | None, level: float = 0.9) -> list[str]:
     """The prediction grid, the recommended row marked `<-`, the untested assumptions, then
-    the recommendation."""
+    the decision in the advice's words (`advice`: a `whatif.advice.Advice`)."""
+    from dsanalyze.report.advice import advice_text
+
+    marked = {i for i, row in enumerate(advice.rows) if row["recommended"]} if advice else set()
     rows = [[str(p.config.cpus), cache_text(p.config.cache_spec, p.config.cache_bytes),
              bandwidth_text(p.config.storage_read_bps, "device"),
              f"{p.config.gpu_speedup:g}x", str(p.nproc), str(p.config.workers),
@@ -72,13 +75,13 @@ def whatif_lines(preds: list[Any], rec: Any | None, level: float = 0.9) -> list[
              number(p.stall_pct, "{:.0f}%"),
              _dash(p.hit_rate, "{:.2f}"), _dash(p.measured_sps, "{:.1f}"),
              _dash(p.epoch1_s, "{:.2f}"), _dash(p.measured_epoch1_sps, "{:.1f}"),
-             "<-" if rec and p.config == rec.pick.config else ""] for p in preds]
+             "<-" if i in marked else ""] for i, p in enumerate(preds)]
     lines = fixed_width(("cpus", "cache", "storage", "gpu", "ranks", "-j",
                          f"rate/s ({level:.0%})", "epoch s", "compute s", "prep stall",
                          "fetch stall", "stall", "hit", "measured/s", "epoch1 s",
                          "epoch1 meas/s", ""), rows)
     lines += untested_lines(preds)
-    return lines + (["", "recommendation: " + rec.reason] if rec is not None else [])
+    return lines + (["", "recommendation: " + advice_text(advice)] if advice else [])
 
 
 def _split_lines(split: Any) -> list[str]:

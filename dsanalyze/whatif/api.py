@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from dsanalyze.analysis import stalls
+from dsanalyze.analysis import coldepoch, stalls
 from dsanalyze.config import CacheBudget, Mode, Resources
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
@@ -88,13 +88,12 @@ class Prediction:
 
     def job_s(self, epochs: int = 1) -> float:
         """A job of `epochs` epochs: the cold first, then steady ones."""
-        first = self.epoch1_s if self.epoch1_s is not None else self.epoch_s
-        return first + (epochs - 1) * self.epoch_s
+        return coldepoch.job_s(self.epoch_s, self.epoch1_s, epochs)
 
     def job_stall_pct(self, epochs: int = 1) -> float:
         """Share of a job of `epochs` epochs spent stalled (cold first epoch included)."""
         total = self.job_s(epochs)
-        return 100 * max(0.0, total - epochs * self.compute_s) / total
+        return coldepoch.stall_pct(total, total - epochs * self.compute_s)
 
     def stall_intervals(self) -> dict[str, float]:
         """Prep, fetch and total stall seconds at the ends of the rate interval."""
@@ -216,10 +215,9 @@ def grid(model: Model, cfgs: Sequence[Config], results: Sequence[RunResult]) -> 
 
 
 def whatif_document(preds: Sequence[Prediction],
-                    rec: Any | None = None) -> list[dict[str, Any]]:
-    """`whatif.json`: one object per combination, the recommended one marked (appended when
-    the recommendation is a worker count the grid did not hold)."""
-    pick = rec.pick if rec else None
+                    pick: Prediction | None = None) -> list[dict[str, Any]]:
+    """`whatif.json`: one object per combination, the recommended prediction `pick` marked
+    (appended when it is a worker count the grid did not hold)."""
     rows = list(preds)
     if pick is not None and all(p.config != pick.config for p in rows):
         rows.append(pick)

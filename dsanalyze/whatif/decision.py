@@ -1,0 +1,313 @@
+"""The decision: one answer to "what should this job run on?", from the table and the model.
+
+    d = decide(summary, candidates, Facts(epochs, max_stall_pct, workers, all_cpus), validation)
+
+Pure: the `summary.json` document (the measured table), the model's
+predictions and the `validate --json` document in, a `Decision` out;
+`report/advice.py` words it. The end-of-run advice, `dsanalyze whatif
+--recommend` and the report all come from this one function.
+
+Every configuration is judged over a job of `epochs` epochs, the first cold
+(`coldepoch.job_s`): a measured one by its measured numbers and the table's
+stalls, a prediction only where no run measured its configuration.
+
+1. A measured configuration meets the budget when its job stalls at most
+   `max_stall_pct` and no stall interval of the table reaches above it: one
+   the table calls prep- or fetch-bound (or within noise) at the default 5%
+   never does. The cheapest such is the answer (`MEASURED`, no change
+   needed): the model is not asked to undercut a measurement.
+2. Else only predictions faster than the fastest measured configuration (its
+   measured job, less `tolerance`) count: the cheapest under the budget, else
+   the least stalled (jobs within `tolerance` of the shortest tie, broken by
+   the fewest knobs changed from the fastest measured, then cost), with the
+   reason the stall stays (`CHANGE`).
+3. None predicted faster: keep the fastest measured configuration (`KEEP`).
+
+The cost order (`cost`): fewest CPUs, least page cache, least bandwidth (no
+limit last), then the measured worker count, then the fewest workers. The
+error quoted with a predicted pick is the validation's extrapolation split
+when the pick lies beyond the measured range (more CPUs, workers, cache or
+bandwidth than any run had, other ranks, nodes or step), else leave-one-out.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dsanalyze.analysis import coldepoch
+from dsanalyze.analysis.stalls import INPUT_BOUND_PCT, Bound
+from dsanalyze.config import Mode, unlimited_last
+
+MAX_STALL_PCT = INPUT_BOUND_PCT
+TOLERANCE = 0.02  # job times closer than this (relative) are ties, broken by cost
+LOO, EXTRAPOLATION = "leave-one-out", "extrapolation"  # validation's split names
+
+
+class DecisionKind(enum.Enum):
+    MEASURED = "measured"  # a measured configuration meets the budget: no change needed
+    CHANGE = "change"  # a configuration no run measured, predicted faster than every measured one
+    KEEP = "keep"  # nothing predicted faster than the fastest measured configuration
+    NONE = "none"  # nothing measured to compare, and nothing predicted
+
+
+class StallReason(enum.Enum):
+    """Why the pick's stall stays over the budget."""
+
+    FETCH = "fetch"  # its fetch stall dominates: more cache or bandwidth
+    WORKERS = "workers"  # its prep stall, with every worker on a core of its own
+    PREP = "prep"  # its prep stall dominates: more CPUs
+
+
+@dataclass(frozen=True)
+class Option:
+    """One configuration over a job of the decision's epochs: measured (a run's figures, the
+    table's bound) or predicted (the model's, with its interval and untested assumptions)."""
+
+    cpus: int | None  # as asked (None: every CPU, measured only)
+    cpus_used: int | None  # the CPUs it had or would have
+    cache_spec: str
+    cache_bytes: int | None
+    storage_read_bps: int | None
+    workers: int | None
+    rate_sps: float  # steady state
+    span_s: float  # the job, the cold first epoch included
+    stall_pct: float  # share of span_s stalled
+    measured: bool = False
+    rate_sps_low: float | None = None  # measured: the run's interval; predicted: the model's
+    rate_sps_high: float | None = None
+    bound: str | None = None  # measured: the table's `Bound` value
+    run_id: str | None = None
+    untested: tuple[str, ...] = ()
+    fetch_dominates: bool = False  # its fetch stall exceeds its prep stall
+    gpu_speedup: float = 1.0
+    nproc: int | None = None
+    nnodes: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "untested": list(self.untested)}
+
+
+@dataclass(frozen=True)
+class ErrorQuote:
+    """One validation split's figures, as the decision quotes them."""
+
+    split: str  # LOO or EXTRAPOLATION
+    held_out: int
+    median_abs_error_pct: float | None
+    max_abs_error_pct: float | None
+    coverage: float | None
+    nominal: float | None
+    note: str = ""  # why the split was not made
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the decision needs besides the table and the predictions."""
+
+    epochs: int  # of the job judged, the first cold
+    max_stall_pct: float = MAX_STALL_PCT
+    workers: int | None = None  # DataLoader workers (DALI threads) per rank the runs had
+    all_cpus: int | None = None  # what `--cpus all` was, in CPUs
+    ranks: int | None = None  # ranks per node the runs had
+    loader: str = "pytorch"  # pytorch (DataLoader workers) or dali (its threads)
+    tolerance: float = TOLERANCE
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: DecisionKind
+    epochs: int
+    max_stall_pct: float
+    choice: Option | None  # the answer (KEEP: the fastest measured)
+    best_measured: Option | None  # the fastest measured configuration
+    beyond: tuple[str, ...] = ()  # knobs of a predicted choice beyond the measured range
+    error: ErrorQuote | None = None  # the validation split that speaks for a predicted choice
+    reason: StallReason | None = None  # why the stall stays over the budget
+    workers: int | None = None  # as measured
+    loader: str = "pytorch"
+    prediction: Any = field(default=None, compare=False)  # whatif Prediction of a CHANGE
+
+    @property
+    def meets_budget(self) -> bool:
+        return self.choice is not None and self.choice.stall_pct <= self.max_stall_pct
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "epochs": self.epochs,
+                "max_stall_pct": self.max_stall_pct, "workers": self.workers,
+                "loader": self.loader,
+                "choice": self.choice.to_dict() if self.choice else None,
+                "best_measured": self.best_measured.to_dict() if self.best_measured else None,
+                "beyond": list(self.beyond), "error": self.error.to_dict() if self.error else None,
+                "reason": self.reason.value if self.reason else None}
+
+
+# ---- the measured table's configurations ----------------------------------------------------
+
+def measured_epochs(summary: dict[str, Any]) -> int:
+    """Epochs per disk run (the first one cold): 1 when a disk run measured a single epoch."""
+    disk = [r for r in summary["runs"] if r["mode"] == Mode.DISK.value and r["rate_sps"]]
+    return max((r["steady_epochs"] + 1 for r in disk), default=1)
+
+
+def _stalled_s(cfg: dict[str, Any]) -> tuple[float, float | None]:
+    """The table's stall seconds of a steady epoch (each clamped at 0, as drawn), and of the
+    cold first epoch (None without one)."""
+    steady = (cfg["prep_stall_s"] or 0.0) + (cfg["fetch_stall_s"] or 0.0)
+    cold = cfg.get("cold_epoch")
+    return steady, None if not cold else \
+        (cold["prep_stall_s"] or 0.0) + (cold["fetch_stall_s"] or 0.0)
+
+
+def measured_options(summary: dict[str, Any], facts: Facts) -> list[Option]:
+    """Each configuration of the table over a job of `facts.epochs` epochs, by its measured
+    numbers: the span from its cold and steady epochs, the stall from the table's."""
+    out = []
+    for cfg in summary["configs"]:
+        if cfg["total_s"] is None:
+            continue
+        disk = cfg["modes"].get("disk") or {}
+        mode = disk or cfg["modes"].get("cached") or {}
+        steady_s, cold_s = _stalled_s(cfg)
+        # one measured epoch (cold only, or cached runs alone) stands for every epoch
+        epoch1 = disk.get("epoch1_s") if not cfg.get("cold_only") else None
+        span = coldepoch.job_s(cfg["total_s"], epoch1, facts.epochs)
+        stalled = (cold_s if epoch1 is not None and cold_s is not None else steady_s) + \
+            (facts.epochs - 1) * steady_s
+        out.append(Option(
+            cfg["cpus"], cfg["cpus"] or facts.all_cpus, cfg["cache_spec"], cfg["cache_bytes"],
+            cfg["storage_read_bps"], facts.workers,
+            mode.get("rate_sps") or cfg["samples_per_epoch"] / cfg["total_s"], span,
+            coldepoch.stall_pct(span, stalled), True, mode.get("rate_sps_low"),
+            mode.get("rate_sps_high"), cfg.get("bound"), mode.get("run_id"),
+            fetch_dominates=(cfg["fetch_stall_s"] or 0.0) > (cfg["prep_stall_s"] or 0.0),
+            nproc=facts.ranks))
+    return out
+
+
+def meets_budget(o: Option, cfg: dict[str, Any] | None, max_stall_pct: float) -> bool:
+    """A measured configuration meets the budget: its job's stall, and the upper end of each
+    of the table's stall intervals, at most `max_stall_pct`."""
+    if o.stall_pct > max_stall_pct or o.bound in (None, Bound.UNKNOWN.value):
+        return False
+    highs = [cfg.get(f"{k}_stall_pct_high", cfg.get(f"{k}_stall_pct")) for k in ("prep", "fetch")
+             if cfg is not None and cfg.get(f"{k}_stall_pct") is not None]
+    return all(h is None or h <= max_stall_pct for h in highs)
+
+
+# ---- predictions ----------------------------------------------------------------------------
+
+def predicted_option(p: Any, epochs: int) -> Option:
+    """A whatif `Prediction` over a job of `epochs` epochs."""
+    c = p.config
+    return Option(c.cpus, c.cpus, c.cache_spec, c.cache_bytes, c.storage_read_bps, c.workers,
+                  p.rate_sps, p.job_s(epochs), p.job_stall_pct(epochs), False, p.rate_sps_low,
+                  p.rate_sps_high, untested=tuple(p.untested),
+                  fetch_dominates=p.fetch_stall_s > p.prep_stall_s,
+                  gpu_speedup=c.gpu_speedup, nproc=p.nproc, nnodes=c.nnodes)
+
+
+def cost(o: Option, workers: int | None = None) -> tuple:
+    """The one cost order: fewest CPUs, least cache, least bandwidth (no limit last), then
+    the measured worker count (`workers`), then the fewest workers."""
+    return (unlimited_last(o.cpus_used), unlimited_last(o.cache_bytes),
+            unlimited_last(o.storage_read_bps), o.workers != workers, o.workers or 0)
+
+
+def _hardware(o: Option) -> tuple:
+    return (o.cpus_used, o.cache_bytes, o.storage_read_bps, o.workers, round(o.gpu_speedup, 6),
+            o.nproc, o.nnodes)
+
+
+def beyond_measured(o: Option, measured: Sequence[Option], facts: Facts) -> tuple[str, ...]:
+    """The knobs of `o` beyond every measured configuration's (None: no limit, the most)."""
+    if not measured:
+        return ("every knob: no configuration measured",)
+    out = []
+    for name, get in (("CPUs", lambda x: x.cpus_used), ("page cache", lambda x: x.cache_bytes),
+                      ("storage bandwidth", lambda x: x.storage_read_bps)):
+        if unlimited_last(get(o)) > max(unlimited_last(get(m)) for m in measured):
+            out.append(name)
+    if facts.workers is not None and (o.workers or 0) > facts.workers:
+        out.append("workers")
+    if round(o.gpu_speedup, 6) != 1.0:
+        out.append("step")
+    if facts.ranks is not None and o.nproc not in (None, facts.ranks):
+        out.append("ranks")
+    if o.nnodes > 1:
+        out.append("nodes")
+    return tuple(out)
+
+
+def error_quote(validation: dict[str, Any] | None, beyond: bool) -> ErrorQuote | None:
+    """The validation split that speaks for a prediction: extrapolation beyond the measured
+    range, leave-one-out within it."""
+    if validation is None:
+        return None
+    name = EXTRAPOLATION if beyond else LOO
+    split = next((s for s in validation.get("splits", ()) if s["name"] == name), None)
+    if split is None:
+        return ErrorQuote(name, 0, None, None, None, None, "not made")
+    return ErrorQuote(name, split["held_out"], split["median_abs_error_pct"],
+                      split["max_abs_error_pct"], split["coverage"], split["nominal"],
+                      split.get("note") or ("" if split["held_out"] else "no run held out"))
+
+
+def _reason(o: Option) -> StallReason:
+    if o.fetch_dominates:
+        return StallReason.FETCH
+    ranks = (o.nproc or 1) * o.nnodes
+    if o.cpus_used is not None and o.cpus_used >= ranks * max(1, o.workers or 0):
+        return StallReason.WORKERS
+    return StallReason.PREP
+
+
+# ---- the decision ---------------------------------------------------------------------------
+
+def decide(summary: dict[str, Any], candidates: Sequence[Any], facts: Facts,
+           validation: dict[str, Any] | None = None) -> Decision:
+    """The one answer (the module docstring's rules) over the measured table `summary`, the
+    model's predictions `candidates` and the validation document."""
+    measured = measured_options(summary, facts)
+    cfgs = {o.run_id: c for o, c in zip(measured, (c for c in summary["configs"]
+                                                   if c["total_s"] is not None))}
+    best = min(measured, key=lambda o: o.span_s, default=None)
+    common = dict(epochs=facts.epochs, max_stall_pct=facts.max_stall_pct, workers=facts.workers,
+                  loader=facts.loader, best_measured=best)
+    calm = [o for o in measured if meets_budget(o, cfgs.get(o.run_id), facts.max_stall_pct)]
+    if calm:
+        pick = min(calm, key=lambda o: cost(o, facts.workers))
+        return Decision(DecisionKind.MEASURED, choice=pick, **common)
+    seen = {_hardware(o) for o in measured if cfgs[o.run_id]["modes"].get("disk")}
+    preds = [(p, predicted_option(p, facts.epochs)) for p in candidates]
+    preds = [(p, o) for p, o in preds if _hardware(o) not in seen]
+    faster = [(p, o) for p, o in preds
+              if best is None or o.span_s < best.span_s * (1 - facts.tolerance)]
+    if not faster:
+        closest = _least_stalled([o for _, o in preds], facts, best) if preds else None
+        kind = DecisionKind.KEEP if best is not None else DecisionKind.NONE
+        return Decision(kind, choice=best, reason=None if best is None or best.stall_pct <=
+                        facts.max_stall_pct else _reason(closest or best), **common)
+    under = [po for po in faster if po[1].stall_pct <= facts.max_stall_pct]
+    p, pick = min(under, key=lambda po: cost(po[1], facts.workers)) if under else \
+        next(po for po in faster if po[1] is _least_stalled([o for _, o in faster], facts, best))
+    beyond = beyond_measured(pick, measured, facts)
+    return Decision(DecisionKind.CHANGE, choice=pick, beyond=beyond,
+                    error=error_quote(validation, bool(beyond)),
+                    reason=None if under else _reason(pick), prediction=p, **common)
+
+
+def _least_stalled(options: Sequence[Option], facts: Facts, best: Option | None) -> Option:
+    """Of the options within `tolerance` of the shortest job, the one changing the fewest
+    knobs of `best` (a knob that does not matter stays as measured), then the cheapest."""
+    shortest = min(o.span_s for o in options)
+
+    def changes(o: Option) -> int:
+        return 0 if best is None else sum(a != b for a, b in zip(_hardware(o), _hardware(best)))
+    return min((o for o in options if o.span_s <= shortest * (1 + facts.tolerance)),
+               key=lambda o: (changes(o), cost(o, facts.workers)))
