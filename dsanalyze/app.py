@@ -203,6 +203,50 @@ def advice_docs(a: Any) -> WhatIfDocs:
     return WhatIfDocs(a.rows, a.validation, [advice_text(a)], " ".join(notes) or None, a)
 
 
+@dataclass(frozen=True)
+class Verified:
+    advice: Any  # whatif.advice.Advice: the decision checked
+    plan: Any  # whatif.verification.VerifyPlan
+    result: Any = None  # whatif.verification.Verification, when the run was made
+    failed: str = ""  # the run's status and error, when it did not complete
+
+
+def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], None] | None = None,
+           use_cgroups: bool = True, lock_wait_s: float = 0.0) -> Verified:
+    """Measure the recommended configuration when this machine can run it: one disk run
+    through the sweep into the prefix (a sub-prefix when its workers change the job), then
+    the model fitted before it against what it measured (`whatif/verification.py`)."""
+    import os
+
+    from dsanalyze.config import Mode, RunSpec
+    from dsanalyze.whatif.verification import verification, verify_plan
+
+    prefix = Path(prefix)
+    runs = store.load_runs(prefix)
+    if advice is None:
+        from dsanalyze.whatif.advice import advise as advice_of
+
+        advice = advice_of(runs, dataset_sizes(runs))
+    job = next((r.spec.job for r in runs if r.ok), runs[0].spec.job if runs else None)
+    if job is None:
+        raise ConfigError(f"no runs under {prefix}: run harness.py --prefix {prefix} first")
+    plan = verify_plan(advice.decision, job, len(os.sched_getaffinity(0)), advice.note)
+    if not plan.runnable or advice.model is None:
+        return Verified(advice, plan)
+    target = prefix / plan.sub_prefix if plan.sub_prefix else prefix
+    sweep = Sweep(plan.job, str(target), modes=(Mode.DISK,), cpus=(plan.resources.cpus,),
+                  cache=(plan.resources.cache.spec,),
+                  storage_bw=(str(plan.resources.storage_read_bps or "none"),), resume=True,
+                  use_cgroups=use_cgroups, plots=False)
+    profile(sweep, None, progress, lock_wait_s)
+    run_id = RunSpec(plan.job, Mode.DISK, plan.resources).run_id
+    run = next(r for r in store.load_runs(target) if r.run_id == run_id)
+    if not run.ok:
+        return Verified(advice, plan, failed=f"{run.run_id} {run.status}: {run.error}")
+    return Verified(advice, plan, verification(advice.model, advice.decision, run,
+                                               plan.sub_prefix or ""))
+
+
 def stored_whatif(prefix: str | Path, runs: list[RunResult]) -> WhatIfDocs | None:
     """The last `dsanalyze whatif` answer of the prefix, if it is newer than every run;
     its `validation.json` too when that is fresh."""

@@ -77,6 +77,9 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
                    help="do not draw the figures")
     g.add_argument("--no-advice", dest="advice", action="store_false", default=True,
                    help="do not fit the what-if model for the answer printed after the table")
+    g.add_argument("--verify", action="store_true",
+                   help="after the advice, measure the recommended configuration when this "
+                   "machine can run it, and print predicted against measured")
     g.add_argument("--lock-wait", dest="lock_wait", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for another harness measuring the same dataset (0: "
                         "refuse at once)")
@@ -168,6 +171,9 @@ def _harness(argv: list[str] | None) -> int:
     if ns.advice and outcome.summary["runs"]:
         docs = app.advise(sweep.prefix)
         print("\n".join(docs.recommendation))
+    if ns.verify:
+        _print_verified(app.verify(sweep.prefix, docs.advice if docs else None,
+                                   _progress_printer(), sweep.use_cgroups, ns.lock_wait))
     print(f"results: {sweep.prefix}/{app.SUMMARY_JSON}")
     if sweep.plots and outcome.summary["configs"]:
         _print_figures(Path(sweep.prefix), app.plot(sweep.prefix, docs=docs, fit=False))
@@ -175,6 +181,19 @@ def _harness(argv: list[str] | None) -> int:
         first = outcome.failed[0]
         raise RunFailed(f"{len(outcome.failed)} run(s) failed; first: {first.run_id} "
                         f"{first.status}: {first.error}")
+    return 0
+
+
+def _print_verified(v: app.Verified) -> None:
+    from dsanalyze.report.advice import verify_text
+
+    print(verify_text(v.plan, v.result, v.failed))
+
+
+def _cmd_verify(ns: argparse.Namespace) -> int:
+    v = app.verify(ns.prefix, None, _progress_printer(), ns.use_cgroups, ns.lock_wait)
+    print("\n".join(app.advice_docs(v.advice).recommendation))
+    _print_verified(v)
     return 0
 
 
@@ -349,6 +368,7 @@ SUBCOMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "trace": _cmd_trace,
     "whatif": _cmd_whatif,
     "validate": _cmd_validate,
+    "verify": _cmd_verify,
 }
 
 
@@ -382,6 +402,12 @@ def main_parser() -> argparse.ArgumentParser:
     tr.add_argument("--run", help="one run id (default: every run of the prefix)")
     tr.add_argument("-o", "--output", help="file to write (default: PREFIX/trace.json)")
     _whatif_parsers(sub)
+    ve = sub.add_parser("verify", help="measure the advice's recommended configuration (one "
+                        "more run into PREFIX) and print predicted against measured")
+    ve.add_argument("prefix")
+    ve.add_argument("--no-cgroups", dest="use_cgroups", action="store_false",
+                    help="CPU affinity only, as a sweep run with --no-cgroups")
+    ve.add_argument("--lock-wait", dest="lock_wait", type=float, default=0.0, metavar="SECONDS")
     return p
 
 

@@ -14,6 +14,8 @@ Every number is the `Advice` value's (`whatif/advice.py`, `whatif/decision.py`).
 
 from __future__ import annotations
 
+from typing import Any
+
 from dsanalyze.analysis.stalls import Bound
 from dsanalyze.report.text import bandwidth_text, cache_text, number
 from dsanalyze.whatif.advice import Advice
@@ -154,3 +156,20 @@ def advice_text(a: Advice) -> str:
     if kind is DecisionKind.KEEP:
         return _keep_text(a)
     return "Advice: none: no configuration was measured with its stalls split."
+
+
+def verify_text(plan: Any, result: Any = None, failed: str = "") -> str:
+    """The closed loop in one line: `whatif.verification`'s plan and, when it ran, its
+    `Verification` (predicted for the run as it ran, measured, the interval)."""
+    if not plan.runnable:
+        return f"Verify: not run: {plan.reason}."
+    if failed or result is None:
+        return f"Verify: the run of the recommended configuration failed: {failed}."
+    v = result
+    workers = f" workers={v.choice.workers}" if plan.sub_prefix else ""
+    where = f" (in {v.where}/: the job's workers differ)" if v.where else ""
+    return (f"Verify: {option_label(v.choice)}{workers}, run {v.run_id}{where}: predicted "
+            f"{number(v.predicted_sps)} samples/s for the run as it ran ({v.level:.0%} interval "
+            f"{number(v.low_sps)}-{number(v.high_sps)}; the advice: {number(v.advised_sps)} "
+            f"steady), measured {number(v.measured_sps)}: "
+            f"{'inside' if v.inside else 'OUTSIDE'} the interval ({v.error_pct:+.1f}%).")

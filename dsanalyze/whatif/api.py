@@ -276,3 +276,9 @@ from dsanalyze.whatif.validation import (  # noqa: E402
     validate,
     validation_document,
 )
+
+
+def check_run(model: Model, run: RunResult) -> Check:
+    """A run no fit saw (`verify`), predicted from its spec and iteration layout alone, against
+    what it measured."""
+    return _check(model, (run,), "verify")

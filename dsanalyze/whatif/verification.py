@@ -1,0 +1,134 @@
+"""The closed loop: the recommended configuration measured, against its prediction.
+
+    plan = verify_plan(decision, job, machine_cpus)      # VerifyPlan: what to run, or why not
+    v = verification(model, decision, run)               # Verification: predicted vs measured
+
+Pure: `app.verify` runs the plan (one disk run through the sweep machinery,
+into the prefix, or a sub-prefix when the job itself changes) and hands the
+run back here. The prediction checked is the model's for that run as it ran
+(its spec and iteration layout, `validation.spec_only`), by the model fitted
+before it: out of sample, as `dsanalyze validate` predicts a held-out run.
+
+What this machine can run: CPUs up to those the harness may use, any page
+cache budget and storage throttle (enforced as the sweep's were), and another
+worker count for the built-in job (`-j`) or a script that takes a workers
+flag in its arguments (`--workers`, `-j`, `--num-workers`, `--num_workers`).
+A faster step, other ranks or more nodes cannot be measured here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from dsanalyze.config import CacheBudget, Job, Resources
+from dsanalyze.records import RunResult
+from dsanalyze.whatif.decision import Decision, DecisionKind, Option
+
+WORKER_FLAGS = ("--workers", "-j", "--num-workers", "--num_workers")
+
+
+@dataclass(frozen=True)
+class VerifyPlan:
+    """The run that checks a decision, or why none can be made here."""
+
+    choice: Option | None
+    job: Job | None = None  # the job to run (its workers as recommended)
+    resources: Resources | None = None
+    sub_prefix: str | None = None  # the job differs from the prefix's: runs go there
+    reason: str = ""  # why it cannot be run here (or why there is nothing to run)
+
+    @property
+    def runnable(self) -> bool:
+        return self.job is not None
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The recommended configuration: predicted (for the run as it ran) against measured."""
+
+    choice: Option
+    run_id: str
+    predicted_sps: float
+    low_sps: float
+    high_sps: float
+    measured_sps: float
+    level: float
+    advised_sps: float  # the advice's steady rate for the configuration
+    where: str = ""  # the sub-prefix holding the run, when not the prefix itself
+
+    @property
+    def inside(self) -> bool:
+        return self.low_sps <= self.measured_sps <= self.high_sps
+
+    @property
+    def error_pct(self) -> float:
+        return 100 * (self.predicted_sps / self.measured_sps - 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "inside": self.inside, "error_pct": self.error_pct}
+
+
+def with_workers(job: Job, workers: int) -> Job | str:
+    """The job with `workers` DataLoader workers per rank, or why it cannot be set."""
+    if job.script is None:
+        return replace(job, workers=workers)
+    args = list(job.script_args)
+    for i, a in enumerate(args):
+        flag, eq, _ = a.partition("=")
+        if flag in WORKER_FLAGS and eq:
+            args[i] = f"{flag}={workers}"
+            return replace(job, script_args=tuple(args))
+        if a in WORKER_FLAGS and i + 1 < len(args):
+            args[i + 1] = str(workers)
+            return replace(job, script_args=tuple(args))
+    return (f"the script's arguments name no workers flag ({', '.join(WORKER_FLAGS)}) that "
+            f"harness.py could set: run it with {workers} workers yourself")
+
+
+def verify_plan(decision: Decision | None, job: Job, machine_cpus: int,
+                note: str = "") -> VerifyPlan:
+    """What to run to check `decision` on this machine (`machine_cpus`: the CPUs the
+    harness may use), or why nothing is run."""
+    if decision is None or decision.choice is None:
+        return VerifyPlan(None, reason=f"no recommendation to check{': ' + note if note else ''}")
+    o = decision.choice
+    if decision.kind is not DecisionKind.CHANGE:
+        return VerifyPlan(o, reason=f"the recommended configuration was measured ({o.run_id})")
+    why = _unrunnable(o, job, machine_cpus)
+    if why:
+        return VerifyPlan(o, reason=why)
+    resources = Resources(o.cpus_used, CacheBudget(o.cache_spec, o.cache_bytes),
+                          o.storage_read_bps)
+    if decision.workers is None or o.workers in (None, decision.workers):
+        return VerifyPlan(o, job, resources)
+    changed = with_workers(job, o.workers)
+    if isinstance(changed, str):
+        return VerifyPlan(o, reason=changed)
+    # run ids do not name the workers and a prefix holds one job: another folder
+    return VerifyPlan(o, changed, resources, sub_prefix=f"verify-workers{o.workers}")
+
+
+def _unrunnable(o: Option, job: Job, machine_cpus: int) -> str:
+    if round(o.gpu_speedup, 6) != 1.0:
+        return f"a step {o.gpu_speedup:g}x faster cannot be measured on this machine"
+    if o.nnodes > 1 or job.nnodes > 1:
+        return "several nodes: verify from the nodes' own harnesses"
+    if o.nproc not in (None, job.nproc_per_node):
+        return (f"{o.nproc} ranks: measure them with harness.py --nproc_per_node {o.nproc}")
+    if o.cpus_used is None or o.cpus_used > machine_cpus:
+        return (f"it needs {o.cpus_used} CPUs; the harness may use {machine_cpus} here: "
+                "measure it on a larger machine")
+    return ""
+
+
+def verification(model: Any, decision: Decision, run: RunResult,
+                 where: str = "") -> Verification:
+    """The run of a plan against the model's prediction for it (fitted before it ran)."""
+    from dsanalyze.whatif import api as whatif
+
+    check = whatif.check_run(model, run)
+    o = decision.choice
+    assert o is not None  # a plan runs only for a choice
+    return Verification(o, run.run_id, check.predicted_sps, check.low_sps, check.high_sps,
+                        check.measured_sps, whatif.LEVEL, o.rate_sps, where)

@@ -1,0 +1,117 @@
+"""The closed loop: `--verify` / `dsanalyze verify` measure the recommended configuration and
+print it against its prediction (`whatif/verification.py`, `app.verify`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import harness
+
+from dsanalyze import app, cli, store
+from dsanalyze.analysis.stalls import run_rate
+from dsanalyze.config import Job
+from dsanalyze.report.advice import verify_text
+from dsanalyze.whatif import api as whatif
+from dsanalyze.whatif.advice import Advice
+from dsanalyze.whatif.decision import Decision, DecisionKind, Option, predicted_option
+from dsanalyze.whatif.model import predict_run
+from dsanalyze.whatif.validation import spec_only
+from dsanalyze.whatif.verification import verify_plan, with_workers
+
+PICK = Option(cpus=2, cpus_used=2, cache_spec="none", cache_bytes=None, storage_read_bps=None,
+              workers=4, rate_sps=100.0, span_s=1.0, stall_pct=1.0, nproc=1)
+
+
+@pytest.mark.parametrize("args,expected", [
+    (("--epochs", "2", "--workers", "2"), ("--epochs", "2", "--workers", "8")),
+    (("-j", "2", "data"), ("-j", "8", "data")),
+    (("--num-workers=2",), ("--num-workers=8",)),
+    (("--num_workers", "2"), ("--num_workers", "8")),
+])
+def test_a_script_workers_flag_is_set(args, expected):
+    job = Job(script="/x/train.py", script_args=args)
+    assert with_workers(job, 8).script_args == expected
+
+
+def test_what_cannot_run_here_says_why():
+    job = Job(script="/x/train.py", script_args=("--epochs", "2"))
+    change = Decision(DecisionKind.CHANGE, 2, 5.0, PICK, None, workers=2)
+    plan = verify_plan(change, job, machine_cpus=8)
+    assert not plan.runnable and "no workers flag" in plan.reason and "4 workers" in plan.reason
+    assert verify_text(plan) == f"Verify: not run: {plan.reason}."
+    plan = verify_plan(change, Job(), machine_cpus=1)  # the built-in job: workers are -j
+    assert plan.reason == ("it needs 2 CPUs; the harness may use 1 here: measure it on a "
+                           "larger machine")
+    built_in = verify_plan(change, Job(), machine_cpus=2)
+    assert built_in.runnable and built_in.job.workers == 4
+    assert built_in.sub_prefix == "verify-workers4"  # another job: not mixed into the prefix
+    faster = replace(change, choice=replace(PICK, workers=2, gpu_speedup=2.0))
+    assert "2x faster" in verify_plan(faster, Job(), 8).reason
+    measured = Decision(DecisionKind.MEASURED, 2, 5.0, replace(PICK, measured=True,
+                                                               run_id="disk-cpus2"), None)
+    assert verify_plan(measured, Job(), 8).reason == \
+        "the recommended configuration was measured (disk-cpus2)"
+
+
+def _sweep(tmp_path: Path, *extra: object) -> tuple[Path, int]:
+    data = tmp_path / "data"
+    assert cli.main(["make-dataset", str(data), "--images", "48", "--classes", "2",
+                     "--size", "320x240", "--seed", "3"]) == 0
+    prefix = tmp_path / "prefix"
+    rc = harness("--data", data, "--prefix", prefix, "--cpus", 1, "-b", 8, "-j", 1,
+                 "--sim-step-ms", 5, "--iters", 6, "--warmup", 2, "--no-plots",
+                 "--no-cgroups", *extra)
+    return prefix, rc
+
+
+@pytest.mark.slow
+def test_verify_measures_a_recommended_worker_count(tmp_path):
+    """A prep-bound job at one CPU and one worker; the decision "2 workers" is run for real
+    (the built-in job's -j, into a sub-prefix) and judged by the model fitted before it."""
+    prefix, rc = _sweep(tmp_path, "--no-advice")
+    assert rc == 0
+    runs = store.load_runs(prefix)
+    model = whatif.fit(runs)
+    p = whatif.predict(model, whatif.Config.of(1, workers=2))
+    d = Decision(DecisionKind.CHANGE, 1, 5.0, predicted_option(p, 1), None, workers=1,
+                 prediction=p)
+    v = app.verify(prefix, Advice(d, model=model), use_cgroups=False)
+    assert v.plan.runnable and v.result is not None, v.failed or v.plan.reason
+    (run,) = store.load_runs(prefix / "verify-workers2")
+    assert run.spec.job.workers == 2 and run.spec.resources.cpus == 1 and run.ok
+    assert len(store.load_runs(prefix)) == len(runs)  # the prefix keeps one job
+    r = v.result
+    assert r.measured_sps == pytest.approx(run_rate(run).rate_sps)
+    assert r.predicted_sps == pytest.approx(predict_run(model, spec_only(run)).rate_sps)
+    assert r.low_sps < r.predicted_sps < r.high_sps
+    assert r.inside == (r.low_sps <= r.measured_sps <= r.high_sps)
+    line = verify_text(v.plan, r)
+    assert f"measured {r.measured_sps:.1f}: " in line
+    assert ("inside the interval" if r.inside else "OUTSIDE the interval") in line
+
+
+@pytest.mark.slow
+def test_harness_verify_checks_its_own_advice(tmp_path, capsys):
+    """`harness.py --verify`: after the advice, its recommended configuration measured into
+    the prefix when this machine can run it, else the one-line reason."""
+    prefix, rc = _sweep(tmp_path, "--verify")
+    assert rc == 0
+    out = capsys.readouterr().out.splitlines()
+    (advice,) = [s for s in out if s.startswith("Advice: ")]
+    (line,) = [s for s in out if s.startswith("Verify: ")]
+    assert out.index(line) == out.index(advice) + 1
+    runs = store.load_runs(prefix)
+    before = [r for r in runs if not r.run_id.startswith("disk-")] + \
+        [r for r in runs if r.run_id == "disk-cpus1-cachenone-bwnone"]
+    a = app.advise(prefix, before).advice  # the harness's advice, on the runs before
+    plan = verify_plan(a.decision, runs[0].spec.job, len(os.sched_getaffinity(0)), a.note)
+    if not plan.runnable:
+        assert line == f"Verify: not run: {plan.reason}." and len(runs) == len(before)
+    else:
+        folder = prefix / plan.sub_prefix if plan.sub_prefix else prefix
+        made = [r for r in store.load_runs(folder) if r.spec.resources == plan.resources
+                and r.spec.job == plan.job]
+        assert made and f"measured {run_rate(made[0]).rate_sps:.1f}: " in line
