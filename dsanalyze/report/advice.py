@@ -29,8 +29,9 @@ def option_label(o: Option) -> str:
             f"bw={bandwidth_text(o.storage_read_bps)}")
 
 
-def worker_word(loader: str) -> str:
-    return "DALI threads" if loader == "dali" else "DataLoader workers"
+def worker_word(loader: str, n: int | None = None) -> str:
+    word = "DALI threads" if loader == "dali" else "DataLoader workers"
+    return word[:-1] if n == 1 else word
 
 
 def change_text(choice: Option, base: Option | None, loader: str = "pytorch") -> str:
@@ -48,7 +49,8 @@ def change_text(choice: Option, base: Option | None, loader: str = "pytorch") ->
         parts.append(f"storage at {disk}" + (f" ({bandwidth_text(base.storage_read_bps)} "
                                              "measured)" if base else ""))
     if base is not None and choice.workers != base.workers:
-        parts.append(f"{choice.workers} {worker_word(loader)} per rank ({base.workers} measured)")
+        parts.append(f"{choice.workers} {worker_word(loader, choice.workers)} per rank "
+                     f"({base.workers} measured)")
     if choice.gpu_speedup != 1:
         parts.append(f"a step {choice.gpu_speedup:g}x faster")
     if base is not None and choice.nproc not in (None, base.nproc):
@@ -87,8 +89,8 @@ def _reason_text(d: Decision) -> str:
         return "the fetch stall dominates: measure more cache or storage bandwidth"
     if d.reason is StallReason.WORKERS and o is not None:
         return (f"the prep stall left does not shrink with more CPUs: {o.workers} "
-                f"{worker_word(d.loader)} per rank use at most {o.workers} core(s) each, and "
-                "each epoch starts with an empty prefetch queue")
+                f"{worker_word(d.loader, o.workers)} per rank use at most {o.workers} core(s) "
+                "each, and each epoch starts with an empty prefetch queue")
     return "the prep stall dominates: measure more CPUs"
 
 
