@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import harness
+from conftest import copy_of, harness
 
 from dsanalyze import app, cli, store
 from dsanalyze.analysis.stalls import run_rate
@@ -115,3 +115,20 @@ def test_harness_verify_checks_its_own_advice(tmp_path, capsys):
         made = [r for r in store.load_runs(folder) if r.spec.resources == plan.resources
                 and r.spec.job == plan.job]
         assert made and f"measured {run_rate(made[0]).rate_sps:.1f}: " in line
+
+
+def test_cli_verify_says_why_a_pick_beyond_this_machine_is_not_run(tmp_path, capsys):
+    """The committed prep-bound runs at one CPU: the advice's pick needs more CPUs than this
+    machine lets the harness use; `dsanalyze verify` says so in one line and runs nothing."""
+    prefix = copy_of("whatif_prep", tmp_path)
+    runs = store.load_runs(prefix)
+    a = app.advise(prefix, runs).advice
+    cpus = len(os.sched_getaffinity(0))
+    if a.decision.choice.cpus_used <= cpus:
+        pytest.skip(f"this machine can run the pick ({cpus} CPUs): the end-to-end tests run one")
+    assert cli.main(["verify", str(prefix), "--no-cgroups"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2].startswith("Advice: give the job ")
+    assert out[-1] == (f"Verify: not run: it needs {a.decision.choice.cpus_used} CPUs; the "
+                       f"harness may use {cpus} here: measure it on a larger machine.")
+    assert len(store.load_runs(prefix)) == len(runs)
