@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dsanalyze.analysis.jobrun import job_as_run
 from dsanalyze.records import RunResult
 
 
@@ -78,6 +79,9 @@ def job_device(results: list[RunResult]) -> str:
 
 
 def window_summary(results: list[RunResult]) -> dict[str, Any]:
-    """The `measured` entry of `summary.json`: device, iterations per run, short runs."""
+    """The `measured` entry of `summary.json`: device, iterations per run, short runs, and
+    the job's knobs as the script ran them (`jobrun.JobAsRun`)."""
+    ran = next((r for r in results if r.ok and r.ranks), None)
     return {"device": job_device(results), "iters_per_run": measured_iters(results),
-            "short_runs": [s.to_dict() for r in results if (s := short_run(r)) is not None]}
+            "short_runs": [s.to_dict() for r in results if (s := short_run(r)) is not None],
+            "job_as_run": job_as_run(ran).to_dict() if ran is not None else None}

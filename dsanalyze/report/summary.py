@@ -13,6 +13,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
+from dsanalyze.analysis import jobrun
 from dsanalyze.analysis.measured import short_text
 from dsanalyze.config import format_bytes
 from dsanalyze.report.text import (
@@ -187,16 +188,23 @@ def _job_lines(summary: dict[str, Any]) -> list[str]:
     if job:
         what = f"script `{job['script']}`" if job.get("script") else \
             f"built-in image classification ({job['arch']})"
-        ranks = job["nproc_per_node"] * job["nnodes"]
-        lines += [f"**Job**: {what}, {job['loader']} loader, {job['workers']} workers per rank, "
-                  f"batch {job['batch_size']} per rank, {ranks} rank(s), device "
-                  f"{_device_text(summary)}",
+        lines += [f"**Job**: {what}, {_knobs_text(summary)}, device {_device_text(summary)}",
                   f"**Measured**: {_window_text(summary)} per run after {job['warmup']} "
                   "warm-up iteration(s)"]
     if ds:
         lines.append(f"**Dataset**: {ds.get('files')} files, {format_bytes(ds.get('bytes'))}, "
                      f"mean {format_bytes(ds.get('mean_file_bytes'))} per file, `{ds.get('root')}`")
     return lines
+
+
+def _knobs_text(summary: dict[str, Any]) -> str:
+    """The loader's knobs as the job ran them (a script's own), else as the harness asked."""
+    ran = (summary.get("measured") or {}).get("job_as_run")
+    if ran:
+        return jobrun.job_text(jobrun.JobAsRun.from_dict(ran))
+    job = summary["job"]
+    return (f"{job['loader']} loader, {job['workers']} workers per rank, batch "
+            f"{job['batch_size']} per rank, {job['nproc_per_node'] * job['nnodes']} rank(s)")
 
 
 def _window_text(summary: dict[str, Any]) -> str:
