@@ -283,7 +283,7 @@ def _cmd_whatif(ns: argparse.Namespace) -> int:
         print(json.dumps(answer.document, indent=1))
         return 0
     print("\n".join([*whatif_text.params_lines(answer.model), *whatif_text.slack_lines(answer.model),
-                     "", whatif_text.ASSUMPTIONS, "",
+                     "", whatif_text.assumptions(answer.model), "",
                      *whatif_text.whatif_lines(answer.predictions, answer.recommendation)]))
     print(f"results: {answer.path}")
     return 0

@@ -22,7 +22,6 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from dsanalyze.analysis import interference, stalls, transforms, uncertainty
 from dsanalyze.analysis.jobrun import job_as_run
@@ -60,8 +59,8 @@ BINDS = 0.5  # a throttled cold window reading under this share of the throttle 
 
 
 def _job_key(run: RunResult) -> tuple[int, float | None]:
-    job = run.spec.job
-    return job.world_size, job.sim_step_ms if job.device == "sim" else None
+    job = run.spec.job  # the sim step is the built-in job's alone (a script's device is its own)
+    return job.world_size, job.sim_step_ms if job_as_run(run).device == "sim" else None
 
 
 def base_runs(results: list[RunResult]) -> list[RunResult]:
@@ -488,10 +487,11 @@ def _fit_throttles(model: Model, disk: list[RunResult]) -> tuple[Model, list[Par
     runs, fits = [i for i, x in zip(runs, fits) if bounds.THROTTLE_EFFICIENCY.holds(x)], \
         [x for x in fits if bounds.THROTTLE_EFFICIENCY.holds(x)]
     if not fits:
+        why = "every throttled fit out of bounds" if bad else \
+            "no throttled disk run held by its throttle"
         return model, [Param("throttle_efficiency", 1.0, "", tuple(i for i, _ in bad),
-                             "not measured: no throttled disk run held by its throttle; a "
-                             "throttle is taken at face value (capped by the device)"
-                             + (f"; {dropped}" if dropped else ""))]
+                             f"not measured: {why}; a throttle is taken at face value (capped "
+                             "by the device)" + (f"; {dropped}" if dropped else ""))]
     eff = statistics.median(fits)
     return replace(model, throttle_efficiency=eff), [Param(
         "throttle_efficiency", eff, "", tuple(runs),
@@ -543,12 +543,12 @@ def _fit_sigma(model: Model, runs: list[RunResult], calibrated: int) -> tuple[Mo
         f"intervals are rate x exp(+-1.645 sigma), {LEVEL:.0%} nominal")
 
 
-def _speedups(runs: list[RunResult], base: Any) -> tuple[float, ...]:
+def _speedups(runs: list[RunResult], base: RunResult) -> tuple[float, ...]:
     """Base step / the sim step of each run: the GPU speed-ups some run measured."""
-    if base.device != "sim":
+    if _job_key(base)[1] is None:
         return (1.0,)
-    return tuple(sorted({base.sim_step_ms / r.spec.job.sim_step_ms for r in runs
-                         if r.spec.job.device == "sim" and r.spec.job.sim_step_ms}))
+    return tuple(sorted({base.spec.job.sim_step_ms / step for r in runs
+                         if (step := _job_key(r)[1])}))
 
 
 def _job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] | None,
@@ -569,10 +569,10 @@ def _job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] 
     model = Model(ranks=ran.ranks, batch_size=ran.batch_size, workers=ran.workers,
                   samples_per_epoch=n_samples, file_bytes=file_bytes, layout=layout, step_s=step,
                   policy=policy, allreduce_s=allreduce,
-                  step_ms=job.sim_step_ms if job.device == "sim" else None,
+                  step_ms=_job_key(base[0])[1],
                   measured_cpus=tuple(sorted({run_cpus(r) for r in base})),
                   measured_ranks=tuple(sorted({r.spec.job.world_size for r in ok})),
-                  measured_speedups=_speedups(ok, job),
+                  measured_speedups=_speedups(ok, base[0]),
                   machine_cpus=base[0].environment.get("cpus_available"), loader=ran.loader,
                   prefetch_factor=ran.prefetch_factor, step_on_cpu=ran.step_uses_cpu,
                   step_s_by_cpus=by_cpus,

@@ -460,7 +460,8 @@ def run_config(model: Model, run: HeldOut) -> Config:
     counts and worker counts are the Config's own knobs.
     """
     res, job = run.spec.resources, run.spec.job
-    speedup = model.step_ms / job.sim_step_ms if model.step_ms and job.device == "sim" else 1.0
+    speedup = model.step_ms / job.sim_step_ms if model.step_ms and run.job.device == "sim" \
+        else 1.0
     return Config(replace(res, cpus=run.cpus), gpu_speedup=speedup, nproc=job.world_size,
                   workers=run.job.workers)
 
