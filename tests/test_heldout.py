@@ -47,8 +47,8 @@ def test_scrambled_timings_of_a_held_out_run_leave_its_prediction_bit_identical(
     assert len(disk) >= 2
     for i, run in enumerate(disk):
         model = whatif.fit([r for r in runs if r is not run])
-        real = whatif._check(model, (run,), "loo")
-        scrambled = whatif._check(model, (_scrambled(run, i),), "loo")
+        real = whatif.check(model, (run,), "loo")
+        scrambled = whatif.check(model, (_scrambled(run, i),), "loo")
         assert _predicted(scrambled) == _predicted(real)
         assert scrambled.measured_sps != real.measured_sps
 

@@ -468,7 +468,7 @@ def test_validate_reads_nothing_measured_in_held_out_runs() -> None:
     # leave-one-out: each run's own fold predicts it from its spec alone
     for run in (r for r in runs if r.mode.value == "disk"):
         model = whatif.fit([r for r in runs if r is not run])
-        assert whatif._check(model, (_blank(run),), "loo") == whatif._check(model, (run,), "loo")
+        assert whatif.check(model, (_blank(run),), "loo") == whatif.check(model, (run,), "loo")
     doc = whatif.validation_document(val)
     assert 0 <= doc["coverage"] <= 1 and doc["nominal"] == 0.9
     assert {s["name"] for s in doc["splits"]} == {"leave-one-out", "extrapolation"}

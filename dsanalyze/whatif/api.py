@@ -272,7 +272,7 @@ from dsanalyze.whatif.validation import (  # noqa: E402
     Check,
     Split,
     Validation,
-    _check,  # noqa: E402,F401  (tests)
+    check,  # noqa: E402,F401  (one held-out configuration: tests, benches)
     configurations,
     spec_only,
     split_summary,

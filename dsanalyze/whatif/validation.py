@@ -134,7 +134,7 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return statistics.fmean(known) if known else None
 
 
-def _check(model: Model, config: tuple[RunResult, ...], split: str) -> Check:
+def check(model: Model, config: tuple[RunResult, ...], split: str) -> Check:
     """Predict a held-out configuration from its spec; only then read the figures its runs
     measured (the mean over its repeats)."""
     run = config[0]
@@ -161,7 +161,7 @@ def _loo(ok: list[RunResult], sizes: Sequence[int] | None, policy: str,
             model = fit(rest, sizes, policy, weights)
         except ConfigError:
             continue  # the configuration alone gave a parameter: nothing to predict it with
-        checks.append(_check(model, config, "loo"))
+        checks.append(check(model, config, "loo"))
     return Split("leave-one-out", LOO_RULE, tuple(checks))
 
 
@@ -178,7 +178,7 @@ def _extrapolation(ok: list[RunResult], sizes: Sequence[int] | None, policy: str
             "more CPUs (harness.py --cpus 1,2) to test extrapolation"))
     model = fit(fit_runs, sizes, policy, weights)
     try:
-        checks = tuple(_check(model, c, "extrapolation") for c in held)
+        checks = tuple(check(model, c, "extrapolation") for c in held)
     except ConfigError as e:  # the model refuses these configurations (a step on the CPU)
         return Split("extrapolation", EXTRAPOLATION_RULE, (), tuple(r.run_id for r in fit_runs),
                      note=f"not made: {e}")
