@@ -521,13 +521,6 @@ def test_recommendation_on_the_demo_weighs_the_cold_epoch_and_breaks_ties_by_cos
     assert f"measured {many.baseline_sps:.1f}" in many.reason
 
 
-def test_a_cpu_device_is_refused() -> None:
-    runs = [replace(r, spec=replace(r.spec, job=replace(r.spec.job, device="cpu")))
-            for r in runs_of("prep")]
-    with pytest.raises(ConfigError, match="--device cpu"):
-        whatif.fit(runs)
-
-
 def test_page_cache_the_run_had_excludes_shared_memory() -> None:
     """DataLoader batches in /dev/shm count in the cgroup's file cache (v1 `cache`, v2
     `file`); the page cache a run had is that less `shmem_bytes`."""
