@@ -45,3 +45,7 @@ READ_CPU_BPS = Bound(
 CONTENTION = Bound(
     "contention", 0.0, 1.0,
     "above 1 each extra busy core would lower the loader's total rate")
+PREP_CPU_S = Bound(
+    "prep_cpu_s_per_sample", 1e-5, 5.0,
+    "no sample's read, decode and collation takes under 10 us or over 5 s of a core; a "
+    "value at the solver's limits means the runs did not determine it")

@@ -267,6 +267,8 @@ def _fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]
         if not bounds.CONTENTION.holds(alpha):
             dropped = bounds.CONTENTION.dropped(alpha, prep_runs)
             c0, alpha = _prep_law({k: x for k, x in points.items() if k == min(points)})
+        if not bounds.PREP_CPU_S.holds(c0):
+            return _prep_from_timing(model, results, bounds.PREP_CPU_S.dropped(c0, prep_runs))
         model = replace(model, prep_cpu_s=c0, contention=alpha,
                         contention_probed=len(points) == 1 and probe is not None)
     params = [_prep_param(model, prep_runs, sorted(points), cached, dropped)]
@@ -279,6 +281,24 @@ def _fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]
             f"{scaling.parallel_cpu_s * 1e3:.2f} ms on each of {scaling.cpus} cores at once "
             "(the runs measured one busy-core count, so the job's own law is untested)"))
     return model, params
+
+
+def _prep_from_timing(model: Model, results: list[RunResult], dropped: str
+                      ) -> tuple[Model, list[Param]]:
+    """c_prep where the rates did not determine it: the workers' own per-transform timing
+    (the sum of the timed steps per sample, median over the loader or cached runs), no
+    contention; else not measured. `dropped`: the fitted value and its runs."""
+    runs = [r for r in _by_mode(results, Mode.LOADER) or _by_mode(results, Mode.CACHED)
+            if transforms.run_table(r)]
+    timed = [transforms.sum_s_per_sample(transforms.run_table(r)) for r in runs]
+    if not timed or not bounds.PREP_CPU_S.holds(statistics.median(timed)):
+        return replace(model, prep_cpu_s=None), [Param(
+            "prep_cpu_s_per_sample", None, "s", (), f"not measured: {dropped}")]
+    value = statistics.median(timed)
+    return replace(model, prep_cpu_s=value, contention=0.0, contention_probed=False), [Param(
+        "prep_cpu_s_per_sample", value, "s", tuple(r.run_id for r in runs),
+        f"the workers' per-transform timing, summed per sample (median of {len(timed)} "
+        f"run(s)), contention 0 (untested); from the rates: {dropped}")]
 
 
 def _prep_param(model: Model, runs: list[str], cores: list[int], cached: list[RunResult],
