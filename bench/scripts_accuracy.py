@@ -58,7 +58,7 @@ SCRIPTS = {  # name: (file under tests/scripts, its own arguments; {w}: its work
                                        "--img-size", "32")),
     "timm": ("train_timm.py", ("-j", "{w}", "-b", "12", "--epochs", "2")),
     "lightning": ("train_lightning.py", ("--workers", "{w}", "--batch-size", "12",
-                                         "--epochs", "2")),
+                                         "--max-epochs", "2")),
 }
 HARNESS = ["--epochs", "2", "--warmup", "2", "--modes", "synthetic,cached,disk", "--resume",
            "--no-plots", "--no-advice"]

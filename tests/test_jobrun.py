@@ -136,3 +136,16 @@ def test_a_prep_cost_the_rates_cannot_determine_falls_back_to_the_workers_timing
     assert bounds.PREP_CPU_S.holds(model.prep_cpu_s)
     assert model.prep_cpu_s == pytest.approx(statistics.median(timed))
     assert "fitted 1e-06 on cached-cpus1" in p.how and "dropped" in p.how
+
+
+def test_workers_that_do_not_persist_start_again_at_every_epoch(runs) -> None:
+    """The script's DataLoader has no persistent workers (recorded): each steady epoch pays
+    the workers' start-up again, which a loader keeping them does not."""
+    model = whatif.fit(runs)
+    assert not model.persistent_workers and model.startup_s > 0
+    kept = replace(model, persistent_workers=True)
+    quiet = {"others_cpu_s_per_sample": 0.0, "others_disk_cpu_s_per_sample": 0.0}
+    cfg = whatif.Config.of(1)
+    again = whatif.predict(replace(model, **quiet), cfg).epoch_s
+    once = whatif.predict(replace(kept, **quiet), cfg).epoch_s
+    assert again - once == pytest.approx(model.startup_s, rel=0.1)

@@ -595,6 +595,7 @@ def _job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] 
                   measured_speedups=_speedups(ok, base[0]),
                   machine_cpus=base[0].environment.get("cpus_available"), loader=ran.loader,
                   prefetch_factor=ran.prefetch_factor, step_on_cpu=ran.step_uses_cpu,
+                  persistent_workers=ran.persistent_workers,
                   step_s_by_cpus=by_cpus,
                   fit_weights=weights, measured_sigma=dict(rate_rel_sigma))
     fixed = [Param("samples_per_epoch", float(n_samples), "samples", (base[0].run_id,),

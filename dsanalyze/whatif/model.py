@@ -172,6 +172,7 @@ class Model:
     machine_cpus: int | None = None
     loader: str = "pytorch"  # pytorch: workers are DataLoader workers; dali: DALI threads
     prefetch_factor: int = pipeline.PREFETCH_FACTOR  # batches in flight per worker, as run
+    persistent_workers: bool = True  # False: the workers start again at every epoch (startup_s)
     # a step on the CPU (the script's recorded device): its time per CPU count, fitted on the
     # synthetic runs of each; it runs in the main process, on the cores the workers use
     step_on_cpu: bool = False
@@ -376,9 +377,11 @@ def simulate_run(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     p = replace(_pipe(model, cfg, mode, override.pop("prep_cpu_s", None)), **override)
     tl = pipeline.expand(pipeline.simulate(p, misses, sim_batches, read), sim_batches, layout)
     n = min(layout.iters, len(tl.iter_s))
-    first = (tl.iter_s[0] + model.startup_s,) if n else ()
-    return pipeline.Timeline(tl.wait_s[:n], first + tl.iter_s[1:n], tl.epoch[:n],
-                             tl.samples_per_iter)
+    # the workers start before the first batch; without persistent workers, at every epoch
+    once = model.persistent_workers or workers_for(model, cfg) == 0 or mode is Mode.SYNTHETIC
+    starts = {0} if once else {i for i in range(n) if i == 0 or tl.epoch[i] != tl.epoch[i - 1]}
+    iters = tuple(t + model.startup_s if i in starts else t for i, t in enumerate(tl.iter_s[:n]))
+    return pipeline.Timeline(tl.wait_s[:n], iters, tl.epoch[:n], tl.samples_per_iter)
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,9 @@ def run_label(model: Model, run: RunResult) -> str:
         extra.append(f"{job.world_size} ranks")
     if model.step_ms and job.device == "sim" and job.sim_step_ms != model.step_ms:
         extra.append(f"step {job.sim_step_ms:g} ms")
+    workers = HeldOut.of(run).job.workers
+    if workers != model.workers:
+        extra.append(f"{workers} workers")
     return run.run_id + (f" [{', '.join(extra)}]" if extra else "")
 
 
