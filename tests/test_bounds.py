@@ -37,8 +37,13 @@ def test_a_throttle_that_gave_250x_its_bandwidth_is_dropped_and_its_run_named() 
     assert fitted > bounds.THROTTLE_EFFICIENCY.high  # what was dropped
     line = next(x for x in whatif_text.params_lines(model) if "throttle_efficiency" in x)
     assert line.split()[1] == "1"  # printed as its value: face value, not the dropped fit
-    # the real 1 MiB/s run: a plausible efficiency, kept
-    assert 0.5 < whatif.fit(runs).throttle_efficiency < 1.5
+    # a throttled prediction then rests on the throttle taken at face value, and says so
+    throttled = whatif.Config.of(2, storage_read_bps=4096)
+    assert any("face value" in u for u in whatif.predict(model, throttled).untested)
+    # the real 1 MiB/s run: a plausible efficiency, kept, and the throttle tested
+    real = whatif.fit(runs)
+    assert 0.5 < real.throttle_efficiency < 1.5 and real.throttle_measured
+    assert not whatif.predict(real, whatif.Config.of(2, storage_read_bps=1 << 20)).untested
 
 
 @pytest.mark.parametrize("bound,inside,outside", [

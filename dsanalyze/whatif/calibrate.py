@@ -513,7 +513,7 @@ def _fit_throttles(model: Model, disk: list[RunResult]) -> tuple[Model, list[Par
                              f"not measured: {why}; a throttle is taken at face value (capped "
                              "by the device)" + (f"; {dropped}" if dropped else ""))]
     eff = statistics.median(fits)
-    return replace(model, throttle_efficiency=eff), [Param(
+    return replace(model, throttle_efficiency=eff, throttle_measured=True), [Param(
         "throttle_efficiency", eff, "", tuple(runs),
         f"one number for every throttle: cold epochs (every read misses) got {min(fits):.1%} to "
         f"{max(fits):.1%} of their throttle; the median is used"

@@ -153,6 +153,7 @@ class Model:
     receive_s: float = 0.0  # delay for the main process to take a ready batch (not CPU)
     miss_cpu_s_per_byte: float = 0.0
     throttle_efficiency: float = 1.0  # bandwidth a throttle gives / the throttle
+    throttle_measured: bool = False  # fitted on throttled runs (else taken at face value)
     cache_slack_bytes: float = 0.0  # effective page cache - budget, in the fit runs
     startup_s: float = 0.0  # first iteration's extra wait (worker start-up)
     params: tuple[Param, ...] = ()
@@ -541,6 +542,9 @@ def untested(model: Model, cfg: Config) -> tuple[str, ...]:
         out.append(f"{workers_for(model, cfg)} workers per rank: {model.workers} measured; a "
                    "worker's CPU per sample taken as independent of the count")
     bps = cfg.storage_read_bps
+    if bps is not None and not model.throttle_measured:
+        out.append("a throttle taken at face value: no throttled run held by its throttle "
+                   "was measured")
     if model.device_read_bps is None and (bps is None):
         out.append("storage device not measured: unthrottled reads taken as never limiting")
     elif model.device_read_bps is not None and bps is not None and bps > model.device_read_bps:
