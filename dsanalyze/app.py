@@ -44,7 +44,7 @@ DEFAULT_CACHE_GRID = DEFAULT_CACHES  # `dsanalyze whatif --cache`, as the advice
 # ---- measuring ------------------------------------------------------------------------------
 
 def find_data(sweep: Sweep) -> tuple[Any, str]:
-    """The sweep's dataset (`jobs.datasets.DatasetInfo`) and a line saying where it came from."""
+    """The sweep's dataset (`dataset.DatasetInfo`) and a line saying where it came from."""
     from dsanalyze.datafind import dataset_for
 
     return dataset_for(sweep.job, Path(sweep.prefix))
@@ -60,9 +60,9 @@ def profile(sweep: Sweep, dataset: Any = None, progress: Callable[[str], None] |
         outcome = run_sweep(sweep, progress=progress, dataset=dataset, lock_wait_s=lock_wait_s)
     finally:
         doc = _write_summary(Path(sweep.prefix))
-    from dsanalyze.analysis import stalls
+    from dsanalyze.analysis.summary import summarize
 
-    outcome.summary = doc if doc is not None else stalls.summary([])
+    outcome.summary = doc if doc is not None else summarize([])
     return outcome
 
 
@@ -70,7 +70,7 @@ def profile(sweep: Sweep, dataset: Any = None, progress: Callable[[str], None] |
 
 @dataclass(frozen=True)
 class Summary:
-    document: dict[str, Any]  # the `summary.json` document (`analysis.stalls.summary`)
+    document: dict[str, Any]  # the `summary.json` document (`analysis.summary.summarize`)
     merged_runs: int = 0  # runs joined with other nodes' ranks (`--merge`)
     unreadable: tuple[str, ...] = ()  # "PATH (why)" of run files left out
 
@@ -87,7 +87,7 @@ def summarize(prefix: str | Path, merge: Sequence[str | Path] = ()) -> Summary:
 
 
 def _write_summary(prefix: Path) -> dict[str, Any] | None:
-    from dsanalyze.analysis import stalls
+    from dsanalyze.analysis.summary import summarize
 
     if not store.runs_dir(prefix).is_dir():
         return None
@@ -95,7 +95,7 @@ def _write_summary(prefix: Path) -> dict[str, Any] | None:
     if not runs:
         return None
     check_consistent(runs)
-    doc = stalls.summary(runs)
+    doc = summarize(runs)
     if unreadable:
         doc["unreadable_runs"] = unreadable
     store.write_json_atomic(prefix / SUMMARY_JSON, doc)
@@ -226,8 +226,8 @@ def dataset_sizes(runs: list[RunResult]) -> list[int] | None:
     """The file sizes of the runs' data, scanned again the way the harness found it (an
     ImageFolder, or the `--data` file set); None when it is gone or changed, or was found by
     a discovery run (the size quantiles recorded with each run serve then)."""
+    from dsanalyze.dataset import scan_dataset
     from dsanalyze.fileset import scan_files
-    from dsanalyze.jobs.datasets import scan_dataset
 
     ok = [r for r in runs if r.ok]
     if not ok:
@@ -252,7 +252,7 @@ def plot(prefix: str | Path, run_id: str | None = None, docs: WhatIfDocs | None 
     The what-if figures come from `docs` when given, else from a fresh
     `whatif.json`, else (only when `fit`) from the advice's query fitted here.
     """
-    from dsanalyze.analysis import stalls
+    from dsanalyze.analysis.summary import summarize
 
     prefix = Path(prefix)
     runs = store.load_runs(prefix)
@@ -260,7 +260,7 @@ def plot(prefix: str | Path, run_id: str | None = None, docs: WhatIfDocs | None 
         raise StoreError(f"no run {run_id!r} under {prefix}: pick one of "
                          + ", ".join(r.run_id for r in runs))
     docs = docs or stored_whatif(prefix, runs) or (advise(prefix, runs) if fit else WhatIfDocs())
-    return _draw(prefix, runs, stalls.summary(runs), docs, run_id)
+    return _draw(prefix, runs, summarize(runs), docs, run_id)
 
 
 def _draw(prefix: Path, runs: list[RunResult], summary: dict[str, Any], docs: WhatIfDocs,
@@ -277,14 +277,14 @@ def report(prefix: str | Path) -> list[Path]:
 
     Its what-if section is the advice's own query, fitted here (not the last
     `whatif` query, whose grid may answer another question)."""
-    from dsanalyze.analysis import stalls
+    from dsanalyze.analysis.summary import summarize
     from dsanalyze.report import summary as report_text
     from dsanalyze.report.shards import shard_blocks
 
     prefix = Path(prefix)
     runs = store.load_runs(prefix)
     docs = advise(prefix, runs)
-    summary = stalls.summary(runs)
+    summary = summarize(runs)
     pngs = [p for p in _draw(prefix, runs, summary, docs) if p.suffix == ".png"]
     blocks = report_text.report_blocks(summary, [p.name for p in pngs],
                                        docs.recommendation, docs.validation, docs.note,

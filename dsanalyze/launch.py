@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from dsanalyze.config import Job, Mode, RunSpec, format_bytes
+from dsanalyze.dataset import DatasetInfo
 from dsanalyze.errors import ConfigError, FailureKind
 from dsanalyze.instrument import rank as rankenv
-from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.monitor import InterferenceProbe, Monitor, diskstats_read_bytes
 from dsanalyze.records import (
     Enforcement,

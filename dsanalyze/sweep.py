@@ -23,9 +23,9 @@ from dsanalyze import datafind, launch, nodes, store
 from dsanalyze.analysis import measured as measured_window
 from dsanalyze.analysis import stalls
 from dsanalyze.config import Mode, RunSpec, Sweep
+from dsanalyze.dataset import DatasetInfo
 from dsanalyze.errors import ConfigError, DatasetError, FailureKind, NodeLost, ResourceError
 from dsanalyze.fingerprint import Fingerprint, check_resumable, check_unchanged
-from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.records import CpuScaling, RunResult
 from dsanalyze.resources import cgroups, cpuscale
 from dsanalyze.resources.datalock import DataLock

@@ -8,8 +8,8 @@ import pytest
 from conftest import harness
 
 from dsanalyze import store
-from dsanalyze.analysis import stalls
-from dsanalyze.jobs.datasets import scan_dataset
+from dsanalyze.analysis.summary import summarize
+from dsanalyze.dataset import scan_dataset
 from dsanalyze.report.advice import advice_text
 from dsanalyze.whatif.advice import Advice, AdviceKind, Option, advise, measured_options
 
@@ -47,7 +47,7 @@ def test_advice_in_words(advice, text):
 
 def test_measured_configurations_count_the_cold_epoch():
     """Two epochs of the committed 2-rank run: its cold first epoch plus one steady epoch."""
-    summary = stalls.summary(store.load_runs(DATA / "report_2ranks"))
+    summary = summarize(store.load_runs(DATA / "report_2ranks"))
     (cfg,) = summary["configs"]
     (o,) = measured_options(summary, 2)
     disk = cfg["modes"]["disk"]
@@ -74,7 +74,7 @@ def test_prep_bound_sweep_ends_with_a_change_predicted_faster_than_every_measure
     advice = advise(runs, list(scan_dataset(small_dataset).file_bytes))  # as the harness
     assert line == advice_text(advice)
     assert advice.kind is AdviceKind.CHANGE and line.startswith("Advice: give the job ")
-    measured = measured_options(stalls.summary(runs), advice.epochs)
+    measured = measured_options(summarize(runs), advice.epochs)
     assert advice.choice.span_s < min(o.span_s for o in measured)
     # more of what the prep stall lacks: CPUs or workers, nothing taken away
     assert advice.choice.cpus > 1 or advice.choice.workers > 2

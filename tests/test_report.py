@@ -10,7 +10,7 @@ import pytest
 from conftest import copy_of
 
 from dsanalyze import cli, store
-from dsanalyze.analysis import stalls
+from dsanalyze.analysis.summary import summarize
 from dsanalyze.report import summary as report
 from dsanalyze.report.text import bandwidth_text, cache_text, fixed_width
 
@@ -20,7 +20,7 @@ MIB = 1 << 20
 
 
 def summary_of(prefix: Path) -> dict:
-    return stalls.summary(store.load_runs(prefix))
+    return summarize(store.load_runs(prefix))
 
 
 @pytest.mark.parametrize("knob,cfg,text", [

@@ -16,6 +16,7 @@ from conftest import DATA_DIR
 
 from dsanalyze import store
 from dsanalyze.analysis import stalls, uncertainty
+from dsanalyze.analysis.summary import summarize
 from dsanalyze.analysis.uncertainty import RateInterval, Significance
 from dsanalyze.config import Job, Mode, Resources, RunSpec
 from dsanalyze.records import RankRecord, RunResult
@@ -71,7 +72,7 @@ def test_rate_interval_round_trips_and_is_reproducible():
 
 
 def test_rates_closer_than_their_noise_are_within_noise():
-    doc = stalls.summary(store.load_runs(PAIR))
+    doc = summarize(store.load_runs(PAIR))
     (cfg,) = doc["configs"]
     synthetic, cached = cfg["modes"]["synthetic"], cfg["modes"]["cached"]
     # the two intervals overlap: the cached run is not measurably slower
@@ -84,7 +85,7 @@ def test_rates_closer_than_their_noise_are_within_noise():
 
 
 def test_a_clearly_fetch_bound_pair_has_an_interval_excluding_zero():
-    doc = stalls.summary(store.load_runs(PAIR))
+    doc = summarize(store.load_runs(PAIR))
     (cfg,) = doc["configs"]
     # disk 45 ms against cached 30.3 ms per iteration: fetch is 1 - 30.3/45 = 33% of the epoch
     assert 0 < cfg["fetch_stall_pct_low"] < 33 < cfg["fetch_stall_pct_high"] < 40
@@ -113,7 +114,7 @@ def test_repeats_that_disagree_widen_the_interval():
 def test_repeats_are_pooled_into_their_configuration():
     runs = store.load_runs(PAIR)
     again = [dataclasses.replace(r, spec=dataclasses.replace(r.spec, repeat=2)) for r in runs]
-    (cfg,) = stalls.summary(runs + again)["configs"]
+    (cfg,) = summarize(runs + again)["configs"]
     assert cfg["modes"]["disk"]["run_ids"] == ["disk-cpus1-cachenone-bwnone",
                                                 "disk-cpus1-cachenone-bwnone-r2"]
     assert cfg["modes"]["cached"]["repeats"] == 2

@@ -328,22 +328,3 @@ def _budget_warnings(disk: RunResult) -> list[str]:
                 f"({dataset_bytes / 2**20:.0f} MiB) fits in the budget plus the memory-limit margin "
                 f"({margin / 2**20:.0f} MiB); use a larger dataset"]
     return []
-
-
-def summary(results: list[RunResult]) -> dict[str, Any]:
-    """The `summary.json` document: job, dataset, one entry per configuration (its cold
-    first epoch included), what the runs measured against what was asked."""
-    from dsanalyze.analysis import coldepoch, measured, pernode  # they build on this module
-
-    ok = [r for r in results if r.ok]
-    first = (ok or results)[0] if results else None
-    return {
-        "job": first.spec.job.to_dict() if first else None,
-        "dataset": first.dataset.to_dict() if first else None,
-        "configs": [coldepoch.with_cold_epoch(b.to_dict()) for b in breakdowns(results)],
-        "measured": measured.window_summary(results),
-        "runs": [run_rate(r, interval=True).to_dict() for r in results],
-        "failed_runs": [{"run_id": r.run_id, "status": r.status, "error": r.error}
-                        for r in results if not r.ok],
-        "nodes": pernode.breakdown(results),
-    }

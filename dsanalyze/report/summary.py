@@ -1,6 +1,6 @@
 """The stall table for the terminal, and the report (markdown and HTML).
 
-Pure formatting over the `summary.json` document (`analysis.stalls.summary`)
+Pure formatting over the `summary.json` document (`analysis.summary.summarize`)
 and the what-if documents: every number shown is read from them, none is
 computed here. The verdict thresholds (input-bound above 5% of the time
 stalled, highly above 20%) live with the verdict in `analysis/stalls.py`.
