@@ -62,10 +62,6 @@ NO_BLOCK_DEVICE = "the dataset is on a filesystem with no block device (overlay,
 BOOTSTRAP = "dsanalyze.instrument.bootstrap"
 
 
-class Interrupted(BaseException):
-    """SIGTERM, turned into an exception so that cleanup code runs."""
-
-
 @dataclass
 class LaunchContext:
     """What every run of a sweep shares."""

@@ -40,6 +40,7 @@ WRONG_WAY = [
     ("dsanalyze/launch.py", "dsanalyze.analysis.stalls"),  # measuring: no analysis
     ("dsanalyze/store.py", "dsanalyze.sweep"),  # the store below the sweep
     ("dsanalyze/app.py", "dsanalyze.cli"),  # the facade below the command line
+    ("dsanalyze/cli.py", "dsanalyze.launch"),  # the command line reaches the rest through app
 ]
 
 
