@@ -24,6 +24,7 @@ from the advice it already computed or from a stored `whatif.json`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from dsanalyze.report.whatif_docs import WhatIfDocs, recommended_text
 from dsanalyze.whatif.advice import DEFAULT_CACHES
 
 if TYPE_CHECKING:  # types only: the measuring side is imported by the use cases that run it
+    from dsanalyze.analysis.summary import Summary
     from dsanalyze.dataset import DatasetInfo
     from dsanalyze.sweep import SweepOutcome
     from dsanalyze.whatif.api import CacheCheck, Prediction
@@ -69,7 +71,7 @@ class ProfileOutcome:
     """What `profile` measured: the sweep's runs, and `summary.json` written after them."""
 
     sweep: SweepOutcome
-    summary: dict[str, Any]  # the `summary.json` document (`analysis.summary.summarize`)
+    summary: Summary  # what `summary.json` holds
 
 
 @dataclass(frozen=True)
@@ -100,9 +102,9 @@ def harness(req: HarnessRequest, progress: Callable[[str], None] | None = None,
     if chosen and announce is not None:
         announce(chosen)
     measured = profile(sweep, dataset, progress, req.lock_wait_s)
-    docs = advise(sweep.prefix) if req.advice and measured.summary["runs"] else None
+    docs = advise(sweep.prefix) if req.advice and measured.summary.runs else None
     figures = plot(sweep.prefix, docs=docs, fit=False) \
-        if sweep.plots and measured.summary["configs"] else []
+        if sweep.plots and measured.summary.configs else []
     return HarnessOutcome(
         sweep, measured, render_table(measured.summary), _node_note(sweep),
         tuple(docs.recommendation) if docs is not None else None,
@@ -143,18 +145,22 @@ def profile(sweep: Sweep, dataset: DatasetInfo | None = None,
     try:
         outcome = run_sweep(sweep, progress=progress, dataset=dataset, lock_wait_s=lock_wait_s)
     finally:
-        doc = _write_summary(Path(sweep.prefix))
-    return ProfileOutcome(outcome, doc if doc is not None else summarize([]))
+        summary = _write_summary(Path(sweep.prefix))
+    return ProfileOutcome(outcome, summary if summary is not None else summarize([]))
 
 
 # ---- the stall table ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class SummaryOutcome:
-    document: dict[str, Any]  # the `summary.json` document (`analysis.summary.summarize`)
+    summary: Summary  # what `summary.json` holds
     table: str  # the stall table in words (`report.summary.render_table`)
     merged_runs: int = 0  # runs joined with other nodes' ranks (`--merge`)
-    unreadable: tuple[str, ...] = ()  # "PATH (why)" of run files left out
+
+    @property
+    def unreadable(self) -> tuple[str, ...]:
+        """"PATH (why)" of run files left out."""
+        return self.summary.unreadable_runs
 
 
 def summarize(prefix: str | Path, merge: Sequence[str | Path] = ()) -> SummaryOutcome:
@@ -164,13 +170,13 @@ def summarize(prefix: str | Path, merge: Sequence[str | Path] = ()) -> SummaryOu
 
     prefix = Path(prefix)
     merged = nodemerge.merge_into_prefix(prefix, [Path(d) for d in merge]) if merge else []
-    doc = _write_summary(prefix)
-    if doc is None:
+    summary = _write_summary(prefix)
+    if summary is None:
         raise ConfigError(f"no runs under {prefix}: run harness.py --prefix {prefix} first")
-    return SummaryOutcome(doc, render_table(doc), len(merged), tuple(doc.get("unreadable_runs", ())))
+    return SummaryOutcome(summary, render_table(summary), len(merged))
 
 
-def _write_summary(prefix: Path) -> dict[str, Any] | None:
+def _write_summary(prefix: Path) -> Summary | None:
     from dsanalyze.analysis.summary import summarize
 
     if not store.runs_dir(prefix).is_dir():
@@ -179,11 +185,9 @@ def _write_summary(prefix: Path) -> dict[str, Any] | None:
     if not runs:
         return None
     check_consistent(runs)
-    doc = summarize(runs)
-    if unreadable:
-        doc["unreadable_runs"] = unreadable
-    store.write_json_atomic(prefix / SUMMARY_JSON, doc)
-    return doc
+    summary = dataclasses.replace(summarize(runs), unreadable_runs=tuple(unreadable))
+    store.write_json_atomic(prefix / SUMMARY_JSON, summary.to_dict())
+    return summary
 
 
 # ---- what-if --------------------------------------------------------------------------------
@@ -352,12 +356,12 @@ def plot(prefix: str | Path, run_id: str | None = None, docs: WhatIfDocs | None 
     return _draw(prefix, runs, summarize(runs), docs, run_id)
 
 
-def _draw(prefix: Path, runs: list[RunResult], summary: dict[str, Any], docs: WhatIfDocs,
+def _draw(prefix: Path, runs: list[RunResult], summary: Summary, docs: WhatIfDocs,
           run_id: str | None = None) -> list[Path]:
     """Save every figure of runs already loaded and summarised, as PNG and SVG."""
     from dsanalyze.report import plots
 
-    figures = plots.figures(summary, runs, docs, run_id)
+    figures = plots.figures(summary.to_dict(), runs, docs, run_id)  # plots read the JSON keys
     return [p for name, fig in figures.items() for p in plots.save(fig, prefix, name)]
 
 

@@ -48,12 +48,12 @@ def test_advice_in_words(advice, text):
 def test_measured_configurations_count_the_cold_epoch():
     """Two epochs of the committed 2-rank run: its cold first epoch plus one steady epoch."""
     summary = summarize(store.load_runs(DATA / "report_2ranks"))
-    (cfg,) = summary["configs"]
-    (o,) = measured_options(summary, 2)
-    disk = cfg["modes"]["disk"]
-    assert o.span_s == pytest.approx(disk["epoch1_s"] + disk["time_s"])
-    assert o.stall_pct == pytest.approx(100 * (1 - 2 * cfg["compute_s"] / o.span_s))
-    assert o.stall_pct > cfg["prep_stall_pct"] + cfg["fetch_stall_pct"]  # the cold epoch counts
+    (cfg,) = summary.configs
+    (o,) = measured_options(summary.to_dict(), 2)
+    disk = cfg.modes["disk"]
+    assert o.span_s == pytest.approx(disk.epoch1_s + disk.time_s)
+    assert o.stall_pct == pytest.approx(100 * (1 - 2 * cfg.compute_s / o.span_s))
+    assert o.stall_pct > cfg.prep_stall_pct + cfg.fetch_stall_pct  # the cold epoch counts
 
 
 def sweep(prefix: Path, data: Path, *options: object) -> int:
@@ -74,7 +74,7 @@ def test_prep_bound_sweep_ends_with_a_change_predicted_faster_than_every_measure
     advice = advise(runs, list(scan_dataset(small_dataset).file_bytes))  # as the harness
     assert line == advice_text(advice)
     assert advice.kind is AdviceKind.CHANGE and line.startswith("Advice: give the job ")
-    measured = measured_options(summarize(runs), advice.epochs)
+    measured = measured_options(summarize(runs).to_dict(), advice.epochs)
     assert advice.choice.span_s < min(o.span_s for o in measured)
     # more of what the prep stall lacks: CPUs or workers, nothing taken away
     assert advice.choice.cpus > 1 or advice.choice.workers > 2

@@ -29,7 +29,7 @@ def test_cold_verdict(epoch_s, prep_s, fetch_s, text):
 
 def test_a_sweep_of_one_epoch_says_its_disk_figures_are_cold():
     summary = summarize(store.load_runs(DATA / "report_sweep"))  # --epochs 1
-    assert all(c["cold_only"] and c["cold_epoch"] is None for c in summary["configs"])
+    assert all(c.cold_only and c.cold_epoch is None for c in summary.configs)
     notes = report.notes(summary)
     assert any(n.startswith("disk figures are the cold first epoch") and "--epochs 2" in n
                for n in notes)

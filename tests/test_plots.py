@@ -34,7 +34,7 @@ MIB = 1 << 20
 
 
 def summary_of(prefix: Path) -> dict:
-    return summarize(store.load_runs(prefix))
+    return summarize(store.load_runs(prefix)).to_dict()  # the figures read summary.json's keys
 
 
 def bars(fig) -> dict[str, BarContainer]:
@@ -256,7 +256,7 @@ def test_timeline_spans_sum_to_the_recorded_times(prefix, run_id):
 
 def test_timeline_run_is_the_one_that_waited_most():
     runs = store.load_runs(SWEEP)
-    summary = summarize(runs)
+    summary = summarize(runs).to_dict()
     worst = max(summary["runs"], key=lambda r: r["wait_pct"])
     assert plots.timeline_run(summary, runs).run_id == worst["run_id"]
     assert worst["run_id"].endswith("bw8M")

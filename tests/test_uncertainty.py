@@ -73,30 +73,30 @@ def test_rate_interval_round_trips_and_is_reproducible():
 
 def test_rates_closer_than_their_noise_are_within_noise():
     doc = summarize(store.load_runs(PAIR))
-    (cfg,) = doc["configs"]
-    synthetic, cached = cfg["modes"]["synthetic"], cfg["modes"]["cached"]
+    (cfg,) = doc.configs
+    synthetic, cached = cfg.modes["synthetic"], cfg.modes["cached"]
     # the two intervals overlap: the cached run is not measurably slower
-    assert cached["rate_sps_low"] < synthetic["rate_sps_high"]
-    assert cfg["prep_stall_significance"] == "within_noise"
-    assert cfg["prep_stall_pct_low"] < 0 < cfg["prep_stall_pct_high"]
+    assert cached.rate_sps_low < synthetic.rate_sps_high
+    assert cfg.prep_stall_significance == "within_noise"
+    assert cfg.prep_stall_pct_low < 0 < cfg.prep_stall_pct_high
     cell = report.table_rows(doc)[0][6]
-    half = (cfg["prep_stall_pct_high"] - cfg["prep_stall_pct_low"]) / 2
+    half = (cfg.prep_stall_pct_high - cfg.prep_stall_pct_low) / 2
     assert cell == f"within noise (±{half:.1f}%)"
 
 
 def test_a_clearly_fetch_bound_pair_has_an_interval_excluding_zero():
     doc = summarize(store.load_runs(PAIR))
-    (cfg,) = doc["configs"]
+    (cfg,) = doc.configs
     # disk 45 ms against cached 30.3 ms per iteration: fetch is 1 - 30.3/45 = 33% of the epoch
-    assert 0 < cfg["fetch_stall_pct_low"] < 33 < cfg["fetch_stall_pct_high"] < 40
-    assert cfg["fetch_stall_s_low"] > 0 and cfg["fetch_stall_significance"] == "likely"
-    assert cfg["verdict"].startswith("likely highly fetch-bound: 34% ±")
-    half = (cfg["fetch_stall_pct_high"] - cfg["fetch_stall_pct_low"]) / 2
+    assert 0 < cfg.fetch_stall_pct_low < 33 < cfg.fetch_stall_pct_high < 40
+    assert cfg.fetch_stall_s_low > 0 and cfg.fetch_stall_significance == "likely"
+    assert cfg.verdict.startswith("likely highly fetch-bound: 34% ±")
+    half = (cfg.fetch_stall_pct_high - cfg.fetch_stall_pct_low) / 2
     assert report.table_rows(doc)[0][7] == \
-        f"{cfg['fetch_stall_s']:.1f}s {cfg['fetch_stall_pct']:.1f}% ±{half:.1f}"
+        f"{cfg.fetch_stall_s:.1f}s {cfg.fetch_stall_pct:.1f}% ±{half:.1f}"
     assert "stalls within noise" not in report.render_table(doc)
-    run = next(r for r in doc["runs"] if r["run_id"] == "disk-cpus1-cachenone-bwnone")
-    assert run["rate_sps_low"] < run["rate_sps"] < run["rate_sps_high"]
+    run = next(r for r in doc.runs if r.run_id == "disk-cpus1-cachenone-bwnone")
+    assert run.rate_sps_low < run.rate_sps < run.rate_sps_high
 
 
 def test_repeats_that_disagree_widen_the_interval():
@@ -114,10 +114,10 @@ def test_repeats_that_disagree_widen_the_interval():
 def test_repeats_are_pooled_into_their_configuration():
     runs = store.load_runs(PAIR)
     again = [dataclasses.replace(r, spec=dataclasses.replace(r.spec, repeat=2)) for r in runs]
-    (cfg,) = summarize(runs + again)["configs"]
-    assert cfg["modes"]["disk"]["run_ids"] == ["disk-cpus1-cachenone-bwnone",
-                                                "disk-cpus1-cachenone-bwnone-r2"]
-    assert cfg["modes"]["cached"]["repeats"] == 2
+    (cfg,) = summarize(runs + again).configs
+    assert cfg.modes["disk"].run_ids == ("disk-cpus1-cachenone-bwnone",
+                                         "disk-cpus1-cachenone-bwnone-r2")
+    assert cfg.modes["cached"].repeats == 2
 
 
 @pytest.mark.parametrize("slower_ms,significance", [(45.0, "likely"), (30.3, "within_noise"),

@@ -127,7 +127,7 @@ def advise(results: Sequence[RunResult], sizes: Sequence[int] | None = None,
            max_stall_pct: float = MAX_STALL_PCT) -> Advice:
     """The advice for the runs of one prefix (see the module docstring)."""
     results = list(results)
-    summary = summarize(results)
+    summary = summarize(results).to_dict()  # measured_options reads summary.json's keys
     epochs = measured_epochs(summary)
     measured = measured_options(summary, epochs)
     best = min(measured, key=lambda o: o.span_s, default=None)
