@@ -45,8 +45,8 @@ sys.path.insert(0, str(REPO))
 
 from dsanalyze import store  # noqa: E402
 from dsanalyze.config import Mode  # noqa: E402
-from dsanalyze.errors import ConfigError  # noqa: E402
 from dsanalyze.dataset import scan_dataset  # noqa: E402
+from dsanalyze.errors import ConfigError  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
 from dsanalyze.whatif import api as whatif  # noqa: E402
