@@ -12,9 +12,9 @@ import pytest
 from conftest import copy_of, harness
 
 from dsanalyze import app, cli, store
-from dsanalyze.analysis import stalls
 from dsanalyze.analysis.stalls import Bound
-from dsanalyze.jobs.datasets import scan_dataset
+from dsanalyze.analysis.summary import summarize
+from dsanalyze.dataset import scan_dataset
 from dsanalyze.records import RunResult
 from dsanalyze.report.advice import advice_text, option_label
 from dsanalyze.whatif.advice import Advice, advise
@@ -72,7 +72,7 @@ def test_keep_and_no_model_in_words():
 def test_measured_configurations_count_the_cold_epoch():
     """Two epochs of the committed 2-rank run: its cold first epoch plus one steady epoch,
     stalled by the table's stalls (the cold epoch's, then the steady one's)."""
-    summary = stalls.summary(store.load_runs(DATA / "report_2ranks"))
+    summary = summarize(store.load_runs(DATA / "report_2ranks")).to_dict()
     (cfg,) = summary["configs"]
     (o,) = measured_options(summary, Facts(2))
     disk, cold = cfg["modes"]["disk"], cfg["cold_epoch"]
@@ -99,7 +99,7 @@ def test_a_configuration_the_table_calls_prep_bound_is_never_called_compute_boun
     the cached one, so its job span (1 - compute / epoch) hid the prep stall."""
     runs = _disk_faster(store.load_runs(DATA / "report_sweep"), "disk-cpus1-cachenone-bwnone",
                         0.86)
-    summary = stalls.summary(runs)
+    summary = summarize(runs).to_dict()
     cfg = next(c for c in summary["configs"] if c["key"] == "cpus1-cachenone-bwnone")
     assert cfg["bound"] == Bound.PREP.value and "likely prep-bound" in cfg["verdict"]
     assert 100 * (1 - cfg["compute_s"] / cfg["total_s"]) <= 5  # the old rule's "calm"
@@ -145,7 +145,7 @@ def test_advice_recommend_and_report_agree(name, tmp_path, capsys):
     runs = store.load_runs(prefix)
     docs = app.advise(prefix, runs)
     (line,) = docs.recommendation
-    _check_against_table(stalls.summary(runs), docs.advice)
+    _check_against_table(summarize(runs).to_dict(), docs.advice)
     rc = cli.main(["whatif", str(prefix), "--recommend"])
     out, err = capsys.readouterr()
     if docs.advice.note:  # no model: `whatif` refuses with the same reason
@@ -172,10 +172,16 @@ def test_prep_bound_sweep_ends_with_a_change_predicted_faster_than_every_measure
     assert out.index(line) > max(i for i, s in enumerate(out) if s.startswith("cpus=1 "))
     runs = store.load_runs(prefix)
     advice = advise(runs, list(scan_dataset(small_dataset).file_bytes))  # as the harness
-    assert line == advice_text(advice)
     d = advice.decision
     assert d.kind is DecisionKind.CHANGE and line.startswith("Advice: give the job ")
     assert d.choice.span_s < d.best_measured.span_s
+    # the printed claim: a predicted time under the measured one, at the one CPU asked for
+    claim = re.search(r", \d+ epochs? (?:\(cold\) )?in ([\d.]+) s, .* against "
+                      r"([\d.]+) s measured at cpus=1\b", line)
+    assert claim is not None, line
+    predicted_s, measured_s = float(claim.group(1)), float(claim.group(2))
+    assert predicted_s < measured_s
+    assert measured_s == pytest.approx(d.best_measured.span_s, abs=0.006)
     # more of what the prep stall lacks: CPUs or workers
     assert d.choice.cpus > 1 or d.choice.workers > 2
     assert "fitted on the 2 runs of this sweep" in line and " (interval " in line

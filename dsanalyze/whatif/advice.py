@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsanalyze.analysis import stalls
+from dsanalyze.analysis.jobrun import job_as_run
+from dsanalyze.analysis.summary import summarize
 from dsanalyze.config import Mode
 from dsanalyze.errors import DsAnalyzeError
 from dsanalyze.records import RunResult
@@ -51,8 +52,9 @@ def advise(results: Sequence[RunResult], sizes: Sequence[int] | None = None,
     try:
         model, preds = _fit_and_predict(results, sizes)
     except DsAnalyzeError as e:
-        summary = stalls.summary(results)
-        workers = (summary.get("job") or {}).get("workers")
+        summary = summarize(results).to_dict()  # the decision reads summary.json's keys
+        ok = [r for r in results if r.ok and r.ranks]
+        workers = job_as_run(ok[0]).workers if ok else None
         facts = Facts(measured_epochs(summary), max_stall_pct, workers, _cpus_of_all(results))
         return Advice(decide(summary, [], facts), note=str(e))
     val, why = validation(results, sizes)
@@ -97,15 +99,19 @@ def default_grid(results: Sequence[RunResult]
     caches = [*DEFAULT_CACHES, *sorted({r.spec.resources.cache.spec for r in disk}
                                        - set(DEFAULT_CACHES) - {"none"}), "none"]
     bws = sorted({r.spec.resources.storage_read_bps for r in disk} - {None}) + [None]
-    w = ok[0].spec.job.workers
+    w = job_as_run(ok[0]).workers
     return cpus, caches, bws, sorted({w, 2 * w or 1, 4 * w or 2})
 
 
 def default_cpus(results: Sequence[RunResult]) -> list[int]:
-    """The what-if CPU counts when none are asked: the measured ones, 2x and 4x the largest."""
+    """The what-if CPU counts when none are asked: the measured ones, 2x and 4x the largest
+    (the measured ones alone where the step runs on the CPU: others are not predicted)."""
     from dsanalyze.whatif import api as whatif
 
-    measured = sorted({whatif.run_cpus(r) for r in results if r.ok and r.ranks})
+    ok = [r for r in results if r.ok and r.ranks]
+    measured = sorted({whatif.run_cpus(r) for r in ok})
+    if ok and job_as_run(ok[0]).step_uses_cpu:
+        return measured
     return sorted(set(measured) | {2 * measured[-1], 4 * measured[-1]})
 
 

@@ -20,14 +20,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from dsanalyze.analysis import stalls
+from dsanalyze.analysis.summary import summarize
 from dsanalyze.config import Mode, unlimited_last
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
 from dsanalyze.whatif.api import Prediction, predict
 from dsanalyze.whatif.calibrate import base_runs
 from dsanalyze.whatif.decision import MAX_STALL_PCT, Decision, Facts, decide, measured_epochs
-from dsanalyze.whatif.model import Config, Model, run_config, run_cpus
+from dsanalyze.whatif.model import Config, HeldOut, Model, run_config, run_cpus
 
 WORKER_CHOICES = (1, 2, 4, 8, 16)
 
@@ -54,7 +54,7 @@ def software(model: Model, results: Sequence[RunResult],
     run = baseline_run(results)
     if run is None:
         return []
-    base = run_config(model, run)
+    base = run_config(model, HeldOut.of(run))
     if run.mode is not Mode.DISK:
         base = base.with_cache()
     counts = sorted(set(WORKER_CHOICES) | {model.workers} |
@@ -83,7 +83,7 @@ def recommend(model: Model, preds: Sequence[Prediction], results: Sequence[RunRe
     hardware, against the runs' table."""
     if not preds:
         raise ConfigError("nothing to recommend from: give --cpus and --cache values")
-    summary = stalls.summary(list(results))
+    summary = summarize(list(results)).to_dict()
     cands = [*preds, *(p for p in software(model, results, preds)
                        if all(p.config != q.config for q in preds))]
     return decide(summary, cands, facts(model, results, summary, max_stall_pct, epochs),
