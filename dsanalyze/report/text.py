@@ -47,6 +47,8 @@ def enforcement_text(knob: str, how: dict[str, Any]) -> str:
         return f"not enforced: {how.get('why') or 'unknown reason'}"
     if how["how"] == "affinity":
         return "CPU affinity"
+    if how["how"] == "eviction":
+        return "dataset pages evicted by the harness (LRU, posix_fadvise)"
     version, device = how.get("cgroup_version"), how.get("device")
     on = f" on {device}" if knob == "storage_bw" and device else ""
     return f"cgroup{f' v{version}' if version else ''} {_CGROUP_CONTROLLER[knob]}{on}"

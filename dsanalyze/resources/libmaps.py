@@ -1,19 +1,24 @@
 """The files a job maps (its Python extension modules, torch's and CUDA's libraries).
 
 `MapsRecorder` reads `/proc/<pid>/maps` of every process of a run once a
-second and keeps the union of the regular files mapped. The cached run's set
-is what a disk run reads back after a global page-cache drop
-(`pagecache.evict_dataset`), so that the libraries start resident in both.
+second and keeps the union of the regular files mapped. Every run records
+its set; before a disk run the harness reads back, from outside the job's
+cgroup and unthrottled, those files that have been evicted meanwhile
+(`warm_evicted`): the disk run must not read the job's own code through its
+throttle (the throttle is on the whole disk, which often holds the venv).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from dsanalyze.resources import pagecache
 
 INTERVAL_S = 1.0
 _SKIP = ("/dev/", "/proc/", "/sys/", "/memfd:")
@@ -33,6 +38,22 @@ def mapped_files(pids: Iterable[int]) -> set[str]:
                     and not parts[5].startswith(_SKIP):
                 out.add(parts[5])
     return out
+
+
+def warm_evicted(files: Iterable[str], dataset: Iterable[str] = ()) -> tuple[int, int]:
+    """Read whole every file of `files` (the dataset's left out) that has no page in the
+    page cache; return (files, bytes) read. A file partly resident is the job's working
+    set of it, left as it is."""
+    skip = {os.path.realpath(f) for f in dataset}
+    cold = []
+    for f in files:
+        try:
+            if os.path.realpath(f) not in skip and pagecache.file_resident_bytes(f) == 0 \
+                    and os.path.getsize(f) > 0:
+                cold.append(f)
+        except OSError:
+            continue  # removed since (a reinstalled package): nothing to warm
+    return len(cold), pagecache.warm(cold)
 
 
 def tree_pids(root_pid: int) -> set[int]:

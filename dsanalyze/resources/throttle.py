@@ -1,0 +1,74 @@
+"""The read throttle of a disk run, turned on when the training loader starts reading.
+
+The throttle (`blkio.throttle.read_bps_device` on v1, `io.max` on v2) is on
+the whole disk holding the dataset, which often holds the job's Python
+environment too. Turned on at the job's start, it would make the job read
+its own code (torch's libraries, hundreds of MB) at the throttled speed
+whenever those pages are not cached: minutes at a few MB/s, charged to no
+measured figure but the run's length. So the job starts unthrottled, and
+`ThrottleGate` (a harness thread) turns the throttle on as soon as a rank's
+training loader is about to read its first batch: the rank writes
+`throttle-wait-rank<R>` in the run directory and waits for `throttle-on`
+(`instrument/rank.wait_for_throttle`). From then on every read of the job
+goes through the throttle; the cgroup's read counter at that moment is kept,
+so the bytes read through the throttle are known (`IoRecord.throttled_read_bytes`).
+
+A job whose training loader never starts (or whose loader reads before its
+first iteration, as DALI's prefetch does) gets the throttle after
+`LATE_AFTER_S` anyway.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from dsanalyze.instrument import rank as rankenv
+from dsanalyze.resources.cgroups import RunCgroup
+
+POLL_S = 0.005
+LATE_AFTER_S = 120.0
+
+
+class ThrottleGate:
+    """Background thread: the throttle on at the first rank's signal (or after `late_after_s`)."""
+
+    def __init__(self, cg: RunCgroup, device: str, read_bps: int, run_dir: Path,
+                 late_after_s: float = LATE_AFTER_S) -> None:
+        self.cg, self.device, self.read_bps, self.run_dir = cg, device, read_bps, run_dir
+        self.late_after_s = late_after_s
+        self.started_unix_s: float | None = None
+        self.read_bytes_at_start: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="dsanalyze-throttle", daemon=True)
+
+    def __enter__(self) -> ThrottleGate:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        deadline = time.monotonic() + self.late_after_s
+        while not self._stop.wait(POLL_S):
+            if any(self.run_dir.glob(rankenv.THROTTLE_WAIT_FILE.format(rank="*"))) \
+                    or time.monotonic() >= deadline:
+                self.open()
+                return
+
+    def open(self) -> None:
+        """Turn the throttle on, note the read counter, and let the ranks go."""
+        self.read_bytes_at_start = int(self.cg.counters().get("read_bytes", 0))
+        self.cg.set_read_bps(self.device, self.read_bps)
+        self.started_unix_s = time.time()
+        (self.run_dir / rankenv.THROTTLE_ON_FILE).touch()
+
+    def throttled_read_bytes(self, read_bytes: int | None) -> int | None:
+        """Of the run's `read_bytes` (the counter at its end), those read through the throttle."""
+        if read_bytes is None or self.read_bytes_at_start is None:
+            return None
+        return read_bytes - self.read_bytes_at_start
