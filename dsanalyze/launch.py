@@ -50,6 +50,7 @@ from dsanalyze.records import (
     Residency,
     RunResult,
     Status,
+    ThrottleStart,
 )
 from dsanalyze.resources import cgroups, libmaps, pagecache, storage
 from dsanalyze.resources.datacache import DatasetCacheLimiter
@@ -202,7 +203,7 @@ def prepare_cache(spec: RunSpec, dataset: DatasetInfo, library_files: tuple[str,
     device = storage.probe(dataset.files)  # the device's own speed, for the what-if model
     state = pagecache.evict_dataset(dataset.files, int(EVICT_TOLERANCE * dataset.total_bytes),
                                     drop_globally)
-    libs, lib_bytes = libmaps.warm_evicted(library_files, dataset.files)
+    libs, lib_bytes = libmaps.warm_missing(library_files, dataset.files)
     return {**state, "prepare_s": time.perf_counter() - t0, "storage_device": device,
             "libraries_warmed_files": libs, "libraries_warmed_bytes": lib_bytes}
 
@@ -258,9 +259,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
         and disk_after is not None else None,
         memory_peak_bytes=ex.counters.get("memory_peak_bytes") or ex.monitor.peak("tree_rss_bytes"),
         job_memory_peak_bytes=_job_memory_peak(ex.monitor.samples), interference=ex.interference,
-        mapped_files=ex.mapped_files, residency=ex.residency,
-        throttled_read_bytes=ex.throttled_read_bytes,
-        throttle_started_unix_s=ex.throttle_started_unix_s)
+        mapped_files=ex.mapped_files, residency=ex.residency, throttle=ex.throttle)
     result = RunResult(
         spec=spec, status=status, error=error, failure=failure, ranks=tuple(ranks),
         dataset=ctx.dataset.record(), enforced=enforced,
@@ -285,8 +284,7 @@ class Execution:
     monitor: Monitor
     mapped_files: tuple[str, ...] | None  # what the job's processes mapped (libraries)
     residency: Residency | None  # the dataset's pages, held by the cache limiter (disk)
-    throttled_read_bytes: int | None  # read once the throttle came on (throttled disk runs)
-    throttle_started_unix_s: float | None
+    throttle: ThrottleStart | None  # when the throttle came on, what was read after (disk)
 
 
 def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict[str, str],
@@ -303,7 +301,7 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
             line.watch_cgroups(sorted(set(cg.dirs.values())))
             if limits.read_bps is not None and limits.device:
                 gate = stack.enter_context(ThrottleGate(cg, limits.device, limits.read_bps,
-                                                        run_dir))
+                                                        run_dir, ctx.dataset.files))
         log = stack.enter_context(open(log_path, "w"))
         if ctx.start_gate is not None:
             ctx.start_gate()
@@ -327,8 +325,7 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
                 cg.kill()
     return Execution(rc, status, error, counters, interference, monitor, tuple(maps.files),
                      limiter.record() if limiter is not None else None,
-                     gate.throttled_read_bytes(counters.get("read_bytes")) if gate else None,
-                     gate.started_unix_s if gate else None)
+                     gate.record(counters.get("read_bytes")) if gate else None)
 
 
 def _wrapper(cg: cgroups.RunCgroup | None, limits: cgroups.Limits, line: Lifeline) -> list[str]:

@@ -223,6 +223,26 @@ class Residency:
 
 
 @dataclass(frozen=True)
+class ThrottleStart:
+    """A throttled disk run's throttle, turned on as its training loader started
+    (`resources/throttle.py`): when, the job's bytes read through it to the end of the run
+    (the cgroup's counter), and the job's mapped files the harness read whole just before
+    (so that no page of the job's code is read through it)."""
+
+    started_unix_s: float
+    throttled_read_bytes: int | None
+    code_files_warmed: int = 0
+    code_bytes_warmed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ThrottleStart:
+        return cls(**{k: v for k, v in d.items() if k in {f.name for f in fields(cls)}})
+
+
+@dataclass(frozen=True)
 class IoRecord:
     """What the run read and held: bytes, page-cache residency, memory peaks.
 
@@ -244,10 +264,7 @@ class IoRecord:
     interference: dict[str, Any] | None = None
     mapped_files: tuple[str, ...] | None = None  # files the job's processes mapped (libraries)
     residency: Residency | None = None  # the dataset's pages through a disk run with a budget
-    # Bytes the job read from the dataset's disk once the read throttle was on (a throttled
-    # disk run: from the training loader's first iteration), and when it came on.
-    throttled_read_bytes: int | None = None
-    throttle_started_unix_s: float | None = None
+    throttle: ThrottleStart | None = None  # a throttled disk run: reads through the throttle
     nodes: dict[str, Any] = field(default_factory=dict)  # node -> its own io, host, offset
     extra: dict[str, Any] = field(default_factory=dict)  # any other figure, kept as stored
 
@@ -267,11 +284,12 @@ class IoRecord:
             del d["mapped_files"]
         else:
             d["mapped_files"] = list(self.mapped_files)
-        for name in ("residency", "throttled_read_bytes", "throttle_started_unix_s"):
-            if d[name] is None:
+        for name in ("residency", "throttle"):
+            value = getattr(self, name)
+            if value is None:
                 del d[name]
-        if self.residency is not None:
-            d["residency"] = self.residency.to_dict()
+            else:
+                d[name] = value.to_dict()
         return {**self.extra, **d}
 
     @classmethod
@@ -282,6 +300,8 @@ class IoRecord:
             kw["mapped_files"] = tuple(kw["mapped_files"])
         if "residency" in kw:
             kw["residency"] = Residency.from_dict(kw["residency"])
+        if "throttle" in kw:
+            kw["throttle"] = ThrottleStart.from_dict(kw["throttle"])
         return cls(**kw, extra={k: v for k, v in d.items() if k not in known})
 
 

@@ -154,11 +154,16 @@ def test_disk_runs_hold_the_budget_and_never_read_the_jobs_code_through_the_thro
         assert run.enforced.cache == Knob(How.EVICTION) and run.enforced.memory_limit_bytes is None
         assert str(lib) in run.io.mapped_files
         assert run.io.cache_state["action"] == "evicted_per_file"
-    assert 2 * dataset_bytes <= zero.io.throttled_read_bytes <= 2.1 * dataset_bytes
+    # the dataset twice, whole pages; at most 256 KiB besides (Python modules the workers
+    # import lazily, PIL's plugins, if not cached: never the 16 MiB of code nor torch's)
+    through = zero.io.throttle.throttled_read_bytes
+    assert 2 * dataset_bytes <= through <= 2 * dataset_bytes + (256 << 10)
     warmed = half.io.cache_state
     assert warmed["libraries_warmed_files"] >= 1 and warmed["libraries_warmed_bytes"] >= 16 << 20
+    # the code the job had mapped was wholly cached when the throttle came on
+    assert half.io.throttle.started_unix_s <= half.ranks[0].start_unix_s
     # epoch 2 found part of the dataset cached (LRU under a new permutation: under half)
-    assert 1.0 * dataset_bytes < half.io.throttled_read_bytes < 1.95 * dataset_bytes
+    assert 1.0 * dataset_bytes < half.io.throttle.throttled_read_bytes < 1.95 * dataset_bytes
     held = half.io.residency
     budget = half.spec.resources.cache.cache_bytes
     assert held.budget_bytes == budget and held.watch == "fanotify"

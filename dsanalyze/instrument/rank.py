@@ -35,7 +35,7 @@ ENV_DISCOVER = "DSANALYZE_DISCOVER"  # "1": report the files the training loader
 ENV_THROTTLE_GATE = "DSANALYZE_THROTTLE_GATE"
 THROTTLE_WAIT_FILE = "throttle-wait-rank{rank}"
 THROTTLE_ON_FILE = "throttle-on"
-THROTTLE_WAIT_S = 30.0
+THROTTLE_WAIT_S = 600.0  # the harness reads the job's code in first (seconds to minutes)
 
 
 def rank() -> int:

@@ -2,14 +2,16 @@
 
 `MapsRecorder` reads `/proc/<pid>/maps` of every process of a run once a
 second and keeps the union of the regular files mapped. Every run records
-its set; before a disk run the harness reads back, from outside the job's
-cgroup and unthrottled, those files that have been evicted meanwhile
-(`warm_evicted`): the disk run must not read the job's own code through its
-throttle (the throttle is on the whole disk, which often holds the venv).
+its set. A disk run must not read the job's own code through its throttle
+(the throttle is on the whole disk, which often holds the venv): before it,
+the harness reads, from outside the job's cgroup and unthrottled, the files
+earlier runs mapped that are not wholly cached (`warm_missing`), and again
+the files the job maps when its throttle comes on (`resources/throttle.py`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -40,20 +42,26 @@ def mapped_files(pids: Iterable[int]) -> set[str]:
     return out
 
 
-def warm_evicted(files: Iterable[str], dataset: Iterable[str] = ()) -> tuple[int, int]:
-    """Read whole every file of `files` (the dataset's left out) that has no page in the
-    page cache; return (files, bytes) read. A file partly resident is the job's working
-    set of it, left as it is."""
+def warm_missing(files: Iterable[str], dataset: Iterable[str] = ()) -> tuple[int, int]:
+    """Read whole every file of `files` (the dataset's left out) that is not wholly in the
+    page cache; return (files, bytes) read. A library is paged in as its code runs: a
+    page the job has not run yet (a worker's first decode, the first backward pass) would
+    otherwise be read when it first runs, through the throttle."""
     skip = {os.path.realpath(f) for f in dataset}
     cold = []
     for f in files:
         try:
-            if os.path.realpath(f) not in skip and pagecache.file_resident_bytes(f) == 0 \
-                    and os.path.getsize(f) > 0:
+            size = os.path.getsize(f)
+            if os.path.realpath(f) not in skip and size > 0 \
+                    and pagecache.file_resident_bytes(f) < size:
                 cold.append(f)
         except OSError:
             continue  # removed since (a reinstalled package): nothing to warm
-    return len(cold), pagecache.warm(cold)
+    read = 0
+    for f in cold:
+        with contextlib.suppress(OSError):
+            read += pagecache.warm([f])
+    return len(cold), read
 
 
 def tree_pids(root_pid: int) -> set[int]:

@@ -9,9 +9,16 @@ measured figure but the run's length. So the job starts unthrottled, and
 `ThrottleGate` (a harness thread) turns the throttle on as soon as a rank's
 training loader is about to read its first batch: the rank writes
 `throttle-wait-rank<R>` in the run directory and waits for `throttle-on`
-(`instrument/rank.wait_for_throttle`). From then on every read of the job
-goes through the throttle; the cgroup's read counter at that moment is kept,
-so the bytes read through the throttle are known (`IoRecord.throttled_read_bytes`).
+(`instrument/rank.wait_for_throttle`). Before it lets the rank go, the
+harness reads whole every file the job's processes map that is not wholly
+cached (`libmaps.warm_missing`): code is paged in as it first runs (a
+worker's first decode, the first backward pass: 1-7 MB of torch's libraries
+in a small test job, read through a 1 MB/s throttle), and it must not be read
+through the throttle either. From then on every read of the job goes through
+the throttle; the cgroup's read counter at that moment is kept, so the bytes
+read through the throttle are known (`records.ThrottleStart`). What the job
+imports lazily after that (a Python module not cached yet) is still read
+through it: at most its size, once (nothing evicts it).
 
 A job whose training loader never starts (or whose loader reads before its
 first iteration, as DALI's prefetch does) gets the throttle after
@@ -22,10 +29,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from dsanalyze.instrument import rank as rankenv
+from dsanalyze.records import ThrottleStart
+from dsanalyze.resources import libmaps
 from dsanalyze.resources.cgroups import RunCgroup
 
 POLL_S = 0.005
@@ -36,9 +46,11 @@ class ThrottleGate:
     """Background thread: the throttle on at the first rank's signal (or after `late_after_s`)."""
 
     def __init__(self, cg: RunCgroup, device: str, read_bps: int, run_dir: Path,
-                 late_after_s: float = LATE_AFTER_S) -> None:
+                 dataset: Sequence[str] = (), late_after_s: float = LATE_AFTER_S) -> None:
         self.cg, self.device, self.read_bps, self.run_dir = cg, device, read_bps, run_dir
+        self.dataset = dataset
         self.late_after_s = late_after_s
+        self.warmed: tuple[int, int] = (0, 0)
         self.started_unix_s: float | None = None
         self.read_bytes_at_start: int | None = None
         self._stop = threading.Event()
@@ -61,14 +73,18 @@ class ThrottleGate:
                 return
 
     def open(self) -> None:
-        """Turn the throttle on, note the read counter, and let the ranks go."""
+        """Read the job's code in, turn the throttle on, note the read counter, and let the
+        ranks go."""
+        self.warmed = libmaps.warm_missing(libmaps.mapped_files(self.cg.pids()), self.dataset)
         self.read_bytes_at_start = int(self.cg.counters().get("read_bytes", 0))
         self.cg.set_read_bps(self.device, self.read_bps)
         self.started_unix_s = time.time()
         (self.run_dir / rankenv.THROTTLE_ON_FILE).touch()
 
-    def throttled_read_bytes(self, read_bytes: int | None) -> int | None:
-        """Of the run's `read_bytes` (the counter at its end), those read through the throttle."""
-        if read_bytes is None or self.read_bytes_at_start is None:
+    def record(self, read_bytes: int | None) -> ThrottleStart | None:
+        """When the throttle came on and, of the run's `read_bytes` (the counter at its end),
+        those read through it; None if it never came on."""
+        if self.started_unix_s is None or self.read_bytes_at_start is None:
             return None
-        return read_bytes - self.read_bytes_at_start
+        through = None if read_bytes is None else read_bytes - self.read_bytes_at_start
+        return ThrottleStart(self.started_unix_s, through, *self.warmed)
