@@ -320,7 +320,9 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
         finally:
             _kill_group(proc)
             counters = cg.counters() if cg else {}
-            interference = probe.stop(counters.get("read_bytes"))
+            # the gate's warm of the job's code: the tool's reads, not another process's
+            interference = probe.stop(counters.get("read_bytes"),
+                                      gate.harness_read_bytes if gate is not None else 0)
             if cg:
                 cg.kill()
     return Execution(rc, status, error, counters, interference, monitor, tuple(maps.files),

@@ -15,10 +15,12 @@ from conftest import drop_pagecache_count, harness, needs_cgroups
 
 from dsanalyze import launch
 from dsanalyze.config import Job, Mode, Resources, RunSpec
+from dsanalyze.instrument import rank as rankenv
 from dsanalyze.jobs.datasets import make_dataset
 from dsanalyze.records import How, Knob, Status
-from dsanalyze.resources import cgroups, pagecache
+from dsanalyze.resources import cgroups, libmaps, pagecache
 from dsanalyze.resources.datacache import DatasetCacheLimiter
+from dsanalyze.resources.throttle import ThrottleGate
 from dsanalyze.store import load_runs
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -169,3 +171,40 @@ def test_disk_runs_hold_the_budget_and_never_read_the_jobs_code_through_the_thro
     assert held.budget_bytes == budget and held.watch == "fanotify"
     assert len(held.filled()) >= 3
     assert all(0.95 * budget <= b <= 1.05 * budget for b in held.filled()), held.filled()
+
+
+def test_code_not_wholly_cached_is_read_whole_and_the_dataset_never(tmp_path):
+    lib, half, data = evictable_files(tmp_path, 3, 1 << 20)
+    with open(half, "rb") as f:  # partly cached: the code the job ran so far
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)  # no readahead
+        os.pread(f.fileno(), 4096, 0)
+    assert 0 < pagecache.file_resident_bytes(half) < 1 << 20
+    files, nbytes = libmaps.warm_missing([lib, half, data, str(tmp_path / "gone.so")], [data])
+    assert (files, nbytes) == (2, 2 << 20)
+    assert pagecache.resident_bytes([lib, half]) == 2 << 20
+    assert pagecache.file_resident_bytes(data) == 0
+    assert libmaps.warm_missing([lib, half]) == (0, 0)  # wholly cached: nothing read
+
+
+@needs_cgroups
+def test_the_throttle_comes_on_when_a_rank_asks_and_counts_from_then(tmp_path, monkeypatch):
+    """A rank waits in `wait_for_throttle` until the harness's gate has read the job's
+    code and turned the throttle on; the gate's record counts reads from then on."""
+    h = cgroups.detect()
+    device = cgroups.whole_disk(tmp_path)
+    if device is None:
+        pytest.skip("no block device under the temporary directory")
+    monkeypatch.setenv(rankenv.ENV_RUN_DIR, str(tmp_path))
+    monkeypatch.setenv(rankenv.ENV_THROTTLE_GATE, "1")
+    limits = cgroups.Limits(device=device)  # unthrottled, reads counted (v1: a 1 PiB/s rule)
+    with cgroups.RunCgroup.create("gate", limits, h) as cg:
+        with ThrottleGate(cg, device, 2 << 20, tmp_path) as gate:
+            t0 = time.monotonic()
+            rankenv.wait_for_throttle(timeout_s=10)
+            assert time.monotonic() - t0 < 5 and (tmp_path / rankenv.THROTTLE_ON_FILE).exists()
+        rule = (cg.dirs["blkio"] / "blkio.throttle.read_bps_device").read_text() if h.version == 1 \
+            else (cg.dirs["io"] / "io.max").read_text()
+        assert str(2 << 20) in rule and device in rule
+        start = gate.record(gate.read_bytes_at_start + (3 << 20))
+    assert start.throttled_read_bytes == 3 << 20 and start.started_unix_s <= time.time()
+    assert ThrottleGate(cg, device, 1, tmp_path).record(5) is None  # never came on

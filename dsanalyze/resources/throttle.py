@@ -51,6 +51,7 @@ class ThrottleGate:
         self.dataset = dataset
         self.late_after_s = late_after_s
         self.warmed: tuple[int, int] = (0, 0)
+        self.harness_read_bytes = 0  # from storage, by the warm: not another process's reads
         self.started_unix_s: float | None = None
         self.read_bytes_at_start: int | None = None
         self._stop = threading.Event()
@@ -75,7 +76,9 @@ class ThrottleGate:
     def open(self) -> None:
         """Read the job's code in, turn the throttle on, note the read counter, and let the
         ranks go."""
+        before = own_storage_read_bytes()
         self.warmed = libmaps.warm_missing(libmaps.mapped_files(self.cg.pids()), self.dataset)
+        self.harness_read_bytes = own_storage_read_bytes() - before
         self.read_bytes_at_start = int(self.cg.counters().get("read_bytes", 0))
         self.cg.set_read_bps(self.device, self.read_bps)
         self.started_unix_s = time.time()
@@ -88,3 +91,11 @@ class ThrottleGate:
             return None
         through = None if read_bytes is None else read_bytes - self.read_bytes_at_start
         return ThrottleStart(self.started_unix_s, through, *self.warmed)
+
+
+def own_storage_read_bytes() -> int:
+    """Bytes this process (every thread) has had read from storage (/proc/self/io)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("read_bytes:"):
+            return int(line.split()[1])
+    return 0
