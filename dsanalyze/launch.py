@@ -305,6 +305,7 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
         log = stack.enter_context(open(log_path, "w"))
         if ctx.start_gate is not None:
             ctx.start_gate()
+        limiter = stack.enter_context(cache_limiter(spec, ctx))  # watching before the job opens
         probe = InterferenceProbe(limits.cpus, limits.device, cg.dirs.get("cpuacct") if cg else None)
         probe.start()
         proc = subprocess.Popen(_wrapper(cg, limits, line) + job_argv(spec), stdout=log,
@@ -312,7 +313,6 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
                                 start_new_session=True)
         line.watch_group(proc.pid)
         maps = stack.enter_context(MapsRecorder(cg.pids if cg else lambda: tree_pids(proc.pid)))
-        limiter = stack.enter_context(cache_limiter(spec, ctx))
         monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s)
         try:
             with monitor:
