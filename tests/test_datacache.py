@@ -109,7 +109,8 @@ def test_a_budget_smaller_than_an_open_file(tmp_path):
 def test_an_oom_is_the_jobs_own():
     """No memory limit is set by the tool: an OOM kill in the run's cgroup is the job's."""
     ex = launch.Execution(0, Status.OK, None, {"oom_kills": 1, "memory_peak_bytes": 3 << 30},
-                          None, None, None, None, None, None)
+                          interference=None, monitor=None, mapped_files=None, residency=None,
+                          throttle=None)
     spec = RunSpec(Job(data_dir="/d"), Mode.DISK, Resources())
     status, error, failure = launch.classify(spec, ex, [], {}, Path("/nonexistent.log"))
     assert status is Status.OOM and failure is None
