@@ -36,10 +36,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from dsanalyze import progress
 from dsanalyze.config import Job, Mode, RunSpec, format_bytes
+from dsanalyze.dataset import DatasetInfo
 from dsanalyze.errors import ConfigError, FailureKind
 from dsanalyze.instrument import rank as rankenv
-from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.monitor import InterferenceProbe, Monitor, diskstats_read_bytes
 from dsanalyze.records import (
     Enforcement,
@@ -49,6 +50,7 @@ from dsanalyze.records import (
     RankRecord,
     Residency,
     RunResult,
+    StallRecord,
     Status,
     ThrottleStart,
 )
@@ -63,10 +65,6 @@ BUILTIN_JOB = "dsanalyze.jobs.image_classification"  # run under the bootstrap, 
 BUILTIN_ITERS = 50  # the built-in job's measured iterations when neither --iters nor --epochs
 NO_BLOCK_DEVICE = "the dataset is on a filesystem with no block device (overlay, tmpfs, NFS or FUSE)"
 BOOTSTRAP = "dsanalyze.instrument.bootstrap"
-
-
-class Interrupted(BaseException):
-    """SIGTERM, turned into an exception so that cleanup code runs."""
 
 
 @dataclass
@@ -265,7 +263,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
         dataset=ctx.dataset.record(), enforced=enforced,
         environment=_environment(spec, ctx, ex, threads, ranks, rank_errors, log_path), io=io,
         monitor=tuple(ex.monitor.samples), started_unix_s=started,
-        duration_s=time.perf_counter() - t0, log_path=str(log_path))
+        duration_s=time.perf_counter() - t0, log_path=str(log_path), stall=ex.stall)
     shutil.rmtree(run_dir, ignore_errors=True)
     with contextlib.suppress(OSError):  # no empty tmp/ left in the prefix (kept if not empty)
         run_dir.parent.rmdir()
@@ -285,6 +283,7 @@ class Execution:
     mapped_files: tuple[str, ...] | None  # what the job's processes mapped (libraries)
     residency: Residency | None  # the dataset's pages, held by the cache limiter (disk)
     throttle: ThrottleStart | None  # when the throttle came on, what was read after (disk)
+    stall: StallRecord | None = None  # what a stalled job was doing when it was stopped
 
 
 def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict[str, str],
@@ -314,9 +313,17 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
         line.watch_group(proc.pid)
         maps = stack.enter_context(MapsRecorder(cg.pids if cg else lambda: tree_pids(proc.pid)))
         monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s)
+        watchdog = progress.Watchdog(Path(env[rankenv.ENV_RUN_DIR]), spec.job.stall_timeout_s,
+                                     spec.job.startup_timeout_s)
+        stall = None
         try:
             with monitor:
-                rc, status, error = _wait_job(proc, spec.job.timeout_s, ctx.should_abort)
+                rc, status, error = _wait_job(proc, spec.job.timeout_s, ctx.should_abort,
+                                              watchdog.check)
+                if status is Status.STALLED:  # seen before anything is killed
+                    stall = progress.stall_record(watchdog, cg.pids() if cg else
+                                                  tree_pids(proc.pid), cg.counters() if cg else {})
+                    error = f"{error}: {progress.stall_text(stall)}"
         finally:
             _kill_group(proc)
             counters = cg.counters() if cg else {}
@@ -327,7 +334,7 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
                 cg.kill()
     return Execution(rc, status, error, counters, interference, monitor, tuple(maps.files),
                      limiter.record() if limiter is not None else None,
-                     gate.record(counters.get("read_bytes")) if gate else None)
+                     gate.record(counters.get("read_bytes")) if gate else None, stall)
 
 
 def _wrapper(cg: cgroups.RunCgroup | None, limits: cgroups.Limits, line: Lifeline) -> list[str]:
@@ -387,12 +394,15 @@ def _environment(spec: RunSpec, ctx: LaunchContext, ex: Execution, threads: dict
 
 
 def _wait_job(proc: subprocess.Popen, timeout_s: float,
-              should_abort: Callable[[], str | None] | None) -> tuple[int | None, str, str | None]:
-    """Wait for the job: (exit status, run status, error). Polls `should_abort` if given."""
+              should_abort: Callable[[], str | None] | None,
+              stalled: Callable[[], str | None] | None = None
+              ) -> tuple[int | None, str, str | None]:
+    """Wait for the job: (exit status, run status, error). Polls `should_abort` and `stalled`
+    (the progress watchdog) every 0.5 s if given."""
     deadline = time.monotonic() + timeout_s
     while True:
         step = max(0.0, deadline - time.monotonic())
-        if should_abort is not None:
+        if should_abort is not None or stalled is not None:
             step = min(step, 0.5)
         try:
             return proc.wait(timeout=step), Status.OK, None
@@ -404,6 +414,9 @@ def _wait_job(proc: subprocess.Popen, timeout_s: float,
         reason = should_abort() if should_abort is not None else None
         if reason is not None:
             return None, Status.FAILED, reason
+        reason = stalled() if stalled is not None else None
+        if reason is not None:
+            return None, Status.STALLED, reason
 
 
 def local_ranks(job: Job) -> range:

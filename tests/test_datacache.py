@@ -1,5 +1,5 @@
 """The cache budget on the dataset's pages only (resources/datacache.py), and the job's own
-code never read through the throttle (resources/throttle.py, libmaps.warm_evicted): real
+code never read through the throttle (resources/throttle.py, libmaps.warm_missing): real
 files, real reader processes, real cgroups, a real DataLoader."""
 
 from __future__ import annotations
