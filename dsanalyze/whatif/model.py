@@ -206,13 +206,18 @@ def _steady_window(result: RunResult) -> tuple[float, float]:
 
 
 def effective_cache(result: RunResult, dataset_bytes: int) -> float | None:
-    """Page cache the run had: the cgroup's file cache less shared memory (DataLoader
-    batches in /dev/shm, which v1 `cache` and v2 `file` count), averaged over its steady
-    epochs. Only fit runs are read this way. None when it is not recorded.
+    """Page cache the run had, averaged over its steady epochs: the dataset's resident
+    bytes the harness's limiter sampled (`io.residency`), else (runs from before it) the
+    cgroup's file cache less shared memory (DataLoader batches in /dev/shm, which v1
+    `cache` and v2 `file` count). Only fit runs are read this way. None when not recorded.
     """
     if not result.ranks or not result.ranks[0].start_unix_s:
         return None
     lo, hi = _steady_window(result)
+    held = result.io.residency  # the dataset's own pages, where the harness held the budget
+    if held is not None:
+        values = [b for t, b in zip(held.sample_unix_s, held.sample_bytes) if lo <= t <= hi]
+        return float(statistics.fmean(values)) if values else None
     values = [m["cache_bytes"] - m.get("shmem_bytes", 0) for m in result.monitor
               if "cache_bytes" in m and lo <= m.get("unix_s", 0.0) <= hi]
     return float(statistics.fmean(values)) if values else None
