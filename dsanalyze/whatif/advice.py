@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from dsanalyze.analysis import stalls
+from dsanalyze.analysis.jobrun import job_as_run
 from dsanalyze.analysis.summary import summarize
 from dsanalyze.config import Mode, unlimited_last
 from dsanalyze.errors import DsAnalyzeError
@@ -189,15 +190,19 @@ def default_grid(results: Sequence[RunResult]
     caches = [*DEFAULT_CACHES, *sorted({r.spec.resources.cache.spec for r in disk}
                                        - set(DEFAULT_CACHES) - {"none"}), "none"]
     bws = sorted({r.spec.resources.storage_read_bps for r in disk} - {None}) + [None]
-    w = ok[0].spec.job.workers
+    w = job_as_run(ok[0]).workers
     return cpus, caches, bws, sorted({w, 2 * w or 1, 4 * w or 2})
 
 
 def default_cpus(results: Sequence[RunResult]) -> list[int]:
-    """The what-if CPU counts when none are asked: the measured ones, 2x and 4x the largest."""
+    """The what-if CPU counts when none are asked: the measured ones, 2x and 4x the largest
+    (the measured ones alone where the step runs on the CPU: others are not predicted)."""
     from dsanalyze.whatif import api as whatif
 
-    measured = sorted({whatif.run_cpus(r) for r in results if r.ok and r.ranks})
+    ok = [r for r in results if r.ok and r.ranks]
+    measured = sorted({whatif.run_cpus(r) for r in ok})
+    if ok and job_as_run(ok[0]).step_uses_cpu:
+        return measured
     return sorted(set(measured) | {2 * measured[-1], 4 * measured[-1]})
 
 
