@@ -289,9 +289,14 @@ def advise(prefix: str | Path, runs: list[RunResult] | None = None) -> WhatIfDoc
     """The answer printed after the table: the advice's own what-if query over its default
     grid (`whatif/advice.py`), its validation, and the answer in words."""
     from dsanalyze.whatif.advice import advise as advice_of
+    from dsanalyze.whatif.advice import failure_note
 
     runs = store.load_runs(prefix) if runs is None else runs
-    a = advice_of(runs, dataset_sizes(runs))
+    try:
+        a = advice_of(runs, dataset_sizes(runs))
+    except Exception as e:  # noqa: BLE001 - the advice never crashes a finished sweep
+        line = f"the advice failed on these runs ({failure_note(e)})"
+        return WhatIfDocs(recommendation=[f"Advice: none: {line}."], note=f"What-if: {line}")
     return advice_docs(a)
 
 
@@ -328,14 +333,19 @@ def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], Non
     import os
 
     from dsanalyze.config import Mode, RunSpec
-    from dsanalyze.whatif.verification import verification, verify_plan
+    from dsanalyze.whatif.verification import VerifyPlan, verification, verify_plan
 
     prefix = Path(prefix)
     runs = store.load_runs(prefix)
     if advice is None:
         from dsanalyze.whatif.advice import advise as advice_of
+        from dsanalyze.whatif.advice import failure_note
 
-        advice = advice_of(runs, dataset_sizes(runs))
+        try:
+            advice = advice_of(runs, dataset_sizes(runs))
+        except Exception as e:  # noqa: BLE001 - as the advice: a line, not a crash
+            return Verified(None, VerifyPlan(None, reason=f"no recommendation to check: the "
+                                             f"advice failed ({failure_note(e)})"))
     job = next((r.spec.job for r in runs if r.ok), runs[0].spec.job if runs else None)
     if job is None:
         raise ConfigError(f"no runs under {prefix}: run harness.py --prefix {prefix} first")
@@ -443,6 +453,7 @@ def report(prefix: str | Path, docs: WhatIfDocs | None = None) -> list[Path]:
     Its what-if section is the advice (`docs`, else the advice's own query fitted
     here; not the last `whatif` query, whose grid may answer another question)."""
     from dsanalyze.analysis.summary import summarize
+    from dsanalyze.report import document
     from dsanalyze.report import summary as report_text
     from dsanalyze.report.shards import shard_blocks
 
@@ -456,8 +467,8 @@ def report(prefix: str | Path, docs: WhatIfDocs | None = None) -> list[Path]:
                                        title=f"Data-stall report: {prefix.name}")
     blocks += shard_blocks(runs)  # streaming datasets: reads per shard
     md, page = prefix / "report.md", prefix / "report.html"
-    md.write_text(report_text.render_markdown(blocks))
-    page.write_text(report_text.render_html(blocks, {p.name: p.read_bytes() for p in pngs}))
+    md.write_text(document.render_markdown(blocks))
+    page.write_text(document.render_html(blocks, {p.name: p.read_bytes() for p in pngs}))
     return [md, page]
 
 

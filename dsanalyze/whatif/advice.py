@@ -51,15 +51,20 @@ def advise(results: Sequence[RunResult], sizes: Sequence[int] | None = None,
     results = list(results)
     try:
         model, preds = _fit_and_predict(results, sizes)
-    except DsAnalyzeError as e:
-        summary = summarize(results).to_dict()  # the decision reads summary.json's keys
-        ok = [r for r in results if r.ok and r.ranks]
-        workers = job_as_run(ok[0]).workers if ok else None
-        facts = Facts(measured_epochs(summary), max_stall_pct, workers, _cpus_of_all(results))
-        return Advice(decide(summary, [], facts), note=str(e))
-    val, why = validation(results, sizes)
-    return conclude(model, preds, results, val, why, max_stall_pct, None,
-                    rows_of=whatif.whatif_document)
+        val, why = validation(results, sizes)
+        return conclude(model, preds, results, val, why, max_stall_pct, None,
+                        rows_of=whatif.whatif_document)
+    except Exception as e:  # noqa: BLE001 - a failed model is a line of the answer, not a crash
+        return table_only(results, max_stall_pct, failure_note(e))
+
+
+def table_only(results: Sequence[RunResult], max_stall_pct: float, why: str) -> Advice:
+    """The decision of the measured table alone, when the model cannot speak (`why`)."""
+    summary = summarize(list(results)).to_dict()  # the decision reads summary.json's keys
+    ok = [r for r in results if r.ok and r.ranks]
+    workers = job_as_run(ok[0]).workers if ok else None
+    facts = Facts(measured_epochs(summary), max_stall_pct, workers, _cpus_of_all(results))
+    return Advice(decide(summary, [], facts), note=why)
 
 
 def conclude(model: Any, preds: Sequence[Any], results: Sequence[RunResult],
@@ -143,3 +148,14 @@ def validation(results: Sequence[RunResult], sizes: Sequence[int] | None,
         return whatif.validation_document(whatif.validate(results, sizes, policy)), ""
     except DsAnalyzeError as e:
         return None, str(e).split(":")[0]
+    except Exception as e:  # noqa: BLE001 - as a failed fit
+        return None, failure_note(e)
+
+
+def failure_note(e: Exception) -> str:
+    """One line for a failure of the model: a DsAnalyzeError's message; any other exception
+    (a bug of the model on data it was never tried on) its type and first line, so that a
+    sweep that measured everything still ends with its table and this line."""
+    if isinstance(e, DsAnalyzeError):
+        return str(e)
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
