@@ -115,6 +115,21 @@ def parse_bandwidth(text: str | int | None) -> int | None:
     return bps
 
 
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e[-+]?\d+)?)\s*(us|ms|s)?\s*$", re.IGNORECASE)
+_DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}
+
+
+def parse_duration_s(text: str | float, what: str = "network latency") -> float:
+    """`20ms`, `0.5s`, `0` -> seconds."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    match = _DURATION_RE.match(str(text))
+    if not match:
+        raise ConfigError(f"cannot read {what} {text!r}: write a time such as 0, 20ms or 0.1s")
+    number, unit = match.groups()
+    return float(number) * _DURATION_UNITS[unit.lower() if unit else None]
+
+
 def unlimited_last(x: float | None) -> float:
     """Sort key of a resource amount: None (no limit: every CPU, no cache limit, no throttle)
     after every number."""
