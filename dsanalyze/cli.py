@@ -87,6 +87,18 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
                         "share of the epoch, e.g. 5%%; at least 2 runs each")
     g.add_argument("--max-repeats", dest="max_repeats", type=int,
                    help="most runs per configuration with --target-ci (5)")
+    r = p.add_argument_group("data across a network")
+    r.add_argument("--serve", choices=config.BACKENDS,
+                   help="serve --data from an S3 (moto) or HTTP server behind a shaped link; "
+                        "disk runs become remote runs; the script finds the server at "
+                        "{endpoint} in its arguments, or AWS_ENDPOINT_URL")
+    r.add_argument("--net-bw", dest="net_bw", help="the link's bandwidths: 100M,1G,none")
+    r.add_argument("--net-latency", dest="net_latency",
+                   help="latency added to each request: 0,20ms")
+    r.add_argument("--endpoint", help="the data's own endpoint (s3://bucket/prefix, http://"
+                   "host/shard-{000..099}.tar): checked and probed before the runs")
+    r.add_argument("--probe-budget", dest="probe_budget",
+                   help="bytes the endpoint probe reads at each concurrency (8M)")
 
 
 def harness_parser() -> argparse.ArgumentParser:

@@ -35,6 +35,10 @@ class Mode(str, enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> Mode:
+        """A mode's name; `remote` is the disk mode of served data (its runs read across the
+        link: `Resources.remote`)."""
+        if text.strip().lower() == "remote":
+            return cls.DISK
         try:
             return cls(text.strip().lower())
         except ValueError:
@@ -105,13 +109,13 @@ class CacheBudget:
         return self.spec if self.spec.endswith("%") else format_bytes(self.cache_bytes)
 
 
-def parse_bandwidth(text: str | int | None) -> int | None:
+def parse_bandwidth(text: str | int | None, what: str = "storage bandwidth") -> int | None:
     """`none` -> None; `40M` -> bytes per second."""
     if text is None or str(text).strip().lower() in _NONE_WORDS:
         return None
-    bps = parse_bytes(text, "storage bandwidth")
+    bps = parse_bytes(text, what)
     if bps <= 0:
-        raise ConfigError(f"storage bandwidth {text!r} must be positive, or none")
+        raise ConfigError(f"{what} {text!r} must be positive, or none")
     return bps
 
 
@@ -138,31 +142,45 @@ def unlimited_last(x: float | None) -> float:
 
 @dataclass(frozen=True)
 class Resources:
-    """One resource configuration: CPUs, page-cache budget, storage read bandwidth."""
+    """One resource configuration: CPUs, page-cache budget, storage read bandwidth; and for
+    data across a network (`Sweep.serve`), the link's download bandwidth and added latency.
+
+    `net_latency_s` None: the data is local (no link); a number (0 too): a remote
+    configuration, whose disk run reads across the link (`remote`)."""
 
     cpus: int | None = None  # None: every CPU the harness may use
     cache: CacheBudget = field(default_factory=CacheBudget)
     storage_read_bps: int | None = None
+    net_bw_bps: int | None = None  # None: unshaped
+    net_latency_s: float | None = None  # None: not remote
+
+    @property
+    def remote(self) -> bool:
+        return self.net_latency_s is not None
 
     @property
     def key(self) -> str:
-        """Stable label used in run ids and tables: `cpus2-cache25%-bw40M`."""
+        """Stable label used in run ids and tables: `cpus2-cache25%-bw40M`, and for a remote
+        configuration `-net100M-lat20ms` after it."""
         cpus = "all" if self.cpus is None else str(self.cpus)
         bw = "none" if self.storage_read_bps is None else format_bytes(self.storage_read_bps)
-        return f"cpus{cpus}-cache{self.cache.label}-bw{bw}"
+        key = f"cpus{cpus}-cache{self.cache.label}-bw{bw}"
+        if self.remote:
+            net = "none" if self.net_bw_bps is None else format_bytes(self.net_bw_bps)
+            key += f"-net{net}-lat{(self.net_latency_s or 0) * 1000:g}ms"
+        return key
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "cpus": self.cpus,
-            "cache_spec": self.cache.spec,
-            "cache_bytes": self.cache.cache_bytes,
-            "storage_read_bps": self.storage_read_bps,
-        }
+        d = {"cpus": self.cpus, "cache_spec": self.cache.spec,
+             "cache_bytes": self.cache.cache_bytes, "storage_read_bps": self.storage_read_bps}
+        if self.remote:  # local configurations' files unchanged
+            d.update(net_bw_bps=self.net_bw_bps, net_latency_s=self.net_latency_s)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Resources:
         return cls(d.get("cpus"), CacheBudget(d.get("cache_spec", "none"), d.get("cache_bytes")),
-                   d.get("storage_read_bps"))
+                   d.get("storage_read_bps"), d.get("net_bw_bps"), d.get("net_latency_s"))
 
 
 @dataclass(frozen=True)
@@ -248,7 +266,8 @@ class RunSpec:
         if self.mode.cache_independent:
             base = f"{self.mode.value}-cpus{cpus}"
         else:
-            base = f"{self.mode.value}-{self.resources.key}".replace("%", "pct")
+            mode = "remote" if self.resources.remote else self.mode.value
+            base = f"{mode}-{self.resources.key}".replace("%", "pct")
         return base if self.repeat == 1 else f"{base}-r{self.repeat}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -263,7 +282,9 @@ class RunSpec:
 
 
 SWEEP_KEYS = ("prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "use_cgroups",
-              "plots", "repeats", "target_ci", "max_repeats")
+              "plots", "repeats", "target_ci", "max_repeats", "serve", "net_bw", "net_latency",
+              "endpoint", "probe_budget")
+BACKENDS = ("s3", "http")
 
 
 @dataclass(frozen=True)
@@ -283,8 +304,21 @@ class Sweep:
     repeats: int = 1  # every run this many times, interleaved: all modes, then again
     target_ci_pct: float | None = None  # or repeat until each stall is within ± this many points
     max_repeats: int = 5  # the bound on --target-ci's repeats
+    # Data across a network: `serve` ("s3", "http") serves --data from a server behind a
+    # shaped link, and disk runs become remote runs at each `net_bw` x `net_latency`;
+    # `endpoint` names the data's own endpoint (s3://bucket/prefix, http://...), checked
+    # and probed before the runs (`probe_budget` bytes per concurrency level).
+    serve: str | None = None
+    net_bw: tuple[str, ...] = ("none",)
+    net_latency: tuple[str, ...] = ("0",)
+    endpoint: str | None = None
+    probe_budget: str = "8M"
 
     def __post_init__(self) -> None:
+        if self.serve is not None and self.serve not in BACKENDS:
+            raise ConfigError(f"unknown --serve {self.serve!r}: use one of {', '.join(BACKENDS)}")
+        if self.serve is not None and self.job.data_dir is None:
+            raise ConfigError("--serve needs --data DIR: the directory to serve")
         if self.repeats < 1 or self.max_repeats < 1:
             raise ConfigError("--repeats and --max-repeats must be at least 1")
         if self.target_ci_pct is not None and self.target_ci_pct <= 0:
@@ -311,9 +345,12 @@ class Sweep:
             kwargs["modes"] = tuple(Mode.parse(m) for m in split_list(sw["modes"]))
         if "cpus" in sw:
             kwargs["cpus"] = parse_cpus_list(",".join(split_list(sw["cpus"])))
-        for key in ("cache", "storage_bw"):
+        for key in ("cache", "storage_bw", "net_bw", "net_latency"):
             if key in sw:
                 kwargs[key] = split_list(sw[key])
+        for key in ("serve", "endpoint", "probe_budget"):
+            if sw.get(key) is not None:
+                kwargs[key] = str(sw[key])
         if "combos" in sw:
             kwargs["combos"] = tuple((c.get("cpus"), str(c.get("cache", "none")),
                                       str(c.get("storage_bw", "none"))) for c in sw["combos"])
@@ -334,11 +371,20 @@ class Sweep:
         for cpus, cache, bw in triples:
             if cpus is not None and int(cpus) < 1:
                 raise ConfigError(f"--cpus values must be at least 1, got {cpus}")
-            res = Resources(None if cpus is None else int(cpus),
-                            CacheBudget.parse(cache, dataset_bytes), parse_bandwidth(bw))
-            if res not in grid:
-                grid.append(res)
+            local = Resources(None if cpus is None else int(cpus),
+                              CacheBudget.parse(cache, dataset_bytes), parse_bandwidth(bw))
+            for res in self._links(local):
+                if res not in grid:
+                    grid.append(res)
         return grid
+
+    def _links(self, local: Resources) -> list[Resources]:
+        """`local` at every link of `net_bw` x `net_latency` when the data is served."""
+        if self.serve is None:
+            return [local]
+        return [dataclasses.replace(local, net_bw_bps=parse_bandwidth(bw, "network bandwidth"),
+                                    net_latency_s=parse_duration_s(lat))
+                for bw, lat in itertools.product(self.net_bw, self.net_latency)]
 
     def run_specs(self, dataset_bytes: int) -> list[RunSpec]:
         """The runs to do, in order, each once (shared runs are not repeated)."""
@@ -398,9 +444,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     bad = set(data.get("job", {})) - job_fields
     if bad:
         raise ConfigError(f"{path}: unknown [job] key(s) {sorted(bad)}")
-    sweep_keys = {"prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "plots",
-                  "use_cgroups", "repeats", "target_ci", "max_repeats"}
-    bad = set(data.get("sweep", {})) - sweep_keys
+    bad = set(data.get("sweep", {})) - set(SWEEP_KEYS)
     if bad:
         raise ConfigError(f"{path}: unknown [sweep] key(s) {sorted(bad)}")
     return data

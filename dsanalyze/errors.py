@@ -57,3 +57,8 @@ class RunFailed(DsAnalyzeError):
 
 class NodeLost(RunFailed):
     """Another node's harness stopped responding, or never joined, in a multi-node sweep."""
+
+
+class EndpointError(ConfigError):
+    """The data's endpoint cannot be used: unreachable, no credentials, no such bucket or
+    object. Found before any run starts."""

@@ -48,6 +48,7 @@ from dsanalyze.records import (
     RunResult,
     Status,
 )
+from dsanalyze.remote.runlink import RemoteData
 from dsanalyze.resources import cgroups, pagecache, storage
 from dsanalyze.resources.cachelimit import CacheLimiter
 from dsanalyze.resources.libmaps import MapsRecorder, tree_pids
@@ -86,6 +87,8 @@ class LaunchContext:
     # the machine's parallel efficiency (`records.CpuScaling`), measured once per sweep
     # (`resources/cpuscale.py`) and stored with every run
     cpu_scaling: dict[str, Any] | None = None
+    # data across a network (`remote/runlink.py`): shaped per run, counted, recorded
+    remote: RemoteData | None = None
 
 
 def cpu_ids(cpus: int | None) -> tuple[int, ...] | None:
@@ -190,9 +193,10 @@ def versions() -> dict[str, str]:
 
 def prepare_cache(spec: RunSpec, dataset: DatasetInfo,
                   library_files: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Warm (cached modes) or evict (disk) the dataset; record what stayed resident."""
+    """Warm (cached modes) or evict (disk) the dataset; record what stayed resident. A remote
+    run's data is warm on the server's side: the link is what it reads across."""
     t0 = time.perf_counter()
-    if spec.mode is not Mode.DISK:
+    if spec.mode is not Mode.DISK or spec.resources.remote:
         pagecache.warm(dataset.files)
         return {"action": pagecache.CacheAction.WARMED.value, "prepare_s": time.perf_counter() - t0,
                 "resident_before_bytes": pagecache.resident_bytes(dataset.files)}
@@ -244,11 +248,16 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     limits, enforced = plan_limits(spec, ctx)
     cache_state = prepare_cache(spec, ctx.dataset, ctx.library_files)
+    shape = ctx.remote.prepare(spec) if ctx.remote is not None else None
     env, threads = job_env(spec, run_dir)
+    env.update(ctx.remote.env() if ctx.remote is not None else {})
     disk_before = diskstats_read_bytes(limits.device)
+    link_before = ctx.remote.counts() if ctx.remote is not None else {}
     started, t0 = time.time(), time.perf_counter()
     ex = execute(spec, ctx, limits, enforced, env, log_path)
     disk_after = diskstats_read_bytes(limits.device)
+    link = ctx.remote.record(shape, link_before) if ctx.remote is not None and shape is not None \
+        else None
     ranks, rank_errors = _collect_ranks(run_dir, local_ranks(spec.job))
     status, error, failure = classify(spec, ex, ranks, rank_errors, enforced, log_path)
     io = IoRecord(
@@ -266,7 +275,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
         dataset=ctx.dataset.record(), enforced=replace(enforced, limiter=ex.limiter),
         environment=_environment(spec, ctx, ex, threads, ranks, rank_errors, log_path), io=io,
         monitor=tuple(ex.monitor.samples), started_unix_s=started,
-        duration_s=time.perf_counter() - t0, log_path=str(log_path))
+        duration_s=time.perf_counter() - t0, log_path=str(log_path), link=link)
     shutil.rmtree(run_dir, ignore_errors=True)
     with contextlib.suppress(OSError):  # no empty tmp/ left in the prefix (kept if not empty)
         run_dir.parent.rmdir()
@@ -302,7 +311,8 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, enforced:
             ctx.start_gate()
         probe = InterferenceProbe(limits.cpus, limits.device, cg.dirs.get("cpuacct") if cg else None)
         probe.start()
-        proc = subprocess.Popen(_wrapper(cg, limits, line) + job_argv(spec), stdout=log,
+        argv = job_argv(spec) if ctx.remote is None else ctx.remote.argv(job_argv(spec))
+        proc = subprocess.Popen(_wrapper(cg, limits, line) + argv, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
         line.watch_group(proc.pid)

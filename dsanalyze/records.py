@@ -19,6 +19,7 @@ from typing import Any
 
 from dsanalyze.config import Mode, RunSpec
 from dsanalyze.errors import FailureKind
+from dsanalyze.remote.linkrecords import LinkRecord
 
 SCHEMA_VERSION = 2  # 2: typed dataset, enforcement and io records (1 still loads)
 
@@ -336,6 +337,7 @@ class RunResult:
     started_unix_s: float = 0.0
     duration_s: float = 0.0
     log_path: str | None = None
+    link: LinkRecord | None = None  # data across a network: the link and what crossed it
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))
@@ -372,6 +374,7 @@ class RunResult:
             "io": self.io.to_dict(),
             "ranks": [r.to_dict() for r in self.ranks],
             "monitor": list(self.monitor),
+            **({"link": self.link.to_dict()} if self.link is not None else {}),
         }
 
     @classmethod
@@ -390,4 +393,5 @@ class RunResult:
             started_unix_s=float(d.get("started_unix_s", 0.0)),
             duration_s=float(d.get("duration_s", 0.0)),
             log_path=d.get("log_path"),
+            link=LinkRecord.from_dict(d["link"]) if d.get("link") else None,
         )

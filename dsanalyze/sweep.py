@@ -11,6 +11,7 @@ file (`<run id>-r<N>`) and resumes like the others.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import signal
 import time
@@ -27,6 +28,7 @@ from dsanalyze.errors import ConfigError, DatasetError, FailureKind, NodeLost, R
 from dsanalyze.fingerprint import Fingerprint, check_resumable, check_unchanged
 from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.records import CpuScaling, RunResult
+from dsanalyze.remote.runlink import RemoteData
 from dsanalyze.resources import cgroups, cpuscale
 from dsanalyze.resources.datalock import DataLock
 
@@ -121,11 +123,13 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
     ctx = launch.LaunchContext(prefix, dataset, hierarchy, why)
     outcome = SweepOutcome(cgroup_note=why, unreadable=unreadable)
     lock = DataLock.acquire(dataset.root, lock_wait_s)
+    stack = contextlib.ExitStack()
     if not sweep.resume and sweep.job.node_rank == 0:
         outcome.superseded, outcome.superseded_dir = set_aside_stale_repeats(prefix, specs)
     old = signal.signal(signal.SIGTERM, _sigterm)
     group = None
     try:
+        ctx.remote = stack.enter_context(RemoteData.open(sweep, dataset))
         if sweep.job.nnodes > 1:
             if sweep.target_ci_pct is not None:
                 # each node would judge its own ranks' intervals: they could disagree
@@ -135,6 +139,7 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
     finally:
         if group is not None:
             group.close()
+        stack.close()  # the servers of served data stop, their namespace goes
         signal.signal(signal.SIGTERM, old)
         lock.release()
     return outcome

@@ -25,7 +25,9 @@ FORBIDDEN = ("torch", "torchvision", "nvidia", "dsanalyze.launch", "dsanalyze.sw
              "dsanalyze.jobs", "dsanalyze.resources", "dsanalyze.monitor", "dsanalyze.cli",
              "dsanalyze.store", "dsanalyze.app", "dsanalyze.nodes", "dsanalyze.datafind",
              "dsanalyze.fileset", "dsanalyze.fingerprint", "dsanalyze.instrument.api",
-             "dsanalyze.instrument.loader", "dsanalyze.instrument.bootstrap")
+             "dsanalyze.instrument.loader", "dsanalyze.instrument.bootstrap",
+             "dsanalyze.remote.served", "dsanalyze.remote.netlink", "dsanalyze.remote.runlink",
+             "dsanalyze.remote.probe", "dsanalyze.remote.endpoint")
 
 
 def test_analysis_whatif_and_report_import_neither_torch_nor_the_measuring_side():

@@ -160,6 +160,8 @@ class Breakdown:
     fetch_stall_pct_high: float | None = None
     fetch_stall_significance: str | None = None
     level: float = uncertainty.DEFAULT_LEVEL
+    net_bw_bps: int | None = None  # a remote configuration's link (None: unshaped)
+    net_latency_s: float | None = None  # None: the data is local
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -283,7 +285,7 @@ def _breakdown(anchor: RunResult, group: dict[Mode, list[RunResult]], level: flo
         compute_s=t_g[0] if t_g else None, total_s=total[0] if total else None,
         **_stall_fields("prep", prep), **_stall_fields("fetch", fetch),
         verdict=verdict(prep, fetch), warnings=tuple(_warnings(anchor, rates, prep, fetch)),
-        level=level)
+        level=level, net_bw_bps=res.net_bw_bps, net_latency_s=res.net_latency_s)
 
 
 def _warnings(anchor: RunResult, rates: dict[Mode, list[RunRate]], prep: StallInterval | None,

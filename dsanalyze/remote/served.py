@@ -27,12 +27,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from dsanalyze.errors import ResourceError
 from dsanalyze.remote import httpserver, s3server
+from dsanalyze.remote.linkrecords import LinkShape
 from dsanalyze.remote.netlink import NetLink
 from dsanalyze.resources.lifeline import Lifeline
 
@@ -46,21 +46,6 @@ class Backend(str, enum.Enum):
     @property
     def module(self) -> Any:
         return s3server if self is Backend.S3 else httpserver
-
-
-@dataclass(frozen=True)
-class LinkShape:
-    """The link as a run had it: download bandwidth (None: unshaped) and added latency."""
-
-    bw_bps: int | None = None
-    latency_s: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"bw_bps": self.bw_bps, "latency_s": self.latency_s}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LinkShape:
-        return cls(d.get("bw_bps"), float(d.get("latency_s", 0.0)))
 
 
 class ServedData:

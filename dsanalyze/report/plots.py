@@ -40,6 +40,8 @@ _KNOBS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "cpus": lambda c: c["cpus"],
     "cache": lambda c: c["cache_bytes"],
     "bw": lambda c: c["storage_read_bps"],
+    "net_bw": lambda c: c.get("net_bw_bps"),
+    "net_latency": lambda c: c.get("net_latency_s"),
 }
 
 
@@ -86,13 +88,21 @@ def stall_breakdown(summary: dict[str, Any]) -> Figure:
     ax.set_ylabel("seconds per epoch")
     ax.set_ymargin(0.18)
     n = configs[0]["samples_per_epoch"] if configs else None
-    fixed = [knob_text(k, configs[0]) for k in _KNOBS if k not in varying and configs]
+    fixed = [knob_text(k, configs[0]) for k in _KNOBS
+             if k not in varying and configs and _applies(k, configs[0])]
     ax.set_title("Where each epoch's time goes" + (f" ({n} samples)" if n else "")
                  + ("\n" + ", ".join(fixed) if fixed else ""), fontsize=11)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     fig.legend(loc="outside lower center", ncol=4, frameon=False, fontsize=9)
     return fig
+
+
+def _applies(knob: str, cfg: dict[str, Any]) -> bool:
+    """Whether a knob describes the configuration: the link for remote data, the disk's
+    throttle for local data."""
+    remote = cfg.get("net_latency_s") is not None
+    return remote if knob.startswith("net") else not (remote and knob == "bw")
 
 
 def _stall_label(cfg: dict[str, Any]) -> str:

@@ -21,10 +21,16 @@ from dsanalyze.report.text import (
     fixed_width,
     knob_text,
     number,
+    storage_word,
 )
 
 COLUMNS = ("config", "synthetic/s", "cached/s", "disk/s", "epoch s", "compute s",
            "prep stall", "fetch stall", "verdict")
+
+
+def columns(summary: dict[str, Any]) -> list[str]:
+    """The table's header: `remote/s` for the third mode where the data is remote."""
+    return [f"{storage_word(summary)}/s" if c == "disk/s" else c for c in COLUMNS]
 
 
 def _num(x: float | None, fmt: str = "{:.1f}") -> str:
@@ -136,7 +142,7 @@ def render_table(summary: dict[str, Any]) -> str:
     n = summary["configs"][0]["samples_per_epoch"] if summary["configs"] else None
     device = f" on device {_device_text(summary)}" if summary.get("job") else ""
     lines = [f"Stall breakdown per epoch ({n} samples){device}; rates in samples/s" if n else
-             "Stall breakdown", *fixed_width(COLUMNS, table_rows(summary), left=frozenset({0, 8}))]
+             "Stall breakdown", *fixed_width(columns(summary), table_rows(summary), left=frozenset({0, 8}))]
     lines += node_lines(summary)
     lines += [f"note: {n_}" for n_ in notes(summary)]
     return "\n".join(lines)
@@ -156,7 +162,7 @@ def node_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def render_markdown_table(summary: dict[str, Any]) -> str:
-    return render_markdown([("table", list(COLUMNS), table_rows(summary))]).strip()
+    return render_markdown([("table", columns(summary), table_rows(summary))]).strip()
 
 
 # ---- the report: markdown and HTML ------------------------------------------------------------
@@ -292,7 +298,7 @@ def report_blocks(summary: dict[str, Any], figures: Sequence[str] = (),
                            ("h2", "Stall breakdown"),
                            ("p", f"Per epoch of {n} samples: rates in samples/s, times in "
                                  "seconds; a stall's percentage is its share of the epoch."),
-                           ("table", list(COLUMNS), table_rows(summary))]
+                           ("table", columns(summary), table_rows(summary))]
     if notes(summary):
         blocks.append(("ul", [f"note: {line}" for line in notes(summary)]))
     blocks += [("h2", "Verdict"), *_headline(summary), ("ul", _verdict_lines(summary))]
