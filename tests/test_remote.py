@@ -23,6 +23,8 @@ from test_lifeline import running
 
 from dsanalyze.config import parse_duration_s
 from dsanalyze.remote import netlink
+from dsanalyze.remote.endpoint import Endpoint
+from dsanalyze.remote.probe import probe
 from dsanalyze.remote.served import Backend, ServedData
 
 PAYLOAD_SHARE = 1448 / 1514  # TCP payload per Ethernet frame, timestamps on
@@ -47,6 +49,8 @@ def served_http(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("served")
     (root / "blob.bin").write_bytes(os.urandom(2 << 20))
     (root / "small.bin").write_bytes(os.urandom(1024))
+    for i in range(16):
+        (root / f"obj{i:02d}.bin").write_bytes(os.urandom(32 << 10))
     with ServedData.start(root, Backend.HTTP) as served:
         yield served
 
@@ -113,6 +117,25 @@ def test_s3_objects_come_through_the_shaped_link(tmp_path):
     assert got == data
     # one request's latency on top: the rate is below the bucket's, and not far
     assert 0.8 * 4_000_000 * PAYLOAD_SHARE < len(got) / elapsed_s < 4_000_000 * PAYLOAD_SHARE * 1.03
+
+
+@needs_netns
+def test_the_probe_sees_the_latency_alone_and_the_bandwidth_at_64(served_http):
+    """At 1 request at a time each waits the delay; at 64 the bucket is the limit."""
+    rate_bps, delay_s = 2_000_000, 0.05
+    names = [f"{served_http.endpoint_url}/obj{i:02d}.bin" for i in range(16)]
+    served_http.shape(rate_bps, delay_s)
+    record = probe(Endpoint.parse(names[0]), 1 << 20, levels=(1, 64), names=names)
+    served_http.shape(None, 0.0)
+    one, many = record.points
+    assert [p.concurrency for p in record.points] == [1, 64] and record.objects == 16
+    assert one.requests >= 2 and one.bytes_read == one.requests * (32 << 10)
+    # one request: the delay, then 32 KiB at the bucket's rate
+    assert delay_s < one.ttfb_median_s < delay_s + 0.05
+    assert one.throughput_bps < (32 << 10) / (delay_s + (32 << 10) / rate_bps) * 1.05
+    # 64 at once: the delay overlaps, the bucket's rate is the bound
+    assert one.throughput_bps < many.throughput_bps < rate_bps * PAYLOAD_SHARE * 1.05
+    assert many.bytes_read >= 1 << 20
 
 
 def _namespaces() -> set[str]:

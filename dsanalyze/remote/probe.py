@@ -5,7 +5,8 @@
 At each concurrency c, c threads GET the dataset's own objects (`Endpoint.objects`,
 in turn, round the list again if it is short) until the level has read
 `budget_bytes`: the last requests in flight finish, so a level reads at most
-`budget_bytes` plus c objects. Throughput is the level's bytes over its wall
+`budget_bytes` plus c objects. A level also stops issuing requests after
+`LEVEL_S` seconds, so that a slow link costs at most about 4 × LEVEL_S. Throughput is the level's bytes over its wall
 time; each request's time to first byte is kept (`ProbePoint.ttfb_s`). Latency
 is the median at c = 1, where no request queues behind another.
 """
@@ -22,13 +23,15 @@ from dsanalyze.remote.linkrecords import EndpointProbe, ProbePoint
 
 LEVELS = (1, 4, 16, 64)
 MAX_OBJECTS = 1024
+LEVEL_S = 5.0
 
 
 class _Level:
     """One concurrency level's shared state: the next object, the bytes read, the lock."""
 
-    def __init__(self, names: list[str], budget_bytes: int) -> None:
+    def __init__(self, names: list[str], budget_bytes: int, time_s: float) -> None:
         self._names = itertools.cycle(names)
+        self._deadline = time.monotonic() + time_s
         self._lock = threading.Lock()
         self.budget_bytes = budget_bytes
         self.bytes_read = 0
@@ -36,7 +39,8 @@ class _Level:
 
     def take(self) -> str | None:
         with self._lock:
-            return None if self.bytes_read >= self.budget_bytes else next(self._names)
+            done = self.bytes_read >= self.budget_bytes or time.monotonic() > self._deadline
+            return None if done else next(self._names)
 
     def add(self, ttfb_s: float, nbytes: int) -> None:
         with self._lock:
@@ -50,9 +54,9 @@ def _worker(endpoint: Endpoint, client: object, level: _Level) -> None:
 
 
 def probe_level(endpoint: Endpoint, names: list[str], concurrency: int,
-                budget_bytes: int, client: object = None) -> ProbePoint:
+                budget_bytes: int, client: object = None, time_s: float = LEVEL_S) -> ProbePoint:
     """One level; `client` (S3: thread-safe, pooled for 64 connections) is shared."""
-    level = _Level(names, budget_bytes)
+    level = _Level(names, budget_bytes, time_s)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
         for f in [pool.submit(_worker, endpoint, client, level) for _ in range(concurrency)]:
