@@ -17,13 +17,15 @@ from typing import Any
 @dataclass(frozen=True)
 class ProbePoint:
     """`concurrency` GETs at a time over the dataset's own objects, until the level's
-    byte budget is read. `ttfb_s`: each request's time to its first byte (sorted)."""
+    byte budget is read. `ttfb_s`: each completed request's time to its first byte (sorted);
+    `errors`: requests that failed (timed out, reset)."""
 
     concurrency: int
     requests: int
     bytes_read: int
     wall_s: float
     ttfb_s: tuple[float, ...] = ()
+    errors: int = 0
 
     @property
     def throughput_bps(self) -> float:
@@ -36,12 +38,13 @@ class ProbePoint:
     def to_dict(self) -> dict[str, Any]:
         return {"concurrency": self.concurrency, "requests": self.requests,
                 "bytes_read": self.bytes_read, "wall_s": self.wall_s,
-                "ttfb_s": list(self.ttfb_s)}
+                "ttfb_s": list(self.ttfb_s), "errors": self.errors}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProbePoint:
         return cls(int(d["concurrency"]), int(d["requests"]), int(d["bytes_read"]),
-                   float(d["wall_s"]), tuple(float(t) for t in d.get("ttfb_s", ())))
+                   float(d["wall_s"]), tuple(float(t) for t in d.get("ttfb_s", ())),
+                   int(d.get("errors", 0)))
 
 
 @dataclass(frozen=True)

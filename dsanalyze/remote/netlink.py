@@ -31,7 +31,10 @@ from dsanalyze.errors import ResourceError
 
 PREFIX = "dsa-"
 SUBNET = "10.231"  # /30 blocks: .1 the root side, .2 the namespace side
-TBF_LATENCY_MS = 200  # how long a packet may queue in the bucket before it is dropped
+# How long a packet may queue in the bucket before it is dropped. A short queue on a slow
+# link drops the first windows of many parallel connections, whose retransmission timeouts
+# then back off for tens of seconds (64 probe requests on a 128K/s link stalled).
+TBF_LATENCY_MS = 1000
 MIN_BURST_BYTES = 16 << 10  # several MTU-sized packets (tbf segments GSO packets)
 _seq = itertools.count()
 

@@ -35,6 +35,7 @@ class _Level:
         self._lock = threading.Lock()
         self.budget_bytes = budget_bytes
         self.bytes_read = 0
+        self.errors = 0
         self.ttfb_s: list[float] = []
 
     def take(self) -> str | None:
@@ -48,9 +49,17 @@ class _Level:
             self.ttfb_s.append(ttfb_s)
 
 
+    def fail(self) -> None:
+        with self._lock:
+            self.errors += 1
+
+
 def _worker(endpoint: Endpoint, client: object, level: _Level) -> None:
     while (name := level.take()) is not None:
-        level.add(*endpoint.fetch(name, client))
+        try:
+            level.add(*endpoint.fetch(name, client))
+        except Exception:  # a timeout, a reset: counted, the probe goes on
+            level.fail()
 
 
 def probe_level(endpoint: Endpoint, names: list[str], concurrency: int,
@@ -62,7 +71,7 @@ def probe_level(endpoint: Endpoint, names: list[str], concurrency: int,
         for f in [pool.submit(_worker, endpoint, client, level) for _ in range(concurrency)]:
             f.result()
     return ProbePoint(concurrency, len(level.ttfb_s), level.bytes_read,
-                      time.perf_counter() - t0, tuple(sorted(level.ttfb_s)))
+                      time.perf_counter() - t0, tuple(sorted(level.ttfb_s)), level.errors)
 
 
 def probe(endpoint: Endpoint, budget_bytes: int, levels: tuple[int, ...] = LEVELS,
