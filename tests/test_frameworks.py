@@ -20,12 +20,10 @@ code paths a default test or test_bootstrap.py also takes:
 
 from __future__ import annotations
 
-import io
-import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import harness
+from conftest import harness, write_shards
 
 from dsanalyze import app, store
 from dsanalyze.analysis import shards, stalls
@@ -54,18 +52,7 @@ def one_thread_per_rank(monkeypatch):
 @pytest.fixture(scope="session")
 def shard_dir(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The 96 JPEGs as 8 webdataset shards: `<key>.jpg` and `<key>.cls` per sample."""
-    out = tmp_path_factory.mktemp("shards")
-    files = sorted(small_dataset.glob("*/*.jpg"))
-    classes = sorted(p.name for p in small_dataset.iterdir())
-    for s in range(8):
-        with tarfile.open(out / f"shard-{s:06d}.tar", "w") as tar:
-            for f in files[s::8]:
-                tar.add(f, arcname=f"{f.stem}.jpg")
-                label = str(classes.index(f.parent.name)).encode()
-                info = tarfile.TarInfo(f"{f.stem}.cls")
-                info.size = len(label)
-                tar.addfile(info, io.BytesIO(label))
-    return out
+    return write_shards(small_dataset, tmp_path_factory.mktemp("shards"))
 
 
 SHARDS = "shard-{000000..000007}.tar"

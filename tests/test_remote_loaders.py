@@ -10,12 +10,10 @@ payload, so rate × bytes per sample stays below B.
 
 from __future__ import annotations
 
-import io
-import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import harness
+from conftest import harness, write_shards
 from test_remote import PAYLOAD_SHARE, needs_netns
 
 from dsanalyze import store
@@ -29,6 +27,12 @@ ITERS, WARMUP, BATCH, WORKERS = 20, 2, 4, 1
 PREFETCH = 2  # DataLoader's prefetch_factor: batches per worker read before they are asked for
 
 
+@pytest.fixture(autouse=True)
+def one_thread_per_rank(monkeypatch):
+    # Two cores shared by ranks, workers, servers and other tests (as in test_frameworks.py).
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
 @pytest.fixture(scope="module")
 def tiny_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """48 JPEGs of about 16 KB in 4 classes (class_000 .. class_003)."""
@@ -39,18 +43,7 @@ def tiny_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny_shards(tiny_images: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("remote_shards")
-    files = sorted(tiny_images.glob("*/*.jpg"))
-    classes = sorted(p.name for p in tiny_images.iterdir())
-    for s in range(8):
-        with tarfile.open(out / f"shard-{s:06d}.tar", "w") as tar:
-            for f in files[s::8]:
-                tar.add(f, arcname=f"{f.stem}.jpg")
-                info = tarfile.TarInfo(f"{f.stem}.cls")
-                label = str(classes.index(f.parent.name)).encode()
-                info.size = len(label)
-                tar.addfile(info, io.BytesIO(label))
-    return out
+    return write_shards(tiny_images, tmp_path_factory.mktemp("remote_shards"))
 
 
 def profile_remote(prefix: Path, data: Path, serve: str, script: str, *args: object,
