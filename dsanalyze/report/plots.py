@@ -23,7 +23,7 @@ from dsanalyze.analysis import stalls  # noqa: E402
 from dsanalyze.analysis import transforms as step_timing  # noqa: E402
 from dsanalyze.config import unlimited_last  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
-from dsanalyze.report import trace, whatif_plots  # noqa: E402
+from dsanalyze.report import probe_plots, trace, whatif_plots  # noqa: E402
 from dsanalyze.report.text import config_label, knob_text  # noqa: E402
 from dsanalyze.report.whatif_docs import WhatIfDocs  # noqa: E402
 
@@ -214,7 +214,8 @@ def timeline_run(summary: dict[str, Any], runs: list[RunResult]) -> RunResult | 
 def figures(summary: dict[str, Any], runs: list[RunResult], docs: WhatIfDocs,
             run_id: str | None = None) -> dict[str, Figure]:
     """Every figure of a prefix, by file name: the stall breakdown; the timeline of `run_id`,
-    or of the run that waited most for data; the per-transform times; and, when `docs` holds
+    or of the run that waited most for data; the per-transform times; the endpoint probe's
+    throughput curve (remote data); and, when `docs` holds
     a what-if grid and its validation, their heatmap, curves and validation plot."""
     out: dict[str, Figure] = {}
     if any(c["total_s"] is not None for c in summary["configs"]):  # no figure from no data
@@ -227,6 +228,8 @@ def figures(summary: dict[str, Any], runs: list[RunResult], docs: WhatIfDocs,
     if steps_run is not None:
         out["transform_times"] = transform_times(step_timing.run_table(steps_run),
                                                  steps_run.run_id)
+    if (curve := probe_plots.probe_curve(runs)) is not None:
+        out["endpoint_probe"] = curve
     if docs.rows:
         out["whatif_heatmap"] = whatif_plots.whatif_heatmap(docs.rows)
         out["whatif_curves"] = whatif_plots.whatif_curves(docs.rows, summary)
