@@ -9,6 +9,7 @@ Any access key is accepted: the job gets `ACCESS_KEY` in its environment
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 from dsanalyze.errors import ConfigError
@@ -21,7 +22,8 @@ ACCESS_KEY = "testing"
 
 def argv(root: Path) -> list[str]:
     """The server's command line (`root` is uploaded afterwards, by `upload`)."""
-    exe = shutil.which("moto_server")
+    beside = Path(sys.executable).parent / "moto_server"  # this environment's, not another's
+    exe = str(beside) if beside.is_file() else shutil.which("moto_server")
     if exe is None:
         raise ConfigError("moto_server not found: pip install 'moto[server]' (the test extra)")
     return [exe, "-H", "127.0.0.1", "-p", str(PORT)]
