@@ -19,7 +19,7 @@ from typing import Any
 
 from dsanalyze.config import Mode, RunSpec
 from dsanalyze.errors import FailureKind
-from dsanalyze.remote.linkrecords import LinkRecord
+from dsanalyze.linkrecords import LinkRecord
 
 SCHEMA_VERSION = 2  # 2: typed dataset, enforcement and io records (1 still loads)
 

@@ -13,8 +13,8 @@ from test_stalls import JOB, make_run
 from dsanalyze.analysis.stalls import breakdowns
 from dsanalyze.config import Mode, Resources, RunSpec, Sweep
 from dsanalyze.errors import ConfigError
+from dsanalyze.linkrecords import EndpointProbe, LinkRecord, LinkShape, ProbePoint
 from dsanalyze.records import RunResult
-from dsanalyze.remote.linkrecords import EndpointProbe, LinkRecord, LinkShape, ProbePoint
 from dsanalyze.report import probe_plots, summary
 from dsanalyze.report.text import config_label
 

@@ -18,8 +18,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from dsanalyze.linkrecords import EndpointProbe, ProbePoint
 from dsanalyze.remote.endpoint import Endpoint
-from dsanalyze.remote.linkrecords import EndpointProbe, ProbePoint
 
 LEVELS = (1, 4, 16, 64)
 MAX_OBJECTS = 1024

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from dsanalyze.config import Mode, RunSpec, Sweep, parse_bytes
-from dsanalyze.jobs.datasets import DatasetInfo
+from dsanalyze.dataset import DatasetInfo
+from dsanalyze.linkrecords import EndpointProbe, LinkRecord, LinkShape
 from dsanalyze.remote import netlink, s3server
 from dsanalyze.remote.endpoint import Endpoint
-from dsanalyze.remote.linkrecords import EndpointProbe, LinkRecord, LinkShape
 from dsanalyze.remote.probe import probe
 from dsanalyze.remote.served import Backend, ServedData
 

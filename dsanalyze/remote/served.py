@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from dsanalyze.errors import ResourceError
+from dsanalyze.linkrecords import LinkShape
 from dsanalyze.remote import httpserver, s3server
-from dsanalyze.remote.linkrecords import LinkShape
 from dsanalyze.remote.netlink import NetLink
 from dsanalyze.resources.lifeline import Lifeline
 

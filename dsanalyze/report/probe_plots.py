@@ -16,8 +16,8 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
+from dsanalyze.linkrecords import EndpointProbe, LinkShape  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
-from dsanalyze.remote.linkrecords import EndpointProbe, LinkShape  # noqa: E402
 from dsanalyze.report.text import remote_text  # noqa: E402
 
 
