@@ -69,10 +69,11 @@ def _get(url: str) -> tuple[float, float, int]:
 def test_the_token_bucket_sets_the_download_rate(served_http):
     rate_bps = 4_000_000
     served_http.shape(rate_bps, 0.0)
-    _, total_s, n = _get(f"{served_http.endpoint_url}/blob.bin")
+    ttfb_s, total_s, n = _get(f"{served_http.endpoint_url}/blob.bin")
     served_http.shape(None, 0.0)
     assert n == 2 << 20
-    assert n / total_s == pytest.approx(rate_bps * PAYLOAD_SHARE, rel=0.08)
+    # from the first byte on: the server's and the proxy's own time (a busy machine) left out
+    assert (n - 1) / (total_s - ttfb_s) == pytest.approx(rate_bps * PAYLOAD_SHARE, rel=0.08)
 
 
 @needs_netns
@@ -111,12 +112,13 @@ def test_s3_objects_come_through_the_shaped_link(tmp_path):
         s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_REGION"],
                           aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
                           aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
-        t0 = time.perf_counter()
-        got = s3.get_object(Bucket=env["DSANALYZE_BUCKET"], Key="d/obj.bin")["Body"].read()
+        body = s3.get_object(Bucket=env["DSANALYZE_BUCKET"], Key="d/obj.bin")["Body"]
+        first = body.read(1)
+        t0 = time.perf_counter()  # after the first byte: the server's own time left out
+        got = first + body.read()
         elapsed_s = time.perf_counter() - t0
     assert got == data
-    # one request's latency on top: the rate is below the bucket's, and not far
-    assert 0.8 * 4_000_000 * PAYLOAD_SHARE < len(got) / elapsed_s < 4_000_000 * PAYLOAD_SHARE * 1.03
+    assert len(got) / elapsed_s == pytest.approx(4_000_000 * PAYLOAD_SHARE, rel=0.1)
 
 
 @needs_netns
