@@ -87,7 +87,8 @@ class LinkRecord:
     """One run's link: its shape, what crossed it, and the endpoint's probe.
 
     `requests`, `connections`, `bytes_down` (server to job) and `bytes_up` are the
-    delay proxy's counts over the run (None for an endpoint the harness does not serve).
+    delay proxy's counts over the run, `held_s` the time it actually held the run's
+    requests (None for an endpoint the harness does not serve).
     """
 
     backend: str  # "s3" or "http"
@@ -99,9 +100,10 @@ class LinkRecord:
     bytes_down: int | None = None
     bytes_up: int | None = None
     probe: EndpointProbe | None = None
+    held_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "endpoint_url": self.endpoint_url,
+        return {"backend": self.backend, "endpoint_url": self.endpoint_url, "held_s": self.held_s,
                 "served": self.served, "shape": self.shape.to_dict(),
                 "requests": self.requests, "connections": self.connections,
                 "bytes_down": self.bytes_down, "bytes_up": self.bytes_up,
@@ -112,4 +114,5 @@ class LinkRecord:
         return cls(str(d["backend"]), str(d["endpoint_url"]), bool(d["served"]),
                    LinkShape.from_dict(d.get("shape", {})), d.get("requests"),
                    d.get("connections"), d.get("bytes_down"), d.get("bytes_up"),
-                   EndpointProbe.from_dict(d["probe"]) if d.get("probe") else None)
+                   EndpointProbe.from_dict(d["probe"]) if d.get("probe") else None,
+                   d.get("held_s"))

@@ -84,9 +84,12 @@ def test_the_proxy_delays_each_request_by_the_latency_set(served_http):
         served_http.shape(None, delay_s)
         return statistics.median(_get(url)[0] for _ in range(5))
 
+    before = served_http.stats()
     base, delayed = median_ttfb(0.0), median_ttfb(0.1)
+    held_s = served_http.stats()["held_s"] - before["held_s"]
     served_http.shape(None, 0.0)
     assert delayed - base == pytest.approx(0.1, abs=0.02)
+    assert 5 * 0.1 <= held_s < 5 * 0.1 + 0.05  # five requests held, each at least the delay
 
 
 @needs_netns

@@ -27,7 +27,7 @@ links = st.builds(LinkRecord, st.sampled_from(["s3", "http"]), st.text(), st.boo
                   st.builds(LinkShape, st.none() | st.integers(1, 10**11), st.floats(0, 10)),
                   st.none() | st.integers(0, 10**9), st.none() | st.integers(0, 10**9),
                   st.none() | st.integers(0, 10**12), st.none() | st.integers(0, 10**12),
-                  st.none() | probes)
+                  st.none() | probes, st.none() | st.floats(0, 1e6))
 
 
 @given(links)

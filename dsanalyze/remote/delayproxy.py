@@ -6,8 +6,9 @@ It prints `ready <port>` once listening, then reads commands on its standard
 input, one a line, and exits at end-of-file (its parent is gone):
 
 - `delay <seconds>`: hold every request that long from now on;
-- `stats`: print one JSON line `{"connections", "requests", "bytes_up", "bytes_down"}`,
-  counted since the start.
+- `stats`: print one JSON line `{"connections", "requests", "bytes_up", "bytes_down",
+  "held_s"}`, counted since the start; `held_s` is the time requests were actually held
+  (the event loop wakes late on a busy machine: more than requests × delay).
 
 A request is what the client sends after the server last spoke (or after it
 connected): HTTP/1.1 is turn by turn, so each request on a kept-alive
@@ -24,6 +25,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from dataclasses import asdict, dataclass
 
 CHUNK_BYTES = 256 << 10
@@ -35,6 +37,7 @@ class Counts:
     requests: int = 0
     bytes_up: int = 0  # client to server
     bytes_down: int = 0  # server to client
+    held_s: float = 0.0  # summed over requests: how long each was actually held
 
 
 class DelayProxy:
@@ -68,7 +71,9 @@ class DelayProxy:
                 turn["server_spoke"] = False
                 self.counts.requests += 1
                 if self.delay_s > 0:
+                    t0 = time.perf_counter()
                     await asyncio.sleep(self.delay_s)
+                    self.counts.held_s += time.perf_counter() - t0
             self.counts.bytes_up += len(data)
             writer.write(data)
             await writer.drain()

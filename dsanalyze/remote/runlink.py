@@ -109,10 +109,10 @@ class RemoteData:
             return argv
         return [a.replace(PLACEHOLDER, self.served.endpoint_url) for a in argv]
 
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> dict[str, Any]:
         return self.served.stats() if self.served is not None else {}
 
-    def record(self, shape: LinkShape, before: dict[str, int]) -> LinkRecord:
+    def record(self, shape: LinkShape, before: dict[str, Any]) -> LinkRecord:
         """The run's link record: its shape, the proxy's counts since `before`, the probe."""
         after = self.counts()
         delta = {k: after[k] - before[k] for k in after} if after else {}
@@ -121,7 +121,8 @@ class RemoteData:
         return LinkRecord(backend, url, self.served is not None, shape,
                           delta.get("requests"), delta.get("connections"),
                           delta.get("bytes_down"), delta.get("bytes_up"),
-                          self.probes.get(shape) or self.probes.get(LinkShape()))
+                          self.probes.get(shape) or self.probes.get(LinkShape()),
+                          delta.get("held_s"))
 
 
 @contextlib.contextmanager

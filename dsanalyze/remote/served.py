@@ -114,8 +114,8 @@ class ServedData:
         self._tell(f"delay {latency_s}")
         self.shape_now = LinkShape(bw_bps, latency_s)
 
-    def stats(self) -> dict[str, int]:
-        """Connections, requests and bytes through the proxy since it started."""
+    def stats(self) -> dict[str, Any]:
+        """Connections, requests, bytes and seconds held through the proxy since it started."""
         self._tell("stats")
         return json.loads(self._proxy_line())
 
