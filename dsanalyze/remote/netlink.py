@@ -82,7 +82,11 @@ class NetLink:
         n = next(_seq)
         name = f"{PREFIX}{os.getpid()}-{n}"
         used = _used_blocks()
-        block = next(b for b in range(1, 1 << 14) if b not in used)
+        # Start the search at a block of this process's own: two harnesses (or pytest-xdist
+        # workers) creating links at once would otherwise both take the first free block.
+        start = (os.getpid() * 131 + n) % ((1 << 14) - 1)
+        block = next(b for b in ((start + i) % ((1 << 14) - 1) + 1 for i in range(1 << 14))
+                     if b not in used)
         base = f"{SUBNET}.{block // 64}.{block % 64 * 4}"
         stem = base.rsplit(".", 1)[0]
         link = cls(name, f"dsa{os.getpid()}h{n}", f"dsa{os.getpid()}n{n}",
