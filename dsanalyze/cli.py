@@ -69,7 +69,8 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sweep")
     g.add_argument("--config", help="TOML file with [job] and [sweep] tables")
     g.add_argument("--prefix", help="results directory (results/run)")
-    g.add_argument("--modes", help="comma list of synthetic,cached,disk,loader")
+    g.add_argument("--modes", help="comma list of synthetic,cached,disk,loader (remote: the "
+                   "disk mode of --serve)")
     g.add_argument("--cpus", help="CPU counts, e.g. 1,2,4")
     g.add_argument("--cache", help="page-cache budgets for disk runs: 0,50%%,2G,none "
                    "(none: unlimited)")
