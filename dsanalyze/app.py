@@ -46,7 +46,9 @@ DEFAULT_CACHE_GRID = DEFAULT_CACHES  # `dsanalyze whatif --cache`, as the advice
 def find_data(sweep: Sweep) -> tuple[Any, str]:
     """The sweep's dataset (`jobs.datasets.DatasetInfo`) and a line saying where it came from."""
     from dsanalyze.datafind import dataset_for
+    from dsanalyze.sweep import check_cpus
 
+    check_cpus(sweep)  # before the scan or the discovery run: they can take minutes
     return dataset_for(sweep.job, Path(sweep.prefix))
 
 

@@ -23,10 +23,17 @@ from dsanalyze import datafind, launch, nodes, store
 from dsanalyze.analysis import measured as measured_window
 from dsanalyze.analysis import stalls
 from dsanalyze.config import Mode, RunSpec, Sweep
-from dsanalyze.errors import ConfigError, DatasetError, FailureKind, NodeLost, ResourceError
+from dsanalyze.errors import (
+    ConfigError,
+    DatasetError,
+    FailureKind,
+    NodeLost,
+    ResourceError,
+    RunFailed,
+)
 from dsanalyze.fingerprint import Fingerprint, check_resumable, check_unchanged
 from dsanalyze.jobs.datasets import DatasetInfo
-from dsanalyze.records import CpuScaling, RunResult
+from dsanalyze.records import CpuScaling, RunResult, Status
 from dsanalyze.resources import cgroups, cpuscale
 from dsanalyze.resources.datalock import DataLock
 
@@ -102,6 +109,14 @@ def check_data(prefix: Path, sweep: Sweep, specs: list[RunSpec], fp: Fingerprint
     return unreadable
 
 
+def check_cpus(sweep: Sweep) -> None:
+    """Refuse `--cpus` beyond the machine before anything slow: the dataset's scan, a
+    discovery run, the first run."""
+    asked = [c for c, _, _ in sweep.combos] if sweep.combos else list(sweep.cpus)
+    for cpus in asked:
+        launch.cpu_ids(None if cpus is None else int(cpus))
+
+
 def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
               dataset: DatasetInfo | None = None, lock_wait_s: float = 0.0) -> SweepOutcome:
     """Measure every run of the sweep that is not already complete (`app.profile` writes
@@ -109,10 +124,9 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
 
     The dataset stays locked against other harnesses for the whole sweep."""
     prefix = Path(sweep.prefix)
+    check_cpus(sweep)
     dataset = dataset or datafind.dataset_for(sweep.job, prefix)[0]
     specs = sweep.run_specs(dataset.total_bytes)
-    for spec in specs:
-        launch.cpu_ids(spec.resources.cpus)  # fail early on --cpus beyond the machine
     check_prefix(prefix, sweep)
     fp = Fingerprint.of(dataset)
     unreadable = check_data(prefix, sweep, specs, fp)
@@ -157,6 +171,7 @@ def _measure_all(sweep: Sweep, specs: list[RunSpec], measuring: _Measuring,
                                       len(todo) - i)
                 progress(f"[{i}/{len(todo)}] {line}{_repeat_tag(sweep, repeat)}")
             _stop_on_usage_error(result, sweep)
+            _stop_on_crash_at_start(result)
             if measuring.group is not None and measuring.group.lost_node() is not None:
                 raise NodeLost(f"{spec.run_id}: {result.error}; restart every node's "
                                "harness with --resume")
@@ -184,13 +199,21 @@ def _stop_on_usage_error(result: RunResult, sweep: Sweep) -> None:
     exit_info = result.environment.get("script_exit") or {}
     if result.ok or result.ranks or exit_info.get("code") != 2:
         return
-    said = "; ".join(exit_info.get("lines") or []) or "no message"
-    args = " ".join(sweep.job.script_args)
-    raise ConfigError(f"the script {Path(sweep.job.script or '').name} stopped at once with its "
-                      f"own usage error: {said} (its arguments: {args or 'none'}; options for "
-                      "the harness go before the script: python harness.py [options] SCRIPT [script "
-                      f"args]; log: "
-                      f"{result.log_path})")
+    raise launch.usage_error(sweep.job, exit_info.get("lines") or [], result.log_path)
+
+
+def _stop_on_crash_at_start(result: RunResult) -> None:
+    """A script that raised before its training loader's first batch (the same code in every
+    mode, before any of them differ) would crash the same way in every run: stop the sweep
+    after the first, with its error. A crash later, an OOM, a timeout or a lost node may
+    belong to the mode or the limits: the sweep goes on."""
+    first = result.environment.get("first_failure") or {}
+    if (result.status is not Status.FAILED or result.failure is not FailureKind.CRASH
+            or result.ranks or first.get("batches") != 0):
+        return
+    raise RunFailed(f"{result.run_id}: {result.error}; the script failed before its first "
+                    "batch, as it would in every mode: the sweep stops here (fix the script, "
+                    f"then run again; log: {result.log_path})")
 
 
 @dataclass

@@ -445,11 +445,23 @@ def current_session() -> Session:
     return _SESSION if _SESSION is not None else start_session()
 
 
+_LAST_BATCHES: int | None = None  # batches the last session's training loader yielded
+
+
 def end_session() -> None:
-    global _SESSION
+    global _SESSION, _LAST_BATCHES
     if _SESSION is not None:
+        rec = _SESSION.recorder
+        _LAST_BATCHES = len(rec.iter_s) + (rec._open is not None)
         _SESSION.close()
     _SESSION = None
+
+
+def last_batches() -> int | None:
+    """Batches the ended session's training loader yielded (None: no session ended); a rank's
+    failure record says it, so that the harness tells a script that fails before its first
+    batch (the same in every mode) from one that fails later."""
+    return _LAST_BATCHES
 
 
 class InstrumentedLoader:

@@ -68,6 +68,7 @@ class RankFailure:
     exception: str  # the exception's type name, e.g. "RuntimeError"
     message: str  # its one-line message
     traceback: str
+    batches: int | None = None  # batches the training loader had yielded (None: not known)
 
     @property
     def line(self) -> str:
@@ -75,12 +76,12 @@ class RankFailure:
 
     def to_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "kind": self.kind.value, "exception": self.exception,
-                "message": self.message, "traceback": self.traceback}
+                "message": self.message, "traceback": self.traceback, "batches": self.batches}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RankFailure:
         return cls(int(d["rank"]), FailureKind(d["kind"]), d["exception"], d["message"],
-                   d["traceback"])
+                   d["traceback"], d.get("batches"))
 
 
 def write_error(failure: RankFailure) -> None:
@@ -102,17 +103,21 @@ def failure_message(e: BaseException) -> str:
     return re.sub(rf"^[\w.]*\b{type(e).__name__}: ", "", lines[-1] if lines else "")
 
 
-def run_reporting_errors(main: Callable[[], Any]) -> Any:
-    """Call `main`; on an exception write its failure record for the harness, re-raise."""
+def run_reporting_errors(main: Callable[[], Any],
+                         batches: Callable[[], int | None] = lambda: None) -> Any:
+    """Call `main`; on an exception write its failure record for the harness, re-raise.
+
+    `batches()`: how many batches the training loader had yielded when it failed
+    (0: the script failed before its first, the same way in every mode)."""
     try:
         return main()
     except SystemExit as e:
         if e.code not in (0, None):
             write_error(RankFailure(rank(), FailureKind.CRASH, "SystemExit", str(e.code),
-                                    f"SystemExit: {e.code}\n"))
+                                    f"SystemExit: {e.code}\n", batches()))
         raise
     except BaseException as e:
         write_error(RankFailure(rank(), FailureKind.of(e), type(e).__name__, failure_message(e),
-                                traceback.format_exc()))
+                                traceback.format_exc(), batches()))
         sys.stderr.flush()
         raise
