@@ -52,8 +52,8 @@ class Stall:
     def label(self, kind: str) -> str:
         if self.significance == "within_noise":
             return f"{kind} noise ±{self.half_pct:.0f}%"
-        if self.significance == "inverted":
-            return f"{kind} inverted"
+        if self.significance in ("inverted", "suspect"):  # the notes say why
+            return f"{kind} {self.significance}"
         spread = f" ±{self.half_pct:.0f}" if self.half_pct is not None else ""
         return f"{kind} {self.pct:.0f}%{spread}"
 
