@@ -46,10 +46,12 @@ DEFAULT_CACHE_GRID = DEFAULT_CACHES  # `dsanalyze whatif --cache`, as the advice
 def find_data(sweep: Sweep) -> tuple[Any, str]:
     """The sweep's dataset (`jobs.datasets.DatasetInfo`) and a line saying where it came from."""
     from dsanalyze.datafind import dataset_for
-    from dsanalyze.sweep import check_cpus
+    from dsanalyze.sweep import before_meeting, check_cpus
 
-    check_cpus(sweep)  # before the scan or the discovery run: they can take minutes
-    return dataset_for(sweep.job, Path(sweep.prefix))
+    def find() -> tuple[Any, str]:
+        check_cpus(sweep)  # before the scan or the discovery run: they can take minutes
+        return dataset_for(sweep.job, Path(sweep.prefix))
+    return before_meeting(sweep, find)
 
 
 def profile(sweep: Sweep, dataset: Any = None, progress: Callable[[str], None] | None = None,

@@ -26,6 +26,7 @@ from dsanalyze.config import Mode, RunSpec, Sweep
 from dsanalyze.errors import (
     ConfigError,
     DatasetError,
+    DsAnalyzeError,
     FailureKind,
     NodeLost,
     ResourceError,
@@ -117,16 +118,66 @@ def check_cpus(sweep: Sweep) -> None:
         launch.cpu_ids(None if cpus is None else int(cpus))
 
 
+def find_dataset(sweep: Sweep) -> DatasetInfo:
+    check_cpus(sweep)  # before the scan or the discovery run: they can take minutes
+    return datafind.dataset_for(sweep.job, Path(sweep.prefix))[0]
+
+
+def _specs(sweep: Sweep, dataset: DatasetInfo) -> list[RunSpec]:
+    if sweep.job.nnodes > 1 and sweep.target_ci_pct is not None:
+        # each node would judge its own ranks' intervals: they could disagree
+        raise ConfigError("--target-ci needs one node: with several, give --repeats N")
+    return sweep.run_specs(dataset.total_bytes)
+
+
+def before_meeting(sweep: Sweep, step: Callable[[], Any]) -> Any:
+    """`step()`; a node that fails in it, before the nodes meet, tells the others (they stop
+    at once with its reason instead of waiting for it: `nodes.announce_failure`)."""
+    try:
+        return step()
+    except DsAnalyzeError as e:
+        if sweep.job.nnodes > 1:
+            nodes.announce_failure(sweep.job, str(e))
+        raise
+
+
 def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
               dataset: DatasetInfo | None = None, lock_wait_s: float = 0.0) -> SweepOutcome:
     """Measure every run of the sweep that is not already complete (`app.profile` writes
     summary.json from them).
 
-    The dataset stays locked against other harnesses for the whole sweep."""
+    The dataset stays locked against other harnesses for the whole sweep. With several
+    nodes, they meet before any other check: a node whose check fails stops every node at
+    once with its reason (`nodes.NodeGroup.fail`)."""
+    dataset = dataset or before_meeting(sweep, lambda: find_dataset(sweep))
+    specs = before_meeting(sweep, lambda: _specs(sweep, dataset))
+    group = nodes.NodeGroup.join(sweep.job, specs) if sweep.job.nnodes > 1 else None
+    old = signal.signal(signal.SIGTERM, _sigterm)
+    lock = None
+    try:
+        try:
+            if group is not None:
+                group.meet(dataset.root, sweep.job.timeout_s)
+            measuring, lock = _prepare(sweep, specs, dataset, lock_wait_s, group)
+        except DsAnalyzeError as e:
+            if group is not None:
+                group.fail(str(e))
+            raise
+        _measure_all(sweep, specs, measuring, progress)
+    finally:
+        if group is not None:
+            group.close()
+        signal.signal(signal.SIGTERM, old)
+        if lock is not None:
+            lock.release()
+    return measuring.outcome
+
+
+def _prepare(sweep: Sweep, specs: list[RunSpec], dataset: DatasetInfo, lock_wait_s: float,
+             group: nodes.NodeGroup | None) -> tuple[_Measuring, DataLock]:
+    """The checks before the first run (prefix, data, cgroups, the dataset's lock) and what
+    every run shares."""
     prefix = Path(sweep.prefix)
-    check_cpus(sweep)
-    dataset = dataset or datafind.dataset_for(sweep.job, prefix)[0]
-    specs = sweep.run_specs(dataset.total_bytes)
     check_prefix(prefix, sweep)
     fp = Fingerprint.of(dataset)
     unreadable = check_data(prefix, sweep, specs, fp)
@@ -137,21 +188,7 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
     lock = DataLock.acquire(dataset.root, lock_wait_s)
     if not sweep.resume and sweep.job.node_rank == 0:
         outcome.superseded, outcome.superseded_dir = set_aside_stale_repeats(prefix, specs)
-    old = signal.signal(signal.SIGTERM, _sigterm)
-    group = None
-    try:
-        if sweep.job.nnodes > 1:
-            if sweep.target_ci_pct is not None:
-                # each node would judge its own ranks' intervals: they could disagree
-                raise ConfigError("--target-ci needs one node: with several, give --repeats N")
-            group = nodes.NodeGroup.join(sweep.job, specs)
-        _measure_all(sweep, specs, _Measuring(ctx, outcome, sweep.resume, fp, group), progress)
-    finally:
-        if group is not None:
-            group.close()
-        signal.signal(signal.SIGTERM, old)
-        lock.release()
-    return outcome
+    return _Measuring(ctx, outcome, sweep.resume, fp, group), lock
 
 
 def _measure_all(sweep: Sweep, specs: list[RunSpec], measuring: _Measuring,
