@@ -86,6 +86,9 @@ class LaunchContext:
     # the machine's parallel efficiency (`records.CpuScaling`), measured once per sweep
     # (`resources/cpuscale.py`) and stored with every run
     cpu_scaling: dict[str, Any] | None = None
+    # batches of an epoch of the training loader, counted by a run of the real loader: what
+    # a synthetic run replays when the loader has no len() (a webdataset pipeline)
+    epoch_batches: int | None = None
 
 
 def cpu_ids(cpus: int | None) -> tuple[int, ...] | None:
@@ -245,6 +248,8 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     limits, enforced = plan_limits(spec, ctx)
     cache_state = prepare_cache(spec, ctx.dataset, ctx.library_files)
     env, threads = job_env(spec, run_dir)
+    if ctx.epoch_batches is not None:
+        env[rankenv.ENV_EPOCH_BATCHES] = str(ctx.epoch_batches)
     disk_before = diskstats_read_bytes(limits.device)
     started, t0 = time.time(), time.perf_counter()
     ex = execute(spec, ctx, limits, enforced, env, log_path)

@@ -150,7 +150,7 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
     nodes, they meet before any other check: a node whose check fails stops every node at
     once with its reason (`nodes.NodeGroup.fail`)."""
     dataset = dataset or before_meeting(sweep, lambda: find_dataset(sweep))
-    specs = before_meeting(sweep, lambda: _specs(sweep, dataset))
+    specs = real_loader_first(before_meeting(sweep, lambda: _specs(sweep, dataset)))
     group = nodes.NodeGroup.join(sweep.job, specs) if sweep.job.nnodes > 1 else None
     old = signal.signal(signal.SIGTERM, _sigterm)
     lock = None
@@ -274,6 +274,7 @@ def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
     if done is not None:
         outcome.skipped.append(spec.run_id)
         _remember_memory(ctx, done)
+        _remember_epoch(ctx, done)
         return None
     check_unchanged(datafind.rescan(spec.job, ctx.dataset), fp)
     if ctx.cpu_scaling is None:
@@ -284,6 +285,7 @@ def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
     store.write_run(ctx.prefix, result)
     outcome.results.append(result)
     _remember_memory(ctx, result)
+    _remember_epoch(ctx, result)
     if result.failure is FailureKind.CORRUPT_SAMPLE:
         # every other run would read the same file: stop here
         raise DatasetError(result.error)
@@ -336,6 +338,28 @@ def _repeat_tag(sweep: Sweep, repeat: int) -> str:
     if sweep.target_ci_pct is not None:
         return f", repeat {repeat} (at most {sweep.max_repeats}, until stalls ±{sweep.target_ci_pct:g}%)"
     return f", repeat {repeat}/{sweep.repeats}" if sweep.repeats > 1 else ""
+
+
+def _remember_epoch(ctx: launch.LaunchContext, result: RunResult) -> None:
+    """An epoch's batches as a run of the real loader counted them: the synthetic runs of a
+    loader with no len() replay that many."""
+    seen = result.ranks[0].extra.get("epoch_batches_seen") if result.ranks else None
+    if seen and result.mode is not Mode.SYNTHETIC and ctx.epoch_batches is None:
+        ctx.epoch_batches = int(seen)
+
+
+def real_loader_first(specs: list[RunSpec]) -> list[RunSpec]:
+    """A script measured in whole epochs: its synthetic runs after the first run of the real
+    loader, which counts an epoch's batches for them to replay (an IterableDataset, as a
+    webdataset pipeline, has no len()). Otherwise the order of --modes."""
+    job = specs[0].job if specs else None
+    if job is None or job.script is None or job.epochs is None:
+        return specs
+    first = next((i for i, s in enumerate(specs) if s.mode is not Mode.SYNTHETIC), None)
+    if first is None:
+        return specs
+    early = [s for s in specs[:first] if s.mode is Mode.SYNTHETIC]
+    return [s for s in specs[:first + 1] if s not in early] + early + specs[first + 1:]
 
 
 def _remember_memory(ctx: launch.LaunchContext, result: RunResult) -> None:
