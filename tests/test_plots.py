@@ -151,6 +151,21 @@ def test_stall_breakdown_marks_the_cold_first_epoch():
     assert cold.get_label() == "cold 1st epoch (disk)"
 
 
+@pytest.mark.parametrize("prefix", [TWO_RANKS, TWELVE])
+def test_the_cold_epoch_tick_never_strikes_through_a_label(prefix):
+    """The tick marked the cold epoch across the "fetch 0%" label; now each label sits above
+    the highest thing drawn in its column."""
+    fig = plots.stall_breakdown(summary_of(prefix))
+    ax = fig.axes[0]
+    text_boxes(fig)  # laid out at the figure's own size
+    (cold,) = [c for c in ax.collections if isinstance(c, PathCollection)]
+    ticks = ax.transData.transform(cold.get_offsets())
+    labels = [t for t in ax.texts if t.get_gid() == "stall label"]
+    for x, y in ticks:
+        (label,) = [t for t in labels if abs(ax.transData.transform((t.xy[0], 0))[0] - x) < 1]
+        assert label.get_window_extent().y0 > y + 2  # above the tick, which is 2 pt thick
+
+
 def cfg(cpus, cache_bytes, bps, spec=None):
     return {"cpus": cpus, "cache_bytes": cache_bytes, "storage_read_bps": bps,
             "cache_spec": spec or ("none" if cache_bytes is None else str(cache_bytes))}
