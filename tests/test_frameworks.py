@@ -29,6 +29,7 @@ from conftest import harness
 
 from dsanalyze import app, store
 from dsanalyze.analysis import shards, stalls
+from dsanalyze.analysis.summary import summarize
 from dsanalyze.report import shards as shard_report
 from dsanalyze.report import summary
 from dsanalyze.report.text import number
@@ -278,5 +279,4 @@ def test_webdataset_with_epochs_replays_the_epoch_the_real_loader_counted(tmp_pa
     synthetic = runs["synthetic"].ranks[0]
     assert len(synthetic.iter_s) == seen and synthetic.extra["batches_per_epoch"] == seen
     assert runs["cached"].started_unix_s < runs["synthetic"].started_unix_s  # real loader first
-    summary = stalls.summary(list(runs.values()))
-    assert summary["configs"][0]["samples_per_epoch"] == seen * BATCH
+    assert summarize(list(runs.values())).configs[0].samples_per_epoch == seen * BATCH

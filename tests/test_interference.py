@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from dsanalyze import store
-from dsanalyze.analysis import interference, stalls
+from dsanalyze.analysis import interference
+from dsanalyze.analysis.summary import summarize
 from dsanalyze.records import RunResult
 from dsanalyze.report import plots
 from dsanalyze.report.summary import render_table
@@ -72,23 +73,23 @@ def test_cached_slower_than_disk_beyond_both_intervals_is_flagged_as_suspect():
     cached = slowed(run("cached-cpus1"), 2.5)
     disk = run("disk-cpus1-cachenone-bwnone")
     runs = [run("synthetic-cpus1"), cached, disk]
-    summary = stalls.summary(runs)
-    (cfg,) = summary["configs"]
-    c, d = cfg["modes"]["cached"], cfg["modes"]["disk"]
-    assert d["rate_sps_low"] > c["rate_sps_high"]  # apart beyond both intervals
-    assert cfg["fetch_stall_significance"] == "suspect" and cfg["fetch_stall_s"] == 0.0
+    summary = summarize(runs)
+    (cfg,) = summary.configs
+    c, d = cfg.modes["cached"], cfg.modes["disk"]
+    assert d.rate_sps_low > c.rate_sps_high  # apart beyond both intervals
+    assert cfg.fetch_stall_significance == "suspect" and cfg.fetch_stall_s == 0.0
     table = render_table(summary)
     assert "suspect (see note)" in table
-    (note,) = [w for w in cfg["warnings"] if w.startswith("fetch stall suspect")]
-    assert f"({d['rate_sps']:.1f} vs {c['rate_sps']:.1f} samples/s)" in note
+    (note,) = [w for w in cfg.warnings if w.startswith("fetch stall suspect")]
+    assert f"({d.rate_sps:.1f} vs {c.rate_sps:.1f} samples/s)" in note
     # both runs had their other core busy: no more during the cached run, so drift is named
     assert "suspected: drift between the runs" in note
-    assert cfg["verdict"] != "" and "compute-bound" not in cfg["verdict"]
+    assert "compute-bound" not in cfg.verdict
     # the figure: the bar stands at the table's epoch time, the fetch stall labelled suspect
-    fig = plots.stall_breakdown(summary)
+    fig = plots.stall_breakdown(summary.to_dict())
     ax = fig.axes[0]
     heights = sum(c.patches[0].get_height() for c in ax.containers if hasattr(c, "patches"))
-    assert heights == pytest.approx(cfg["total_s"], rel=1e-12)
+    assert heights == pytest.approx(cfg.total_s, rel=1e-12)
     assert ax.texts[0].get_text().endswith("fetch suspect")
 
 
@@ -100,7 +101,7 @@ def test_the_suspect_note_names_outside_work_during_the_slow_run():
     disk = with_probe(run("disk-cpus1-cachenone-bwnone"), cpus=[0], window_s=10.0,
                       machine_cpus=2, others_cpu_s=0.0, others_cpu_pct=0.0,
                       machine_others_cpu_s=0.5)
-    (cfg,) = stalls.summary([run("synthetic-cpus1"), cached, disk])["configs"]
-    (note,) = [w for w in cfg["warnings"] if w.startswith("fetch stall suspect")]
+    (cfg,) = summarize([run("synthetic-cpus1"), cached, disk]).configs
+    (note,) = [w for w in cfg.warnings if w.startswith("fetch stall suspect")]
     assert "other work on the machine during the cached run: 95% of CPU busy outside the job " \
            "(5% during the disk run)" in note

@@ -25,6 +25,7 @@ from matplotlib.patches import Rectangle
 
 from dsanalyze import app, cli, store
 from dsanalyze.analysis import stalls
+from dsanalyze.analysis.summary import ConfigSummary, summarize
 from dsanalyze.report import plots, stall_figure, validation_figure, whatif_plots
 from dsanalyze.report import summary as report_summary
 from dsanalyze.report.text import knob_text
@@ -36,7 +37,7 @@ MIB = 1 << 20
 
 
 def summary_of(prefix: Path) -> dict:
-    return stalls.summary(store.load_runs(prefix))
+    return summarize(store.load_runs(prefix)).to_dict()  # the figures read summary.json's keys
 
 
 def bars(fig) -> dict[str, BarContainer]:
@@ -90,7 +91,7 @@ def test_stall_breakdown_bars_and_labels_equal_the_summary():
 
 def table_words(cfg: dict, kind: str) -> str:
     """The table's stall cell (`0.1s 12.3% ±6.7`, `within noise (±8.0%)`) in the label's words."""
-    cell = report_summary._stall(cfg, kind)
+    cell = report_summary._stall(ConfigSummary.from_dict(cfg), kind)
     if cell.startswith("within noise"):
         return f"noise ±{float(cell.split('±')[1].rstrip('%)')):.0f}%"
     _, pct, half = cell.split()
@@ -407,7 +408,7 @@ def test_timeline_spans_sum_to_the_recorded_times(prefix, run_id):
 
 def test_timeline_run_is_the_one_that_waited_most():
     runs = store.load_runs(SWEEP)
-    summary = stalls.summary(runs)
+    summary = summarize(runs).to_dict()
     worst = max(summary["runs"], key=lambda r: r["wait_pct"])
     assert plots.timeline_run(summary, runs).run_id == worst["run_id"]
     assert worst["run_id"].endswith("bw8M")
