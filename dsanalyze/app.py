@@ -279,9 +279,14 @@ def advise(prefix: str | Path, runs: list[RunResult] | None = None) -> WhatIfDoc
     grid (`whatif/advice.py`), its validation, and the answer in words."""
     from dsanalyze.report.advice import advice_text
     from dsanalyze.whatif.advice import advise as advice_of
+    from dsanalyze.whatif.advice import failure_note
 
     runs = store.load_runs(prefix) if runs is None else runs
-    a = advice_of(runs, dataset_sizes(runs))
+    try:
+        a = advice_of(runs, dataset_sizes(runs))
+    except Exception as e:  # noqa: BLE001 - the advice never crashes a finished sweep
+        line = f"the advice failed on these runs ({failure_note(e)})"
+        return WhatIfDocs(recommendation=[f"Advice: none: {line}."], note=f"What-if: {line}")
     notes = [] if a.rows else [f"What-if: no model fitted on these runs: {a.note}"]
     if a.rows and a.validation is None:
         notes.append(f"Validation: {a.validation_note}")

@@ -49,6 +49,11 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--loader", choices=config.LOADERS, help="pytorch or dali (pytorch)")
     g.add_argument("--seed", type=int, help="sampler seed (0)")
     g.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per run (1800)")
+    g.add_argument("--stall-timeout", dest="stall_timeout_s", type=float,
+                   help="stop a run (status stalled) after this many seconds without an "
+                        "iteration (120)")
+    g.add_argument("--startup-timeout", dest="startup_timeout_s", type=float,
+                   help="... or without its first iteration: imports, data scan, workers (600)")
     g.add_argument("--loader-index", dest="loader_index", type=int,
                    help="user script: time its K-th loader created (0-based) as the training "
                         "loader (default: the first shuffled loader iterated)")

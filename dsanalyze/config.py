@@ -175,6 +175,9 @@ class Job:
     master_port: int | None = field(default=None, compare=False)
     seed: int = 0
     timeout_s: float = 1800.0
+    # no iteration for this long (before the first: startup_timeout_s): stopped as stalled
+    stall_timeout_s: float = field(default=120.0, compare=False)
+    startup_timeout_s: float = field(default=600.0, compare=False)
     loader_index: int | None = None  # user script: its K-th loader created is the training one
 
     def __post_init__(self) -> None:
@@ -194,6 +197,9 @@ class Job:
             raise ConfigError("--iters and --epochs must be at least 1")
         if self.sim_step_ms <= 0:
             raise ConfigError("--sim-step-ms must be positive")
+        if min(self.stall_timeout_s, self.startup_timeout_s) <= 0:
+            raise ConfigError("--stall-timeout and --startup-timeout must be positive, got "
+                              f"{self.stall_timeout_s} and {self.startup_timeout_s}")
         if self.loader_index is not None and self.loader_index < 0:
             raise ConfigError(f"--loader-index must be 0 or more, got {self.loader_index}")
 
@@ -204,6 +210,9 @@ class Job:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["script_args"] = list(self.script_args)
+        for name in ("stall_timeout_s", "startup_timeout_s"):  # only when set: old files
+            if d[name] == Job.__dataclass_fields__[name].default:  # read back unchanged
+                del d[name]
         return d
 
     @classmethod

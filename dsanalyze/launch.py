@@ -34,6 +34,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from dsanalyze import progress
 from dsanalyze.config import Job, Mode, RunSpec, format_bytes
 from dsanalyze.dataset import DatasetInfo
 from dsanalyze.errors import ConfigError, FailureKind
@@ -46,6 +47,7 @@ from dsanalyze.records import (
     Knob,
     RankRecord,
     RunResult,
+    StallRecord,
     Status,
 )
 from dsanalyze.resources import cgroups, pagecache, storage
@@ -267,7 +269,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
         dataset=ctx.dataset.record(), enforced=replace(enforced, limiter=ex.limiter),
         environment=_environment(spec, ctx, ex, threads, ranks, rank_errors, log_path), io=io,
         monitor=tuple(ex.monitor.samples), started_unix_s=started,
-        duration_s=time.perf_counter() - t0, log_path=str(log_path))
+        duration_s=time.perf_counter() - t0, log_path=str(log_path), stall=ex.stall)
     shutil.rmtree(run_dir, ignore_errors=True)
     with contextlib.suppress(OSError):  # no empty tmp/ left in the prefix (kept if not empty)
         run_dir.parent.rmdir()
@@ -286,6 +288,7 @@ class Execution:
     monitor: Monitor
     mapped_files: tuple[str, ...] | None  # what a cached run mapped (libraries)
     limiter: dict[str, Any]  # the cache limiter's counts ({} when it did not run)
+    stall: StallRecord | None = None  # what a stalled job was doing when it was stopped
 
 
 def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, enforced: Enforcement,
@@ -311,9 +314,17 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, enforced:
             if spec.mode is Mode.CACHED else None
         limiter = stack.enter_context(cache_limiter(cg, spec, limits, enforced))
         monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s)
+        watchdog = progress.Watchdog(Path(env[rankenv.ENV_RUN_DIR]), spec.job.stall_timeout_s,
+                                     spec.job.startup_timeout_s)
+        stall = None
         try:
             with monitor:
-                rc, status, error = _wait_job(proc, spec.job.timeout_s, ctx.should_abort)
+                rc, status, error = _wait_job(proc, spec.job.timeout_s, ctx.should_abort,
+                                              watchdog.check)
+                if status is Status.STALLED:  # seen before anything is killed
+                    stall = progress.stall_record(watchdog, cg.pids() if cg else
+                                                  tree_pids(proc.pid), cg.counters() if cg else {})
+                    error = f"{error}: {progress.stall_text(stall)}"
         finally:
             _kill_group(proc)
             counters = cg.counters() if cg else {}
@@ -322,7 +333,7 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, enforced:
                 cg.kill()
     return Execution(rc, status, error, counters, interference, monitor,
                      tuple(maps.files) if maps is not None else None,
-                     limiter.report() if limiter is not None else {})
+                     limiter.report() if limiter is not None else {}, stall)
 
 
 def _wrapper(cg: cgroups.RunCgroup | None, limits: cgroups.Limits, line: Lifeline) -> list[str]:
@@ -386,12 +397,15 @@ def _environment(spec: RunSpec, ctx: LaunchContext, ex: Execution, threads: dict
 
 
 def _wait_job(proc: subprocess.Popen, timeout_s: float,
-              should_abort: Callable[[], str | None] | None) -> tuple[int | None, str, str | None]:
-    """Wait for the job: (exit status, run status, error). Polls `should_abort` if given."""
+              should_abort: Callable[[], str | None] | None,
+              stalled: Callable[[], str | None] | None = None
+              ) -> tuple[int | None, str, str | None]:
+    """Wait for the job: (exit status, run status, error). Polls `should_abort` and `stalled`
+    (the progress watchdog) every 0.5 s if given."""
     deadline = time.monotonic() + timeout_s
     while True:
         step = max(0.0, deadline - time.monotonic())
-        if should_abort is not None:
+        if should_abort is not None or stalled is not None:
             step = min(step, 0.5)
         try:
             return proc.wait(timeout=step), Status.OK, None
@@ -403,6 +417,9 @@ def _wait_job(proc: subprocess.Popen, timeout_s: float,
         reason = should_abort() if should_abort is not None else None
         if reason is not None:
             return None, Status.FAILED, reason
+        reason = stalled() if stalled is not None else None
+        if reason is not None:
+            return None, Status.STALLED, reason
 
 
 def local_ranks(job: Job) -> range:

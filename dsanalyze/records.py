@@ -31,9 +31,59 @@ class Status(str, enum.Enum):
     OOM = "oom"
     TIMEOUT = "timeout"
     INTERRUPTED = "interrupted"
+    STALLED = "stalled"  # no iteration for --stall-timeout seconds: stopped (`StallRecord`)
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    """One process of a job when it was seen: `/proc/<pid>/stat`'s name and state letter
+    (R running, S sleeping, D uninterruptible: waiting on I/O, Z zombie) and the kernel
+    function it waits in (`/proc/<pid>/wchan`, "" when running or hidden)."""
+
+    pid: int
+    name: str
+    state: str
+    wchan: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "name": self.name, "state": self.state, "wchan": self.wchan}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ProcessState:
+        return cls(int(d["pid"]), d["name"], d["state"], d.get("wchan", ""))
+
+
+@dataclass(frozen=True)
+class StallRecord:
+    """What a stalled run was doing when the watchdog stopped it (`progress.py`).
+
+    `still_s`: seconds with no iteration; `iterations`: each rank's count then (rank ->
+    iterations); `processes`: the job's processes; `read_bytes`: the cgroup's bytes read
+    (through the throttle, if any) by then; `memory_bytes` / `cache_bytes`: the cgroup's
+    memory use and page cache then (None without cgroups)."""
+
+    still_s: float
+    iterations: dict[int, int]
+    processes: tuple[ProcessState, ...]
+    read_bytes: int | None = None
+    memory_bytes: int | None = None
+    cache_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"still_s": self.still_s, "iterations": {str(k): v for k, v in
+                                                         self.iterations.items()},
+                "processes": [p.to_dict() for p in self.processes],
+                "read_bytes": self.read_bytes, "memory_bytes": self.memory_bytes,
+                "cache_bytes": self.cache_bytes}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StallRecord:
+        return cls(float(d["still_s"]), {int(k): int(v) for k, v in d["iterations"].items()},
+                   tuple(ProcessState.from_dict(p) for p in d["processes"]),
+                   d.get("read_bytes"), d.get("memory_bytes"), d.get("cache_bytes"))
 
 
 class CacheAction(str, enum.Enum):
@@ -336,6 +386,7 @@ class RunResult:
     started_unix_s: float = 0.0
     duration_s: float = 0.0
     log_path: str | None = None
+    stall: StallRecord | None = None  # status stalled: what the job was doing
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))
@@ -372,6 +423,7 @@ class RunResult:
             "io": self.io.to_dict(),
             "ranks": [r.to_dict() for r in self.ranks],
             "monitor": list(self.monitor),
+            **({"stall": self.stall.to_dict()} if self.stall else {}),
         }
 
     @classmethod
@@ -390,4 +442,5 @@ class RunResult:
             started_unix_s=float(d.get("started_unix_s", 0.0)),
             duration_s=float(d.get("duration_s", 0.0)),
             log_path=d.get("log_path"),
+            stall=StallRecord.from_dict(d["stall"]) if d.get("stall") else None,
         )

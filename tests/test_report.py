@@ -74,7 +74,8 @@ def test_markdown_report_reads_every_number_from_the_summary():
     assert "- **Storage**: disk unthrottled, disk 8M/s" in md
     assert "- **Enforced** storage bw: cgroup v1 read throttle on 254:0" in md
     assert "- **Dataset**: 128 files, 12.7M" in md
-    assert "batch 8 per rank, 1 rank(s), device sim (30 ms per step)" in md
+    assert "2 workers per rank, batch 8 per rank, prefetch 2, 1 rank(s), device sim (30 ms " \
+        "per step)" in md
     assert "Per epoch of 128 samples" in md
     assert "![Seconds per epoch" in md and "](stall_breakdown.png)" in md
     assert [h for h in re.findall(r"^#+ .*$", md, re.M)] == [

@@ -13,6 +13,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
+from dsanalyze.analysis import jobrun
 from dsanalyze.analysis.measured import short_text
 from dsanalyze.analysis.summary import ConfigSummary, Summary
 from dsanalyze.config import Job, format_bytes
@@ -194,9 +195,7 @@ def _job_lines(summary: Summary) -> list[str]:
     if job:
         what = f"script `{job.script}`" if job.script else \
             f"built-in image classification ({job.arch})"
-        ranks = job.nproc_per_node * job.nnodes
-        lines += [f"**Job**: {what}, {job.loader} loader, {job.workers} workers per rank, "
-                  f"batch {job.batch_size} per rank, {ranks} rank(s), device "
+        lines += [f"**Job**: {what}, {_knobs_text(summary, job)}, device "
                   f"{_device_text(summary)}",
                   f"**Measured**: {_window_text(summary, job)} per run after {job.warmup} "
                   "warm-up iteration(s)"]
@@ -204,6 +203,14 @@ def _job_lines(summary: Summary) -> list[str]:
         lines.append(f"**Dataset**: {ds.num_files} files, {format_bytes(ds.total_bytes)}, "
                      f"mean {format_bytes(ds.mean_file_bytes)} per file, `{ds.root}`")
     return lines
+
+
+def _knobs_text(summary: Summary, job: Job) -> str:
+    """The loader's knobs as the job ran them (a script's own), else as the harness asked."""
+    if summary.measured.job_as_run is not None:
+        return jobrun.job_text(summary.measured.job_as_run)
+    return (f"{job.loader} loader, {job.workers} workers per rank, batch {job.batch_size} per "
+            f"rank, {job.nproc_per_node * job.nnodes} rank(s)")
 
 
 def _window_text(summary: Summary, job: Job) -> str:
