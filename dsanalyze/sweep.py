@@ -183,7 +183,8 @@ def _prepare(sweep: Sweep, specs: list[RunSpec], dataset: DatasetInfo, lock_wait
     unreadable = check_data(prefix, sweep, specs, fp)
     store.check_writable(prefix)
     hierarchy, why = resolve_cgroups(sweep.use_cgroups)
-    ctx = launch.LaunchContext(prefix, dataset, hierarchy, why)
+    ctx = launch.LaunchContext(prefix, dataset, hierarchy, why,
+                               drop_caches_globally=sweep.drop_caches_globally)
     outcome = SweepOutcome(cgroup_note=why, unreadable=unreadable)
     lock = DataLock.acquire(dataset.root, lock_wait_s)
     if not sweep.resume and sweep.job.node_rank == 0:
@@ -273,7 +274,7 @@ def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
         done = None  # another node lacks it: every node runs it again
     if done is not None:
         outcome.skipped.append(spec.run_id)
-        _remember_memory(ctx, done)
+        _remember_libraries(ctx, done)
         _remember_epoch(ctx, done)
         return None
     check_unchanged(datafind.rescan(spec.job, ctx.dataset), fp)
@@ -284,7 +285,7 @@ def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
                                                                       fingerprint=fp.to_dict()))
     store.write_run(ctx.prefix, result)
     outcome.results.append(result)
-    _remember_memory(ctx, result)
+    _remember_libraries(ctx, result)
     _remember_epoch(ctx, result)
     if result.failure is FailureKind.CORRUPT_SAMPLE:
         # every other run would read the same file: stop here
@@ -362,16 +363,11 @@ def real_loader_first(specs: list[RunSpec]) -> list[RunSpec]:
     return [s for s in specs[:first + 1] if s not in early] + early + specs[first + 1:]
 
 
-def _remember_memory(ctx: launch.LaunchContext, result: RunResult) -> None:
-    """The job's memory for the disk runs' limit at the cached run's CPUs: the largest peak of
-    the cached runs seen (with repeats the peak moves by 10% between runs, more than the
-    margin: a disk run limited by a lower repeat's peak was killed for memory)."""
-    if result.mode is Mode.CACHED and result.ok:
-        peak = result.io.job_memory_peak_bytes
-        if peak:
-            cpus = result.spec.resources.cpus
-            ctx.job_memory_bytes[cpus] = max(int(peak), ctx.job_memory_bytes.get(cpus, 0))
-        ctx.library_files = result.io.mapped_files or ctx.library_files
+def _remember_libraries(ctx: launch.LaunchContext, result: RunResult) -> None:
+    """The files the job's processes mapped in any run so far, measured or resumed: what a
+    disk run reads back first if they were evicted (`libmaps.warm_missing`)."""
+    if result.io.mapped_files:
+        ctx.library_files = tuple(sorted({*ctx.library_files, *result.io.mapped_files}))
 
 
 def _progress_line(spec: RunSpec, result: RunResult, measured: int, elapsed_s: float,
