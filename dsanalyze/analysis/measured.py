@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 
 
@@ -77,7 +78,43 @@ def job_device(results: list[RunResult]) -> str:
     return ",".join(sorted(used)) if used else "unknown (no completed run)"
 
 
+RESIDENT_SHARE = 0.95  # of the warmed bytes: less resident when a cached run starts, not cached
+
+
+def cached_subset(result: RunResult) -> dict[str, Any] | None:
+    """A cached or loader run of data larger than memory: the subset it measured prep on
+    (`io.cache_state["subset"]`, `resources/memroom.py`), and whether its ranks' dataset was
+    narrowed to it (`narrowed`: a torchvision DatasetFolder is, other datasets are not)."""
+    sub = (result.io.cache_state or {}).get("subset")
+    if not result.ok or sub is None or result.mode not in (Mode.CACHED, Mode.LOADER):
+        return None
+    kept = sum((r.extra.get("subset") or {}).get("kept", 0) for r in result.ranks)
+    return {"run_id": result.run_id, **sub, "narrowed": kept > 0}
+
+
+def not_cached(result: RunResult) -> dict[str, Any] | None:
+    """A cached run that was not cached: under RESIDENT_SHARE of what the harness warmed was
+    resident when it started (the warm did not fit), or its dataset was not narrowed to
+    the subset it warmed. Its prep stall then includes fetch time."""
+    state = result.io.cache_state or {}
+    if not result.ok or result.mode is not Mode.CACHED or "resident_before_bytes" not in state:
+        return None
+    warmed = state.get("warmed_bytes") or result.io.dataset_bytes or 0
+    share = state["resident_before_bytes"] / warmed if warmed else 1.0
+    sub = cached_subset(result)
+    if share < RESIDENT_SHARE or (sub is not None and not sub["narrowed"]):
+        return {"run_id": result.run_id, "resident_pct": round(100 * share, 1),
+                "narrowed": None if sub is None else sub["narrowed"]}
+    return None
+
+
 def window_summary(results: list[RunResult]) -> dict[str, Any]:
-    """The `measured` entry of `summary.json`: device, iterations per run, short runs."""
-    return {"device": job_device(results), "iters_per_run": measured_iters(results),
-            "short_runs": [s.to_dict() for r in results if (s := short_run(r)) is not None]}
+    """The `measured` entry of `summary.json`: device, iterations per run, short runs,
+    subsets of data larger than memory, cached runs that were not cached."""
+    out = {"device": job_device(results), "iters_per_run": measured_iters(results),
+           "short_runs": [s.to_dict() for r in results if (s := short_run(r)) is not None]}
+    for key, of in (("subsets", cached_subset), ("not_cached", not_cached)):  # when any
+        found = [s for r in results if (s := of(r)) is not None]
+        if found:
+            out[key] = found
+    return out

@@ -29,6 +29,7 @@ ENV_THREADS = "DSANALYZE_THREADS"  # the CPU budget's thread count for this rank
 ENV_EPOCHS = "DSANALYZE_EPOCHS"  # user scripts: stop after this many training epochs
 ENV_LOADER_INDEX = "DSANALYZE_LOADER_INDEX"  # user scripts: the training loader, by creation
 ENV_DISCOVER = "DSANALYZE_DISCOVER"  # "1": report the files the training loader reads
+ENV_SUBSET = "DSANALYZE_SUBSET"  # a file listing the dataset's files a cached run reads alone
 
 
 def rank() -> int:

@@ -119,6 +119,21 @@ def _window_notes(summary: dict[str, Any]) -> list[str]:
     n_runs = len(summary.get("runs", []))
     out += [f"{text} ({'every run' if len(ids) == n_runs else ', '.join(ids)})"
             for text, ids in said.items()]
+    return out + _cache_notes(measured)
+
+
+def _cache_notes(measured: dict[str, Any]) -> list[str]:
+    """Data larger than memory: the subset a cached run measured prep on; cached runs that
+    were not cached."""
+    out = [f"{s['run_id']} measured prep on a subset: {s['files']} of {s['of_files']} files "
+           f"({format_bytes(s['bytes'])} of {format_bytes(s['of_bytes'])}); the page cache has "
+           f"room for {format_bytes(s['room_bytes'])} ({s['room_why']}); the table is per epoch "
+           "of the whole dataset" for s in measured.get("subsets", [])]
+    for n in measured.get("not_cached", []):
+        why = "its dataset could not be narrowed to the warmed subset (not a torchvision " \
+              "DatasetFolder)" if n["narrowed"] is False else \
+              f"only {n['resident_pct']:g}% of the files warmed were resident at its start"
+        out.append(f"{n['run_id']} was NOT cached: {why}; its prep stall includes fetch time")
     return out
 
 
