@@ -52,6 +52,7 @@ def test_room_is_the_parent_cgroups_limit_less_what_it_holds() -> None:
 @pytest.mark.parametrize("total, room, job, asked, expect", [
     (100, 1000, 200, "auto", None),  # fits: the whole dataset
     (1000, 1000, 200, "auto", 640),  # 0.8 x (1000 - 200)
+    (1000, 1000, 2000, "auto", 200),  # a job estimate beyond the room: 0.8 x a quarter of it
     (1000, 1000, 200, "off", None),
     (1000, 1000, 200, "40%", 400),
     (1000, 10 ** 9, 0, "300", 300),

@@ -94,7 +94,9 @@ def subset_bytes(total_bytes: int, room: Room, job_memory_bytes: int,
     if asked not in (None, "auto"):
         want = CacheBudget.parse(asked, total_bytes).cache_bytes
         return None if want is None or want >= total_bytes else int(want)
-    free = room.room_bytes - job_memory_bytes
+    # the job's memory shares the cgroups; an estimate (none measured yet) never takes more
+    # than 3/4 of the room
+    free = max(room.room_bytes - job_memory_bytes, room.room_bytes // 4)
     if total_bytes <= SUBSET_SHARE * free:
         return None
     return max(0, int(SUBSET_SHARE * free))
