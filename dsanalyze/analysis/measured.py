@@ -11,15 +11,17 @@ state), not the built-in job's `--device` setting.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from dsanalyze.analysis.jobrun import JobAsRun, job_as_run
 from dsanalyze.config import Mode
+from dsanalyze.plain import PlainJson
 from dsanalyze.records import RunResult
 
 
 @dataclass(frozen=True)
-class ShortRun:
+class ShortRun(PlainJson):
     """A run whose script ended before the measured window was full (per rank 0)."""
 
     run_id: str
@@ -28,9 +30,6 @@ class ShortRun:
     measured: int  # iterations measured (after the warm-up)
     unit: str  # "iterations" or "epochs"
     warmup: int = 0  # warm-up iterations, before the asked iterations
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def short_run(result: RunResult) -> ShortRun | None:
@@ -81,40 +80,72 @@ def job_device(results: list[RunResult]) -> str:
 RESIDENT_SHARE = 0.95  # of the warmed bytes: less resident when a cached run starts, not cached
 
 
-def cached_subset(result: RunResult) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class CachedSubset(PlainJson):
     """A cached or loader run of data larger than memory: the subset it measured prep on
-    (`io.cache_state["subset"]`, `resources/memroom.py`), and whether its ranks' dataset was
-    narrowed to it (`narrowed`: a torchvision DatasetFolder is, other datasets are not)."""
+    (`io.cache_state["subset"]`, `resources/memroom.py`) and the room that sized it."""
+
+    run_id: str
+    files: int
+    bytes: int
+    of_files: int
+    of_bytes: int
+    room_bytes: int
+    room_why: str
+    narrowed: bool  # the ranks' dataset kept the subset alone (a torchvision DatasetFolder)
+
+
+@dataclass(frozen=True)
+class NotCached(PlainJson):
+    """A cached run that was not cached: its prep stall includes fetch time."""
+
+    run_id: str
+    resident_pct: float  # of the bytes warmed, resident when it started
+    narrowed: bool | None = None  # False: a subset was warmed, the dataset not narrowed to it
+
+
+def cached_subset(result: RunResult) -> CachedSubset | None:
     sub = (result.io.cache_state or {}).get("subset")
     if not result.ok or sub is None or result.mode not in (Mode.CACHED, Mode.LOADER):
         return None
     kept = sum((r.extra.get("subset") or {}).get("kept", 0) for r in result.ranks)
-    return {"run_id": result.run_id, **sub, "narrowed": kept > 0}
+    return CachedSubset(result.run_id, sub["files"], sub["bytes"], sub["of_files"],
+                        sub["of_bytes"], sub["room_bytes"], sub["room_why"], kept > 0)
 
 
-def not_cached(result: RunResult) -> dict[str, Any] | None:
-    """A cached run that was not cached: under RESIDENT_SHARE of what the harness warmed was
-    resident when it started (the warm did not fit), or its dataset was not narrowed to
-    the subset it warmed. Its prep stall then includes fetch time."""
+def not_cached(result: RunResult) -> NotCached | None:
+    """Under RESIDENT_SHARE of what the harness warmed was resident when the cached run
+    started (the warm did not fit), or its dataset was not narrowed to the subset warmed."""
     state = result.io.cache_state or {}
     if not result.ok or result.mode is not Mode.CACHED or "resident_before_bytes" not in state:
         return None
     warmed = state.get("warmed_bytes") or result.io.dataset_bytes or 0
     share = state["resident_before_bytes"] / warmed if warmed else 1.0
     sub = cached_subset(result)
-    if share < RESIDENT_SHARE or (sub is not None and not sub["narrowed"]):
-        return {"run_id": result.run_id, "resident_pct": round(100 * share, 1),
-                "narrowed": None if sub is None else sub["narrowed"]}
+    if share < RESIDENT_SHARE or (sub is not None and not sub.narrowed):
+        return NotCached(result.run_id, round(100 * share, 1), None if sub is None else
+                         sub.narrowed)
     return None
 
 
-def window_summary(results: list[RunResult]) -> dict[str, Any]:
-    """The `measured` entry of `summary.json`: device, iterations per run, short runs,
-    subsets of data larger than memory, cached runs that were not cached."""
-    out = {"device": job_device(results), "iters_per_run": measured_iters(results),
-           "short_runs": [s.to_dict() for r in results if (s := short_run(r)) is not None]}
-    for key, of in (("subsets", cached_subset), ("not_cached", not_cached)):  # when any
-        found = [s for r in results if (s := of(r)) is not None]
-        if found:
-            out[key] = found
-    return out
+@dataclass(frozen=True)
+class MeasuredWindow(PlainJson):
+    """The `measured` entry of `summary.json`: device, iterations per run, short runs, and
+    the job's knobs as the script ran them (`jobrun.JobAsRun`)."""
+
+    device: str
+    iters_per_run: int | None = None
+    short_runs: tuple[ShortRun, ...] = ()
+    job_as_run: JobAsRun | None = None
+    subsets: tuple[CachedSubset, ...] = ()  # data larger than memory: prep on a subset
+    not_cached: tuple[NotCached, ...] = ()  # cached runs that were not cached
+
+
+def window_summary(results: list[RunResult]) -> MeasuredWindow:
+    """What the runs measured against what was asked."""
+    ran = next((r for r in results if r.ok and r.ranks), None)
+    return MeasuredWindow(job_device(results), measured_iters(results),
+                          tuple(s for r in results if (s := short_run(r)) is not None),
+                          job_as_run(ran) if ran is not None else None,
+                          tuple(s for r in results if (s := cached_subset(r)) is not None),
+                          tuple(s for r in results if (s := not_cached(r)) is not None))

@@ -190,13 +190,16 @@ EVAL_FILES = ("evaluation_loop.py", "prediction_loop.py")
 def loader_settings(loader: Any) -> dict[str, Any]:
     """The training loader's kind and settings, for the rank's record (`extra["loader"]`):
     its own `settings.to_dict()` if it has one (the built-in job's DALI loader), a
-    DataLoader's workers, prefetch and pinning, else its class name."""
+    DataLoader's workers, batch size, prefetch, pinning and persistent workers, else its
+    class name (`analysis/jobrun.py` reads them back as the job as it ran)."""
     settings = getattr(loader, "settings", None)
     if callable(getattr(settings, "to_dict", None)):
         return settings.to_dict()
     if isinstance(loader, torch.utils.data.DataLoader):
         return {"kind": "pytorch", "workers": loader.num_workers,
-                "prefetch_factor": loader.prefetch_factor, "pin_memory": loader.pin_memory}
+                "batch_size": loader.batch_size, "prefetch_factor": loader.prefetch_factor,
+                "pin_memory": loader.pin_memory,
+                "persistent_workers": loader.persistent_workers}
     return {"kind": type(loader).__name__}
 
 

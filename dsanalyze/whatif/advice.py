@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from dsanalyze.analysis import stalls
+from dsanalyze.analysis.jobrun import job_as_run
+from dsanalyze.analysis.summary import summarize
 from dsanalyze.config import Mode, unlimited_last
 from dsanalyze.errors import DsAnalyzeError
 from dsanalyze.records import RunResult
@@ -126,7 +128,7 @@ def advise(results: Sequence[RunResult], sizes: Sequence[int] | None = None,
            max_stall_pct: float = MAX_STALL_PCT) -> Advice:
     """The advice for the runs of one prefix (see the module docstring)."""
     results = list(results)
-    summary = stalls.summary(results)
+    summary = summarize(results).to_dict()  # measured_options reads summary.json's keys
     epochs = measured_epochs(summary)
     measured = measured_options(summary, epochs)
     best = min(measured, key=lambda o: o.span_s, default=None)
@@ -188,15 +190,19 @@ def default_grid(results: Sequence[RunResult]
     caches = [*DEFAULT_CACHES, *sorted({r.spec.resources.cache.spec for r in disk}
                                        - set(DEFAULT_CACHES) - {"none"}), "none"]
     bws = sorted({r.spec.resources.storage_read_bps for r in disk} - {None}) + [None]
-    w = ok[0].spec.job.workers
+    w = job_as_run(ok[0]).workers
     return cpus, caches, bws, sorted({w, 2 * w or 1, 4 * w or 2})
 
 
 def default_cpus(results: Sequence[RunResult]) -> list[int]:
-    """The what-if CPU counts when none are asked: the measured ones, 2x and 4x the largest."""
+    """The what-if CPU counts when none are asked: the measured ones, 2x and 4x the largest
+    (the measured ones alone where the step runs on the CPU: others are not predicted)."""
     from dsanalyze.whatif import api as whatif
 
-    measured = sorted({whatif.run_cpus(r) for r in results if r.ok and r.ranks})
+    ok = [r for r in results if r.ok and r.ranks]
+    measured = sorted({whatif.run_cpus(r) for r in ok})
+    if ok and job_as_run(ok[0]).step_uses_cpu:
+        return measured
     return sorted(set(measured) | {2 * measured[-1], 4 * measured[-1]})
 
 
