@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dsanalyze.jobs.datasets import DatasetInfo
+from dsanalyze.dataset import DatasetInfo
 from dsanalyze.resources.cgroups import _kv, _own_cgroup_paths, _read
 
 SUBSET_SHARE = 0.8  # of the room left for cache: the rest is headroom (the job's page tables,
