@@ -111,3 +111,27 @@ def test_a_cached_run_measures_prep_on_the_subset_and_the_table_keeps_the_whole_
     assert summary["configs"][0]["samples_per_epoch"] == 96
     assert "cached-cpusall measured prep on a subset: 32 of 96 files" in out
     assert "NOT cached" not in out
+
+
+@pytest.mark.parametrize("resident_share, flagged", [(0.5, True), (0.99, False)])
+def test_a_cached_run_that_was_not_cached_is_flagged(resident_share: float, flagged: bool
+                                                     ) -> None:
+    """Residency checked after the warm: a cached run that started with half of what was
+    warmed resident (the warm did not fit) is named in the table's notes; 99% is cached."""
+    from dataclasses import replace
+
+    from dsanalyze import store
+    from dsanalyze.analysis.summary import summarize
+    from dsanalyze.report.summary import notes
+
+    runs = store.load_runs(Path(__file__).parent / "data" / "whatif_prep")
+    cached = next(r for r in runs if r.run_id == "cached-cpus1")
+    warmed = cached.dataset.total_bytes
+    state = {**cached.io.cache_state, "warmed_bytes": warmed,
+             "resident_before_bytes": int(resident_share * warmed)}
+    runs = [replace(r, io=replace(r.io, cache_state=state)) if r is cached else r for r in runs]
+    said = [n for n in notes(summarize(runs)) if "NOT cached" in n]
+    assert bool(said) is flagged
+    if flagged:
+        assert said == ["cached-cpus1 was NOT cached: only 50% of the files warmed were resident "
+                        "at its start; its prep stall includes fetch time"]
