@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dsanalyze import store  # noqa: E402
+from dsanalyze.analysis import stalls  # noqa: E402
 from dsanalyze.config import Mode  # noqa: E402
 from dsanalyze.dataset import scan_dataset  # noqa: E402
 from dsanalyze.errors import ConfigError  # noqa: E402
@@ -118,6 +119,21 @@ def extrapolation(runs: list[RunResult]) -> tuple[list[whatif.Check], list[str]]
     return checks, refused
 
 
+def noise(runs: list[RunResult]) -> list[float]:
+    """What no model can beat: the spread, (max - min) / mean, of the disk runs of one worker
+    count and CPU count whose throttles do not bind (their cold rate reads under half of the
+    slowest throttle): the same configuration for the model, measured minutes apart."""
+    sample_bytes = runs[0].dataset.mean_file_bytes
+    groups: dict[tuple[int, int], list[float]] = {}
+    for r in runs:
+        rate, bps = stalls.run_rate(r), r.spec.resources.storage_read_bps
+        if r.mode is Mode.DISK and rate.rate_sps and (
+                bps is None or (rate.epoch1_rate_sps or rate.rate_sps) * sample_bytes < bps / 2):
+            held = HeldOut.of(r)
+            groups.setdefault((held.job.workers, held.cpus), []).append(rate.rate_sps)
+    return [100 * (max(v) - min(v)) / statistics.fmean(v) for v in groups.values() if len(v) > 1]
+
+
 def scores(checks: list[whatif.Check]) -> dict[str, float]:
     errors = [abs(c.error_pct) for c in checks]
     below = sum(c.measured_sps < c.low_sps for c in checks)
@@ -152,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     by_script = measure(ns.dir, ns.scripts.split(","), [int(w) for w in ns.workers.split(",")],
                         ns.cpus, ns.bw)
-    loo, extra, refused = [], [], []
+    loo, extra, refused, spread = [], [], [], []
     for name, runs in by_script.items():
+        spread += noise(runs)
         val = whatif.validate(runs)
         loo += val.splits[0].checks
         ex, no = extrapolation(runs)
@@ -165,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\ntuning grid: bench/whatif_accuracy.py (built-in job, sim device); scoring grid: "
           f"scripts {ns.scripts}, workers {ns.workers}, CPUs {ns.cpus}, bandwidths {ns.bw}")
     print(f"refused (a CPU-trained step at an unmeasured CPU count): {len(refused)}")
+    if spread:
+        print(f"run-to-run noise: disk runs the model cannot tell apart (throttles that do not "
+              f"bind) lie apart by median {statistics.median(spread):.0f}%, max "
+              f"{max(spread):.0f}% of their mean over {len(spread)} group(s)")
     lines = [_line("leave-one-out", scores(loo)) if loo else "leave-one-out: nothing predicted",
              _line("extrapolation", scores(extra)) if extra else "extrapolation: nothing predicted"]
     print("figure: " + "; ".join(lines))

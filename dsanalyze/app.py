@@ -376,6 +376,7 @@ def report(prefix: str | Path) -> list[Path]:
     Its what-if section is the advice's own query, fitted here (not the last
     `whatif` query, whose grid may answer another question)."""
     from dsanalyze.analysis.summary import summarize
+    from dsanalyze.report import document
     from dsanalyze.report import summary as report_text
     from dsanalyze.report.shards import shard_blocks
 
@@ -389,8 +390,8 @@ def report(prefix: str | Path) -> list[Path]:
                                        title=f"Data-stall report: {prefix.name}")
     blocks += shard_blocks(runs)  # streaming datasets: reads per shard
     md, page = prefix / "report.md", prefix / "report.html"
-    md.write_text(report_text.render_markdown(blocks))
-    page.write_text(report_text.render_html(blocks, {p.name: p.read_bytes() for p in pngs}))
+    md.write_text(document.render_markdown(blocks))
+    page.write_text(document.render_html(blocks, {p.name: p.read_bytes() for p in pngs}))
     return [md, page]
 
 

@@ -81,6 +81,12 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--resume", action="store_true", default=None, help="skip completed runs")
     g.add_argument("--no-cgroups", dest="use_cgroups", action="store_false", default=None,
                    help="no cgroups: CPU affinity only; cache and bandwidth not enforced")
+    g.add_argument("--drop-caches-globally", dest="drop_caches_globally", action="store_true",
+                   default=None,
+                   help="root: when per-file eviction leaves dataset pages before a disk run "
+                        "(mapped by another process), drop the WHOLE page cache (echo 1 > "
+                        "/proc/sys/vm/drop_caches): every other process on the machine loses "
+                        "its cached files and reads them again. Off: those pages are recorded")
     g.add_argument("--no-plots", dest="plots", action="store_false", default=None,
                    help="do not draw the figures")
     g.add_argument("--no-advice", dest="advice", action="store_false", default=True,

@@ -261,7 +261,7 @@ class RunSpec:
 
 
 SWEEP_KEYS = ("prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "use_cgroups",
-              "plots", "repeats", "target_ci", "max_repeats")
+              "drop_caches_globally", "plots", "repeats", "target_ci", "max_repeats")
 
 
 @dataclass(frozen=True)
@@ -277,6 +277,8 @@ class Sweep:
     combos: tuple[tuple[int | None, str, str], ...] = ()  # explicit list overrides the product
     resume: bool = False
     use_cgroups: bool = True
+    # pages per-file eviction leaves before a disk run dropped machine-wide (every process's)
+    drop_caches_globally: bool = False
     plots: bool = True
     repeats: int = 1  # every run this many times, interleaved: all modes, then again
     target_ci_pct: float | None = None  # or repeat until each stall is within ± this many points
@@ -315,7 +317,7 @@ class Sweep:
         if "combos" in sw:
             kwargs["combos"] = tuple((c.get("cpus"), str(c.get("cache", "none")),
                                       str(c.get("storage_bw", "none"))) for c in sw["combos"])
-        for key in ("resume", "use_cgroups", "plots"):
+        for key in ("resume", "use_cgroups", "plots", "drop_caches_globally"):
             if key in sw:
                 kwargs[key] = bool(sw[key])
         for key in ("repeats", "max_repeats"):
@@ -397,7 +399,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     if bad:
         raise ConfigError(f"{path}: unknown [job] key(s) {sorted(bad)}")
     sweep_keys = {"prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "plots",
-                  "use_cgroups", "repeats", "target_ci", "max_repeats"}
+                  "use_cgroups", "drop_caches_globally", "repeats", "target_ci", "max_repeats"}
     bad = set(data.get("sweep", {})) - sweep_keys
     if bad:
         raise ConfigError(f"{path}: unknown [sweep] key(s) {sorted(bad)}")

@@ -25,6 +25,7 @@ import torch
 from dsanalyze import store
 from dsanalyze.analysis import stalls
 from dsanalyze.analysis.jobrun import JobAsRun, job_as_run
+from dsanalyze.analysis.summary import summarize
 from dsanalyze.errors import ConfigError
 from dsanalyze.instrument.api import loader_settings
 from dsanalyze.report import summary as report
@@ -108,7 +109,7 @@ def test_the_cpu_step_competes_with_the_workers(runs) -> None:
 
 
 def test_the_report_names_the_script_s_batch_and_workers(runs) -> None:
-    md = report.render_markdown(report.report_blocks(stalls.summary(runs), []))
+    md = report.render_markdown(report.report_blocks(summarize(runs), []))
     assert "3 workers per rank, batch 12 per rank, prefetch 2, 1 rank(s), pinned memory, " \
         "device cpu" in md
     assert "batch 32" not in md and "2 workers per rank" not in md

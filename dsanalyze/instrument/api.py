@@ -331,6 +331,8 @@ class Session:
             dataset = steps.graph_dataset(loader)
         if self.settings.mode != "synthetic" and dataset is not None:
             steps.instrument_dataset(dataset, self.sink)  # before iter() forks the workers
+        if self.settings.mode == "disk":
+            rankenv.wait_for_throttle()  # before its workers read the first sample
         run_dir = rankenv.run_dir()
         if self.settings.discover and self.audit is None and run_dir is not None:
             self.audit = datafiles.start_audit(str(run_dir / f"opened-rank{self.settings.rank}"))

@@ -28,6 +28,7 @@ from dsanalyze.resources.cgroups import _kv, _own_cgroup_paths, _read
 
 SUBSET_SHARE = 0.8  # of the room left for cache: the rest is headroom (the job's page tables,
 # the harness's own growth, readahead beyond a file's end)
+UNKNOWN_JOB_MEMORY_BYTES = 2 << 30  # the job's memory before any run of the sweep measured it
 V1_MEMORY = Path("/sys/fs/cgroup/memory")
 V2_ROOT = Path("/sys/fs/cgroup")
 NO_LIMIT = 1 << 60  # v1 writes 0x7ffffffffffff000 for "none"

@@ -25,8 +25,8 @@ from dsanalyze.whatif import pipeline
 def run_layout(result: RunResult) -> pipeline.Layout:
     """Epochs, batches per epoch, iterations and warm-up rank 0 ran (no timings)."""
     r0 = result.ranks[0]
-    return pipeline.Layout(max(r0.epoch) + 1, _batches_per_epoch(result), len(r0.iter_s),
-                           r0.warmup)
+    epochs = max(r0.epoch) - min(r0.epoch) + 1
+    return pipeline.Layout(epochs, _batches_per_epoch(result), len(r0.iter_s), r0.warmup)
 
 
 def _batches_per_epoch(result: RunResult) -> int:

@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import CacheBudget, Mode, Resources
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
@@ -195,24 +196,22 @@ class Model:
 
 # ---- reading runs ---------------------------------------------------------------------------
 
-def _steady_window(result: RunResult) -> tuple[float, float]:
-    r0 = result.ranks[0]
-    t, start = r0.start_unix_s, None
-    for i, dt in enumerate(r0.iter_s):
-        if start is None and r0.epoch[i] != r0.epoch[0]:
-            start = t
-        t += dt
-    return (r0.start_unix_s if start is None else start), t
-
-
 def effective_cache(result: RunResult, dataset_bytes: int) -> float | None:
-    """Page cache the run had: the cgroup's file cache less shared memory (DataLoader
-    batches in /dev/shm, which v1 `cache` and v2 `file` count), averaged over its steady
-    epochs. Only fit runs are read this way. None when it is not recorded.
+    """Page cache the run had, averaged over its steady epochs (`window.steady_window`, the
+    iterations the rate counts): the dataset's resident bytes the harness's limiter sampled
+    (`io.residency`), else (runs from before it) the cgroup's file cache less shared memory
+    (DataLoader batches in /dev/shm, which v1 `cache` and v2 `file` count). Only fit runs
+    are read this way. None when not recorded.
     """
-    if not result.ranks or not result.ranks[0].start_unix_s:
+    window = steady_window(result)
+    span = window.span_unix_s() if window is not None else None
+    if span is None:
         return None
-    lo, hi = _steady_window(result)
+    lo, hi = span
+    held = result.io.residency  # the dataset's own pages, where the harness held the budget
+    if held is not None:
+        values = [b for t, b in zip(held.sample_unix_s, held.sample_bytes) if lo <= t <= hi]
+        return float(statistics.fmean(values)) if values else None
     values = [m["cache_bytes"] - m.get("shmem_bytes", 0) for m in result.monitor
               if "cache_bytes" in m and lo <= m.get("unix_s", 0.0) <= hi]
     return float(statistics.fmean(values)) if values else None
@@ -466,8 +465,13 @@ def run_cache(model: Model, run: HeldOut) -> float | None:
     budget = run.spec.resources.cache.cache_bytes
     if budget is None:
         return None
-    cache = budget + model.cache_slack_bytes
-    return None if cache >= CACHE_BINDS * model.dataset_bytes else cache
+    return binding_cache(model, budget + model.cache_slack_bytes)
+
+
+def binding_cache(model: Model, cache: float | None) -> float | None:
+    """The page cache a prediction simulates: None (every file a hit after the first read)
+    when there is no limit or it holds the dataset (`CACHE_BINDS`), else the cache."""
+    return None if cache is None or cache >= CACHE_BINDS * model.dataset_bytes else cache
 
 
 def run_config(model: Model, run: HeldOut) -> Config:
