@@ -54,6 +54,9 @@ def _job_options(p: argparse.ArgumentParser) -> None:
                         "iteration (120)")
     g.add_argument("--startup-timeout", dest="startup_timeout_s", type=float,
                    help="... or without its first iteration: imports, data scan, workers (600)")
+    g.add_argument("--cached-subset", dest="cached_subset",
+                   help="data larger than memory: the part cached runs warm and read, 40%%, "
+                        "2G, off or auto (auto: what fits the page cache's room, with headroom)")
     g.add_argument("--loader-index", dest="loader_index", type=int,
                    help="user script: time its K-th loader created (0-based) as the training "
                         "loader (default: the first shuffled loader iterated)")

@@ -211,6 +211,8 @@ class Job:
     # no iteration for this long (before the first: startup_timeout_s): stopped as stalled
     stall_timeout_s: float = field(default=120.0, compare=False)
     startup_timeout_s: float = field(default=600.0, compare=False)
+    # data larger than memory: the share of it cached runs warm (resources/memroom.py)
+    cached_subset: str = field(default="auto", compare=False)
     loader_index: int | None = None  # user script: its K-th loader created is the training one
 
     def __post_init__(self) -> None:
@@ -233,6 +235,8 @@ class Job:
         if min(self.stall_timeout_s, self.startup_timeout_s) <= 0:
             raise ConfigError("--stall-timeout and --startup-timeout must be positive, got "
                               f"{self.stall_timeout_s} and {self.startup_timeout_s}")
+        if self.cached_subset not in ("auto", "off"):
+            CacheBudget.parse(self.cached_subset)  # a bad size: its one-line error
         if self.loader_index is not None and self.loader_index < 0:
             raise ConfigError(f"--loader-index must be 0 or more, got {self.loader_index}")
 
@@ -243,8 +247,8 @@ class Job:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["script_args"] = list(self.script_args)
-        for name in ("stall_timeout_s", "startup_timeout_s"):  # only when set: old files
-            if d[name] == Job.__dataclass_fields__[name].default:  # read back unchanged
+        for name in ("stall_timeout_s", "startup_timeout_s", "cached_subset"):  # when set: old
+            if d[name] == Job.__dataclass_fields__[name].default:  # files read back unchanged
                 del d[name]
         return d
 

@@ -55,7 +55,7 @@ from dsanalyze.records import (
     ThrottleStart,
 )
 from dsanalyze.remote.runlink import RemoteData
-from dsanalyze.resources import cgroups, libmaps, pagecache, storage
+from dsanalyze.resources import cgroups, libmaps, memroom, pagecache, storage
 from dsanalyze.resources.datacache import DatasetCacheLimiter
 from dsanalyze.resources.libmaps import MapsRecorder, tree_pids
 from dsanalyze.resources.lifeline import Lifeline
@@ -85,6 +85,7 @@ class LaunchContext:
     # runs, returning why it must stop (another node lost or failed) or None.
     start_gate: Callable[[], None] | None = None
     should_abort: Callable[[], str | None] | None = None
+    job_memory_seen_bytes: int | None = None  # the largest job memory of any run so far
     # the machine's parallel efficiency (`records.CpuScaling`), measured once per sweep
     # (`resources/cpuscale.py`) and stored with every run
     cpu_scaling: dict[str, Any] | None = None
@@ -204,13 +205,24 @@ def prepare_cache(spec: RunSpec, dataset: DatasetInfo, library_files: tuple[str,
     if spec.mode is not Mode.DISK or spec.resources.remote:
         pagecache.warm(dataset.files)
         return {"action": pagecache.CacheAction.WARMED.value, "prepare_s": time.perf_counter() - t0,
-                "resident_before_bytes": pagecache.resident_bytes(dataset.files)}
+                "resident_before_bytes": pagecache.resident_bytes(dataset.files),
+                "warmed_bytes": dataset.total_bytes}
     device = storage.probe(dataset.files)  # the device's own speed, for the what-if model
     state = pagecache.evict_dataset(dataset.files, int(EVICT_TOLERANCE * dataset.total_bytes),
                                     drop_globally)
     libs, lib_bytes = libmaps.warm_missing(library_files, dataset.files)
     return {**state, "prepare_s": time.perf_counter() - t0, "storage_device": device,
             "libraries_warmed_files": libs, "libraries_warmed_bytes": lib_bytes}
+
+
+def subset_for(spec: RunSpec, ctx: LaunchContext, run_dir: Path) -> memroom.Subset | None:
+    """Data larger than the page cache's room: the files a run of another mode than disk
+    warms (and, cached and loader runs, reads alone), listed in the run's directory."""
+    if spec.mode is Mode.DISK:
+        return None
+    job_memory = ctx.job_memory_seen_bytes or memroom.UNKNOWN_JOB_MEMORY_BYTES
+    return memroom.subset(ctx.dataset, memroom.page_cache_room(), job_memory,
+                          spec.job.cached_subset, run_dir)
 
 
 def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, Enforcement]:
@@ -245,18 +257,26 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     log_path = ctx.prefix / "logs" / f"{spec.run_id}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     limits, enforced = plan_limits(spec, ctx)
-    cache_state = prepare_cache(spec, ctx.dataset, ctx.library_files, ctx.drop_caches_globally)
+    subset = subset_for(spec, ctx, run_dir)
+    cache_state = prepare_cache(spec, subset.dataset if subset else ctx.dataset,
+                                ctx.library_files, ctx.drop_caches_globally)
     shape = ctx.remote.prepare(spec) if ctx.remote is not None else None
     env, threads = job_env(spec, run_dir)
     env.update(ctx.remote.env() if ctx.remote is not None else {})
     if ctx.epoch_batches is not None:
         env[rankenv.ENV_EPOCH_BATCHES] = str(ctx.epoch_batches)
+    if subset is not None:
+        cache_state["subset"] = subset.to_dict()
+        if spec.mode in (Mode.CACHED, Mode.LOADER):  # prep measured on the subset alone
+            env[rankenv.ENV_SUBSET] = str(subset.list_path)
     if limits.read_bps is not None and ctx.hierarchy is not None:
         env[rankenv.ENV_THROTTLE_GATE] = "1"  # the throttle comes on at the loader's start
     disk_before = diskstats_read_bytes(limits.device)
     link_before = ctx.remote.counts() if ctx.remote is not None else {}
     started, t0 = time.time(), time.perf_counter()
     ex = execute(spec, ctx, limits, env, log_path, run_dir)
+    ctx.job_memory_seen_bytes = max(ctx.job_memory_seen_bytes or 0,
+                                    _job_memory_peak(ex.monitor.samples) or 0) or None
     disk_after = diskstats_read_bytes(limits.device)
     link = ctx.remote.record(shape, link_before) if ctx.remote is not None and shape is not None \
         else None

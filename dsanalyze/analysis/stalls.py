@@ -300,8 +300,9 @@ def _breakdown(anchor: RunResult, group: dict[Mode, list[RunResult]], level: flo
     rates = {m: [run_rate(r) for r in runs] for m, runs in group.items()}
     ok = {m: [r for r in runs if r.ok] for m, runs in group.items()}
     boot = {m: uncertainty.combined_samples(runs) for m, runs in ok.items()}
-    n = next((r.samples_per_epoch for rs in rates.values() for r in rs if r.samples_per_epoch),
-             None)
+    # the whole dataset's: a cached run of data larger than memory ran on a subset
+    n = max((r.samples_per_epoch for rs in rates.values() for r in rs if r.samples_per_epoch),
+            default=None)
     times = {m: uncertainty.epoch_time(n, b) for m, b in boot.items() if b is not None and n}
     t_g, t_c, t_d = (times.get(m) for m in (Mode.SYNTHETIC, Mode.CACHED, Mode.DISK))
     total = t_d if t_d is not None else t_c

@@ -62,7 +62,7 @@ import torch
 
 from dsanalyze import progress
 from dsanalyze.errors import DsAnalyzeError
-from dsanalyze.instrument import datafiles, filereads
+from dsanalyze.instrument import datafiles, filereads, subset
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.instrument import transforms as steps
 from dsanalyze.instrument.loader import DeviceCache, IterationRecorder, ReplayLoader, TimedLoader
@@ -284,6 +284,8 @@ class Session:
         self.replay_length: int | None = None  # synthetic mode: batches replayed per epoch
         self.stop_reason = "the script ended"
         self._timed: TimedLoader | None = None
+        listed = os.environ.get(rankenv.ENV_SUBSET)  # data larger than memory (subset.py)
+        self.narrowing = subset.Narrowing(listed) if listed else None
 
     def info(self, loader: Any, kind: str | None = None) -> LoaderInfo:
         """The loader's record, registering it (next creation index) if new."""
@@ -414,6 +416,8 @@ class Session:
             "training_loader": self.training.index, "loader": self.training_settings,
             "stopped": self.stop_reason,
             "loaders": [i.to_dict() for i in self.loaders], "transforms": table}
+        if self.narrowing is not None:
+            extra["subset"] = self.narrowing.to_dict()
         files = filereads.table(self.files_sink)
         if files:
             extra["files"] = files

@@ -33,6 +33,7 @@ ENV_DISCOVER = "DSANALYZE_DISCOVER"  # "1": report the files the training loader
 # synthetic mode, a training loader with no len(): batches per epoch, as an earlier run of the
 # real loader counted them (its record's `epoch_batches_seen`)
 ENV_EPOCH_BATCHES = "DSANALYZE_EPOCH_BATCHES"
+ENV_SUBSET = "DSANALYZE_SUBSET"  # a file listing the dataset's files a cached run reads alone
 # "1": a throttled disk run; the rank waits at its training loader's first iteration until
 # the harness has turned the read throttle on (`resources/throttle.py`)
 ENV_THROTTLE_GATE = "DSANALYZE_THROTTLE_GATE"

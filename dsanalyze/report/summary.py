@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dsanalyze.analysis import jobrun
-from dsanalyze.analysis.measured import short_text
+from dsanalyze.analysis.measured import MeasuredWindow, short_text
 from dsanalyze.analysis.summary import ConfigSummary, Summary
 from dsanalyze.config import Job, format_bytes
 from dsanalyze.report.document import Block, render_markdown
@@ -131,6 +131,21 @@ def _window_notes(summary: Summary) -> list[str]:
     n_runs = len(summary.runs)
     out += [f"{text} ({'every run' if len(ids) == n_runs else ', '.join(ids)})"
             for text, ids in said.items()]
+    return out + _cache_notes(summary.measured)
+
+
+def _cache_notes(measured: MeasuredWindow) -> list[str]:
+    """Data larger than memory: the subset a cached run measured prep on; cached runs that
+    were not cached."""
+    out = [f"{s.run_id} measured prep on a subset: {s.files} of {s.of_files} files "
+           f"({format_bytes(s.bytes)} of {format_bytes(s.of_bytes)}); the page cache has "
+           f"room for {format_bytes(s.room_bytes)} ({s.room_why}); the table is per epoch "
+           "of the whole dataset" for s in measured.subsets]
+    for n in measured.not_cached:
+        why = "its dataset could not be narrowed to the warmed subset (not a torchvision " \
+              "DatasetFolder)" if n.narrowed is False else \
+              f"only {n.resident_pct:g}% of the files warmed were resident at its start"
+        out.append(f"{n.run_id} was NOT cached: {why}; its prep stall includes fetch time")
     return out
 
 
