@@ -42,6 +42,11 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     w.add_argument("--iters", type=int, help="measured iterations per rank after warm-up (50)")
     w.add_argument("--epochs", type=int, help="measured whole epochs")
     g.add_argument("--warmup", type=int, help="iterations discarded first (5)")
+    g.add_argument("--until-ci", dest="until_ci_pct", type=config.parse_percent,
+                   help="stop each run once its steady rate is within ± this, e.g. 2%%; "
+                        "--iters / --epochs are then the most it runs")
+    g.add_argument("--min-iters", dest="min_iters", type=int,
+                   help="with --until-ci: measured iterations before it may stop (30)")
     g.add_argument("--device", choices=config.DEVICES, help="cuda, cpu or sim (sim)")
     g.add_argument("--sim-step-ms", dest="sim_step_ms", type=float,
                    help="sim device: milliseconds per training step (50)")
@@ -87,6 +92,10 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
                         "share of the epoch, e.g. 5%%; at least 2 runs each")
     g.add_argument("--max-repeats", dest="max_repeats", type=int,
                    help="most runs per configuration with --target-ci (5)")
+    g.add_argument("--adaptive", action="store_true", default=None,
+                   help="measure the grid's configurations one at a time, each where it could "
+                        "change the recommendation, until it is sure (within ±5%%)")
+    g.add_argument("--budget", help="with --adaptive: stop before the runs take longer, e.g. 10m")
 
 
 def harness_parser() -> argparse.ArgumentParser:
@@ -168,6 +177,8 @@ def _harness(argv: list[str] | None) -> int:
     if ns.advice and outcome.summary["runs"]:
         docs = app.advise(sweep.prefix)
         print("\n".join(docs.recommendation))
+    if outcome.adaptive is not None:
+        print(_adaptive_text(outcome.adaptive))
     print(f"results: {sweep.prefix}/{app.SUMMARY_JSON}")
     if sweep.plots and outcome.summary["configs"]:
         _print_figures(Path(sweep.prefix), app.plot(sweep.prefix, docs=docs, fit=False))
@@ -176,6 +187,14 @@ def _harness(argv: list[str] | None) -> int:
         raise RunFailed(f"{len(outcome.failed)} run(s) failed; first: {first.run_id} "
                         f"{first.status}: {first.error}")
     return 0
+
+
+def _adaptive_text(a: Any) -> str:
+    """The adaptive sweep's answer: its recommendation, and what it cost against the grid."""
+    d = a.final
+    return (f"Adaptive: {d.verdict.value} after {len(a.decisions)} decision(s): {d.reason}.\n"
+            f"  {a.runs} run(s), {a.seconds / 60:.1f} min of runs; the full grid: {a.grid_runs} "
+            f"run(s), about {a.grid_seconds / 60:.1f} min (at the measured runs' durations)")
 
 
 def _print_figures(prefix: Path, paths: list[Path]) -> None:

@@ -176,6 +176,10 @@ class Job:
     seed: int = 0
     timeout_s: float = 1800.0
     loader_index: int | None = None  # user script: its K-th loader created is the training one
+    # `--until-ci P%`: each run stops once its steady rate is within ± P% (instrument/untilci.py),
+    # after at least `min_iters` iterations; `iters` / `epochs` are then the most it runs
+    until_ci_pct: float | None = None
+    min_iters: int = 30
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "script_args", tuple(self.script_args))
@@ -194,6 +198,10 @@ class Job:
             raise ConfigError("--iters and --epochs must be at least 1")
         if self.sim_step_ms <= 0:
             raise ConfigError("--sim-step-ms must be positive")
+        if self.until_ci_pct is not None and not 0 < self.until_ci_pct < 100:
+            raise ConfigError(f"--until-ci must be between 0 and 100%, got {self.until_ci_pct:g}%")
+        if self.min_iters < 1:
+            raise ConfigError(f"--min-iters must be at least 1, got {self.min_iters}")
         if self.loader_index is not None and self.loader_index < 0:
             raise ConfigError(f"--loader-index must be 0 or more, got {self.loader_index}")
 
@@ -248,7 +256,7 @@ class RunSpec:
 
 
 SWEEP_KEYS = ("prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "use_cgroups",
-              "plots", "repeats", "target_ci", "max_repeats")
+              "plots", "repeats", "target_ci", "max_repeats", "adaptive", "budget")
 
 
 @dataclass(frozen=True)
@@ -268,10 +276,14 @@ class Sweep:
     repeats: int = 1  # every run this many times, interleaved: all modes, then again
     target_ci_pct: float | None = None  # or repeat until each stall is within ± this many points
     max_repeats: int = 5  # the bound on --target-ci's repeats
+    adaptive: bool = False  # measure only the runs that change the recommendation (adaptive.py)
+    budget_s: float | None = None  # --adaptive: stop before the runs' durations pass this
 
     def __post_init__(self) -> None:
         if self.repeats < 1 or self.max_repeats < 1:
             raise ConfigError("--repeats and --max-repeats must be at least 1")
+        if self.budget_s is not None and not self.adaptive:
+            raise ConfigError("--budget bounds an adaptive sweep: add --adaptive")
         if self.target_ci_pct is not None and self.target_ci_pct <= 0:
             raise ConfigError(f"--target-ci must be positive, got {self.target_ci_pct:g}%")
 
@@ -302,7 +314,9 @@ class Sweep:
         if "combos" in sw:
             kwargs["combos"] = tuple((c.get("cpus"), str(c.get("cache", "none")),
                                       str(c.get("storage_bw", "none"))) for c in sw["combos"])
-        for key in ("resume", "use_cgroups", "plots"):
+        if "budget" in sw:
+            kwargs["budget_s"] = parse_duration(sw["budget"])
+        for key in ("resume", "use_cgroups", "plots", "adaptive"):
             if key in sw:
                 kwargs[key] = bool(sw[key])
         for key in ("repeats", "max_repeats"):
@@ -337,10 +351,23 @@ class Sweep:
 
 def parse_target_ci(text: str | float) -> float:
     """`5%` or `5` -> 5.0: the half-width, in points of the epoch, each stall's interval must reach."""
+    return parse_percent(text, "--target-ci")
+
+
+def parse_duration(text: str | float) -> float:
+    """`10m`, `90s`, `1h`, `600` -> seconds."""
+    match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$", str(text).lower())
+    if not match or float(match.group(1)) <= 0:
+        raise ConfigError(f"cannot read --budget {text!r}: write a duration such as 10m, 90s or 1h")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def parse_percent(text: str | float, what: str = "--until-ci") -> float:
+    """`2%` or `2` -> 2.0."""
     try:
         return float(str(text).strip().rstrip("%"))
     except ValueError:
-        raise ConfigError(f"cannot read --target-ci {text!r}: write a percentage such as 5%") from None
+        raise ConfigError(f"cannot read {what} {text!r}: write a percentage such as 5%") from None
 
 
 def parse_cpus_list(text: str) -> tuple[int | None, ...]:
@@ -383,9 +410,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     bad = set(data.get("job", {})) - job_fields
     if bad:
         raise ConfigError(f"{path}: unknown [job] key(s) {sorted(bad)}")
-    sweep_keys = {"prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "plots",
-                  "use_cgroups", "repeats", "target_ci", "max_repeats"}
-    bad = set(data.get("sweep", {})) - sweep_keys
+    bad = set(data.get("sweep", {})) - set(SWEEP_KEYS)
     if bad:
         raise ConfigError(f"{path}: unknown [sweep] key(s) {sorted(bad)}")
     return data
