@@ -38,6 +38,7 @@ from dsanalyze.report.whatif_docs import WhatIfDocs, recommended_text
 from dsanalyze.whatif.advice import DEFAULT_CACHES
 
 WHATIF_JSON, VALIDATION_JSON, SUMMARY_JSON = "whatif.json", "validation.json", "summary.json"
+ADAPTIVE_JSON = "adaptive.json"  # --adaptive: every decision, runs and seconds against the grid
 DEFAULT_CACHE_GRID = DEFAULT_CACHES  # `dsanalyze whatif --cache`, as the advice's grid
 
 
@@ -60,6 +61,8 @@ def profile(sweep: Sweep, dataset: Any = None, progress: Callable[[str], None] |
         outcome = run_sweep(sweep, progress=progress, dataset=dataset, lock_wait_s=lock_wait_s)
     finally:
         doc = _write_summary(Path(sweep.prefix))
+    if outcome.adaptive is not None:
+        store.write_json_atomic(Path(sweep.prefix) / ADAPTIVE_JSON, outcome.adaptive.to_dict())
     from dsanalyze.analysis import stalls
 
     outcome.summary = doc if doc is not None else stalls.summary([])
