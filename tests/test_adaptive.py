@@ -154,3 +154,46 @@ def test_bad_adaptive_settings_say_what_to_do():
     with pytest.raises(ConfigError, match="--budget"):
         parse_duration("ten minutes")
     assert parse_duration("10m") == 600 and parse_duration("90s") == 90
+
+
+def test_the_command_line_asks_for_both(tmp_path):
+    from dsanalyze import cli
+
+    ns = cli.harness_parser().parse_args(["--data", str(tmp_path), "--adaptive", "--budget", "10m",
+                                          "--until-ci", "2%", "--min-iters", "40"])
+    sweep = cli.build_sweep(ns)
+    assert sweep.adaptive and sweep.budget_s == 600
+    assert (sweep.job.until_ci_pct, sweep.job.min_iters) == (2.0, 40)
+    with pytest.raises(ConfigError, match="--until-ci"):
+        cli.build_sweep(cli.harness_parser().parse_args(["--until-ci", "150%"]))
+
+
+@pytest.mark.extended
+@pytest.mark.slow
+def test_harness_adaptive_resumes_with_early_stopped_runs(tmp_path, small_dataset, capsys):
+    """End to end: the seeds stop early, the budget (or the first decision) ends the search;
+    resumed, the search continues from the stored runs (no run again) and ends the same way."""
+    from conftest import harness
+
+    args = ("--data", small_dataset, "--prefix", tmp_path / "p", "-b", 8, "--warmup", 2,
+            "--iters", 60, "--until-ci", "5%", "--min-iters", 10, "--sim-step-ms", 20,
+            "--storage-bw", "none,4M", "--adaptive", "--budget", "1s", "--no-plots",
+            "--no-advice")
+    assert harness(*args) == 0
+    first = capsys.readouterr()
+    # after the seeds, the budget stops whatever the next run would be
+    assert "adaptive step 1: " in first.err and "after 1 decision(s)" in first.out
+    runs = store.load_runs(tmp_path / "p")
+    assert sorted(r.run_id for r in runs) == ["cached-cpusall", "disk-cpusall-cachenone-bwnone",
+                                              "synthetic-cpusall"]
+    for run in runs:  # each run stopped once sure, or ran to its maximum
+        until = run.ranks[0].extra["until_ci"]
+        assert until["target_pct"] == 5.0
+        if until["stopped"]:
+            assert until["estimate"]["half_width_pct"] <= 5.0 and len(run.ranks[0].iter_s) < 62
+        else:
+            assert len(run.ranks[0].iter_s) == 62
+    assert harness(*args, "--resume") == 0
+    again = capsys.readouterr()
+    assert "resumed: 3 run(s) already complete" in again.out and "[adaptive run" not in again.err
+    assert len(store.load_runs(tmp_path / "p")) == 3
