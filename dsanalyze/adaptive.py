@@ -16,7 +16,8 @@
    measured runs of its mode).
 
 State is the stored runs only: a resumed search (`--resume`) skips the runs
-already in the prefix and continues from them, rather than starting over.
+already in the prefix and continues from them, rather than starting over;
+without `--resume` a search counts only the runs it measured itself.
 With `--repeats N`, each run is followed by its repeats, as in a plain sweep.
 """
 
@@ -107,16 +108,21 @@ class _Search:
     cpu_count: Callable[[int | None], int]
     progress: Callable[[str], None]
     tried: set[str] = dataclasses.field(default_factory=set)
+    made: set[str] = dataclasses.field(default_factory=set)  # run ids measured by this search
 
     def runs(self) -> list[RunResult]:
-        """The stored runs of this sweep's specs, repeats included."""
+        """The stored runs of this sweep's specs, repeats included: with `--resume` every one,
+        else those this search measured (an earlier search's runs are not its state)."""
         ids = {s.run_id for s in self.specs}
         return [r for r in store.load_readable_runs(Path(self.sweep.prefix))[0]
-                if dataclasses.replace(r.spec, repeat=1).run_id in ids]
+                if dataclasses.replace(r.spec, repeat=1).run_id in ids
+                and (self.sweep.resume or r.run_id in self.made)]
 
     def measure_with_repeats(self, spec: RunSpec) -> None:
         for repeat in range(1, self.sweep.repeats + 1):
-            self.measure(dataclasses.replace(spec, repeat=repeat))
+            again = dataclasses.replace(spec, repeat=repeat)
+            self.measure(again)
+            self.made.add(again.run_id)
 
     def decide(self, grid: list[Resources]) -> Decision:
         runs = [r for r in self.runs() if r.ok]

@@ -133,8 +133,9 @@ def test_search_measures_what_changes_the_answer_and_resumes(tmp_path):
     # the grid's estimate: the stored durations, the median of the mode for the runs it lacks
     assert a.grid_seconds > a.seconds
     again: list[str] = []
-    b = search(sweep, sizes, again)  # resumed: continues from the stored runs
-    assert b.final == a.final and len(list(store.runs_dir(tmp_path / "p").glob("*.json"))) == a.runs
+    b = search(dataclasses.replace(sweep, resume=True), sizes, again)  # continues from the runs
+    assert b.final == a.final and again == asked  # the same path, every run found stored
+    assert len(list(store.runs_dir(tmp_path / "p").glob("*.json"))) == a.runs
 
 
 @pytest.mark.slow
