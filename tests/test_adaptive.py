@@ -134,7 +134,8 @@ def test_search_measures_what_changes_the_answer_and_resumes(tmp_path):
     assert a.grid_seconds > a.seconds
     again: list[str] = []
     b = search(dataclasses.replace(sweep, resume=True), sizes, again)  # continues from the runs
-    assert b.final == a.final and again == asked  # the same path, every run found stored
+    # the stored runs are its state: it starts where the first search ended, measuring nothing
+    assert b.final == a.final and again == asked[:3] and len(b.decisions) == 1
     assert len(list(store.runs_dir(tmp_path / "p").glob("*.json"))) == a.runs
 
 
