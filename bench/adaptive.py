@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An answer in minutes: the adaptive sweep against the full grid, early stop against full runs.
 
-    .venv/bin/python bench/adaptive.py [--dir DIR] [--only demo,prep,fetch,periodic]
+    .venv/bin/python bench/adaptive.py [--dir DIR] [--only demo,prep,fetch,periodic] [--reuse]
 
 Workloads (each measured twice with harness.py, in its own prefixes under DIR):
 - `demo`: configs/demo.toml on its data made as the Makefile makes it (512 JPEGs,
@@ -21,8 +21,11 @@ grid's pick's interval).
 - `periodic`: tests/scripts/train_periodic.py (a checkpoint and 60 ms more
   every 7 batches, real DataLoader) in cached mode at 1 and 2 CPUs, run for
   240 iterations, then with `--until-ci 2%` (at most 240).
-Early stop: each early-stopped run's steady rate against the full-length
-run of the same configuration (demo, prep, fetch: the full grid's; periodic).
+Early stop, two ways: each early-stopped run's steady rate against the
+full-length run of the same configuration (demo, prep, fetch: the full grid's;
+periodic), which includes the drift between two runs on a shared machine; and
+the rule replayed over each full-length run's own iteration times (where
+`RankStop` would have stopped it), which is the rule's own error.
 Prints per workload runs, wall seconds and both recommendations, then the
 early-stop table; the figure last.
 """
@@ -30,6 +33,7 @@ early-stop table; the figure last.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -37,6 +41,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -44,7 +49,9 @@ sys.path.insert(0, str(REPO))
 from dsanalyze import adaptive, store  # noqa: E402
 from dsanalyze.analysis import stalls  # noqa: E402
 from dsanalyze.config import Sweep  # noqa: E402
+from dsanalyze.instrument.untilci import RankStop  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset, scan_dataset  # noqa: E402
+from dsanalyze.records import RunResult  # noqa: E402
 from dsanalyze.whatif import nextrun  # noqa: E402
 
 DEMO_DATA = REPO / "results" / "demo" / "data"
@@ -75,16 +82,23 @@ def workloads(root: Path) -> list[Workload]:
                            "--cache", "0,50%", "--storage-bw", "8M,32M"), big)]
 
 
+REUSE = False  # --reuse: a prefix with its wall.json is read, not measured again
+
+
 def harness(*argv: str, log: Path) -> float:
-    """Run harness.py; returns its wall seconds."""
+    """Run harness.py; returns its wall seconds (kept in the prefix's wall.json)."""
+    wall = log.parent / "wall.json"
+    if REUSE and wall.is_file():
+        return float(json.loads(wall.read_text())["wall_s"])
     env = dict(os.environ, PYTHONPATH=str(REPO))
     t = time.monotonic()
     with log.open("w") as f:
         rc = subprocess.run([sys.executable, str(REPO / "harness.py"), *argv], stdout=f,
                             stderr=subprocess.STDOUT, env=env, cwd=REPO).returncode
-    print(f"  harness {' '.join(argv[-6:])}: exit {rc}, {time.monotonic() - t:.0f} s "
-          f"(log {log})", flush=True)
-    return time.monotonic() - t
+    wall_s = time.monotonic() - t
+    print(f"  harness {' '.join(argv[-6:])}: exit {rc}, {wall_s:.0f} s (log {log})", flush=True)
+    wall.write_text(json.dumps({"wall_s": wall_s, "exit": rc}))
+    return wall_s
 
 
 def full_pick(prefix: Path, sweep: Sweep, epochs: int) -> nextrun.Decision:
@@ -152,22 +166,70 @@ def early_rows(full: Path, early: Path, tag: str) -> list[tuple[str, float, floa
     return rows
 
 
+def replayed(run: RunResult, target_pct: float = 2.0) -> RunResult | None:
+    """The run cut where `--until-ci` would have stopped it, the rule replayed over rank 0's
+    own iteration times (`untilci.RankStop`, as in the rank); None if it would not have."""
+    rec = SimpleNamespace(iter_s=[], samples=[], epoch=[], warmup=run.ranks[0].warmup)
+    stop = RankStop(target_pct, 30, run.mode.value, 0, 1, None)
+    r0 = run.ranks[0]
+    for i in range(len(r0.iter_s)):
+        rec.iter_s.append(r0.iter_s[i])
+        rec.samples.append(r0.samples[i])
+        rec.epoch.append(r0.epoch[i])
+        if stop(rec):
+            n = i + 1
+            ranks = [dataclasses.replace(r, wait_s=r.wait_s[:n], iter_s=r.iter_s[:n],
+                                         epoch=r.epoch[:n], samples=r.samples[:n])
+                     for r in run.ranks]
+            return dataclasses.replace(run, ranks=ranks)
+    return None
+
+
+def replay_rows(prefix: Path, tag: str) -> list[tuple[str, float, float, int, int]]:
+    """Each full-length run against itself cut by the rule: the rule's own error, free of
+    the drift between two runs."""
+    rows = []
+    for r in store.load_runs(prefix):
+        cut = replayed(r) if r.ok and r.ranks else None
+        if cut is not None:
+            a, b = stalls.run_rate(r).rate_sps, stalls.run_rate(cut).rate_sps
+            if a and b:
+                rows.append((f"{tag}/{r.run_id}", a, b, len(r.ranks[0].iter_s),
+                             len(cut.ranks[0].iter_s)))
+    return rows
+
+
+def print_rows(title: str, rows: list[tuple[str, float, float, int, int]]) -> int:
+    print(f"\n{title}: run, rates (samples/s), iterations")
+    for name, a, b, n_full, n_early in rows:
+        print(f"  {name:45} full {a:7.1f} ({n_full:4d})  early {b:7.1f} ({n_early:4d})  "
+              f"{100 * (b - a) / a:+6.1f}%")
+    return sum(abs(b - a) / a <= 0.02 for _, a, b, _, _ in rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", default=str(REPO / "results" / "bench-adaptive"))
     ap.add_argument("--only", default="demo,prep,fetch,periodic")
+    ap.add_argument("--reuse", action="store_true",
+                    help="read the prefixes already measured (their wall.json) instead of "
+                         "measuring them again")
     ns = ap.parse_args()
+    global REUSE
+    REUSE = ns.reuse
     root, only = Path(ns.dir), set(ns.only.split(","))
     root.mkdir(parents=True, exist_ok=True)
-    results, rows = [], []
+    results, rows, replays = [], [], []
     for w in workloads(root):
         if w.name in only:
             res = compare(w, root)
             results.append(res)
             rows += early_rows(res["full"], res["adaptive"], w.name)
+            replays += replay_rows(res["full"], w.name)
     if "periodic" in only:
         full, early = periodic(root)
         rows += early_rows(full, early, "periodic")
+        replays += replay_rows(full, "periodic")
     print("\nworkload  grid: runs  wall s  |  adaptive: runs  wall s  share  |  recommendations")
     for r in results:
         print(f"{r['name']:8}  {r['full_runs']:10d}  {r['full_s']:6.0f}  |  {r['adaptive_runs']:14d}"
@@ -177,16 +239,16 @@ def main() -> None:
               f"{r['mine'].pick_rate_sps:.1f} ±{r['mine'].pick_half_width_pct:.1f}% "
               f"({r['mine'].verdict.value}); {'match' if r['match'] else 'DIFFER'}")
         print(f"          adaptive's last step: {r['mine'].reason}")
-    print("\nearly stop against full length: run, rates (samples/s), iterations")
-    for name, a, b, n_full, n_early in rows:
-        print(f"  {name:45} full {a:7.1f} ({n_full:4d})  early {b:7.1f} ({n_early:4d})  "
-              f"{100 * (b - a) / a:+6.1f}%")
-    within = sum(abs(b - a) / a <= 0.02 for _, a, b, _, _ in rows)
+    within = print_rows("early-stopped runs against full-length runs of the same "
+                        "configuration (two runs: the machine's drift included)", rows)
+    same = print_rows("the rule replayed over each full-length run (one run: the rule's own "
+                      "error)", replays)
     print("\nFIGURE: " + "; ".join(
         f"{r['name']}: {r['adaptive_runs']} runs {r['adaptive_s']:.0f} s vs grid "
         f"{r['full_runs']} runs {r['full_s']:.0f} s ({r['adaptive_s'] / r['full_s']:.2f}), "
         f"{'match' if r['match'] else 'differ'}" for r in results)
-        + f"; early-stop rates within 2% of full length: {within} of {len(rows)}")
+        + f"; early-stop rates within 2% of full length: {within} of {len(rows)} (two runs), "
+        f"{same} of {len(replays)} (replayed)")
 
 
 if __name__ == "__main__":

@@ -144,10 +144,9 @@ class _Search:
         expected = statistics.median(durations) * self.sweep.repeats if durations else 0.0
         if spent + expected <= budget:
             return None
-        why = (f"; budget: {spent:.0f} s of {budget:.0f} s spent, the next run "
+        why = (f"budget: {spent:.0f} s of {budget:.0f} s spent, the next run "
                f"({decision.next_key}) would take about {expected:.0f} s more: stopping")
-        return dataclasses.replace(decision, verdict=Verdict.BUDGET, next_key=None,
-                                   reason=decision.reason.rsplit(": measuring it", 1)[0] + why)
+        return dataclasses.replace(decision, verdict=Verdict.BUDGET, next_key=None, why=why)
 
 
 def search(sweep: Sweep, specs: list[RunSpec], measure: Callable[[RunSpec], RunResult | None],

@@ -23,6 +23,7 @@ from dsanalyze.whatif.api import Prediction
 from dsanalyze.whatif.model import Config
 from dsanalyze.whatif.nextrun import (
     Candidate,
+    Decision,
     Verdict,
     choose,
     faster_chance,
@@ -78,6 +79,7 @@ def test_choose(tc):
     d = choose(tc.candidates, 5.0, 1, 5.0, tc.tried)
     assert (d.verdict, d.next_key) == (tc.verdict, tc.next_key), d.reason
     assert d.reason.startswith(f"pick {d.pick_key} ")
+    assert Decision.from_dict(d.to_dict()) == d  # adaptive.json's round trip
 
 
 @given(rate=st.floats(50, 399), rel=st.floats(0.005, 0.5), other=st.floats(50, 399))

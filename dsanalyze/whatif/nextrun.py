@@ -92,14 +92,20 @@ class Decision:
     rival_key: str | None  # the unmeasured configuration likeliest to change the answer
     rival_chance: float  # its chance (0: none left)
     next_key: str | None  # to measure (MEASURE only)
-    reason: str
+    pick_text: str  # the pick in words, with its rate and interval
+    why: str  # why this verdict
+
+    @property
+    def reason(self) -> str:
+        return f"{self.pick_text}; {self.why}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "verdict": self.verdict.value}
+        return {**self.__dict__, "verdict": self.verdict.value, "reason": self.reason}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Decision:
-        return cls(**{**d, "verdict": Verdict(d["verdict"])})
+        fields = {k: v for k, v in d.items() if k != "reason"}  # worded from the others
+        return cls(**{**fields, "verdict": Verdict(d["verdict"])})
 
 
 def stall_chance(c: Candidate, max_stall_pct: float, epochs: int) -> float:
@@ -141,7 +147,7 @@ def choose(candidates: Sequence[Candidate], max_stall_pct: float, epochs: int,
 
     def decided(verdict: Verdict, next_key: str | None, why: str) -> Decision:
         return Decision(verdict, pick.key, pick.measured, hw, _rate(pick), rival, chance,
-                        next_key, f"{what}; {why}")
+                        next_key, what, why)
     if not pick.measured and pick.key not in tried and hw > target_pct:
         return decided(Verdict.MEASURE, pick.key, f"wider than ±{target_pct:g}%: measuring it")
     if rival is not None and chance >= CHANCE_MIN:
