@@ -212,6 +212,8 @@ class Job:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["script_args"] = list(self.script_args)
+        if self.until_ci_pct is None:  # old files unchanged: the early stop's settings if asked
+            del d["until_ci_pct"], d["min_iters"]
         return d
 
     @classmethod
