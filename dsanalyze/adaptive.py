@@ -77,7 +77,7 @@ def check(sweep: Sweep) -> None:
 def candidates(runs: Sequence[RunResult], grid: Sequence[Resources], file_bytes: Sequence[int],
                cpu_count: Callable[[int | None], int]) -> list[Candidate]:
     """The model fitted on `runs`, each configuration of the grid predicted, and the
-    measured ones with their runs' (repeats pooled) rate intervals."""
+    measured ones moved onto their runs (repeats pooled): `as_measured`."""
     model = api.fit(list(runs), list(file_bytes))
     cfgs = [Config(dataclasses.replace(r, cpus=cpu_count(r.cpus))) for r in grid]
     preds = api.grid(model, cfgs, list(runs))
@@ -89,8 +89,24 @@ def candidates(runs: Sequence[RunResult], grid: Sequence[Resources], file_bytes:
             out.append(Candidate(res.key, p))
             continue
         iv = rate.interval()
-        out.append(Candidate(res.key, p, iv.rate_sps, iv.low_sps, iv.high_sps))
+        out.append(Candidate(res.key, as_measured(p, iv.rate_sps, iv.low_sps, iv.high_sps),
+                             iv.rate_sps, iv.low_sps, iv.high_sps))
     return out
+
+
+def as_measured(p: api.Prediction, rate_sps: float, low_sps: float,
+                high_sps: float) -> api.Prediction:
+    """A measured configuration's prediction moved onto its measurement, so that the ranking
+    compares what was measured where it was: the steady rate and its interval measured, the
+    steady epoch (and its fetch stall) scaled to it, the cold epoch the run's own when it
+    measured one (else scaled alike)."""
+    n = p.rate_sps * p.epoch_s
+    epoch_s = n / rate_sps
+    epoch1_s = n / p.measured_epoch1_sps if p.measured_epoch1_sps else \
+        (p.epoch1_s * p.rate_sps / rate_sps if p.epoch1_s is not None else None)
+    return dataclasses.replace(p, rate_sps=rate_sps, rate_sps_low=low_sps,
+                               rate_sps_high=high_sps, epoch_s=epoch_s, epoch1_s=epoch1_s,
+                               fetch_stall_s=max(0.0, epoch_s - max(p.cached_s, p.compute_s)))
 
 
 def recommendation_epochs(sweep: Sweep) -> int:

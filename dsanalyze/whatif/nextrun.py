@@ -38,7 +38,7 @@ from dsanalyze.whatif.api import Prediction
 from dsanalyze.whatif.model import LEVEL
 from dsanalyze.whatif.recommend import TOLERANCE, config_text, cost, rank
 
-CHANCE_MIN = 0.05  # a configuration less likely than this to change the answer is left alone
+CHANCE_MIN = 0.02  # a configuration less likely than this to change the answer is left alone
 MEASURED_LEVEL = 0.95  # a run's rate interval (analysis/uncertainty.py)
 _NORMAL = NormalDist()
 
