@@ -67,11 +67,11 @@ class Workload:
     data: Path
 
 
-def workloads(root: Path) -> list[Workload]:
+def workloads(root: Path, only: set[str]) -> list[Workload]:
     if not DEMO_DATA.is_dir():  # as `make demo` makes it
         make_dataset(DEMO_DATA, 512, 8, (500, 375), 0.3, 0)
     big = root / "data-fetch"
-    if not big.is_dir():
+    if "fetch" in only and not big.is_dir():
         make_dataset(big, 256, 4, (900, 700), 0.3, 3)
     common = ("-b", "16", "--warmup", "5", "--device", "sim")
     return [
@@ -220,7 +220,7 @@ def main() -> None:
     root, only = Path(ns.dir), set(ns.only.split(","))
     root.mkdir(parents=True, exist_ok=True)
     results, rows, replays = [], [], []
-    for w in workloads(root):
+    for w in workloads(root, only):
         if w.name in only:
             res = compare(w, root)
             results.append(res)
