@@ -21,6 +21,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports  # the declared layers: pyproject.toml's [tool.importlinter]
 
 # Two phases: the tests that fit a share of the CPUs on two pytest-xdist workers (each
 # pinned to its own CPUs, tests/conftest.py), then those that need every CPU, alone.

@@ -49,8 +49,9 @@ sys.path.insert(0, str(REPO))
 from dsanalyze import adaptive, store  # noqa: E402
 from dsanalyze.analysis import stalls  # noqa: E402
 from dsanalyze.config import Sweep  # noqa: E402
+from dsanalyze.dataset import scan_dataset  # noqa: E402
 from dsanalyze.instrument.untilci import RankStop  # noqa: E402
-from dsanalyze.jobs.datasets import make_dataset, scan_dataset  # noqa: E402
+from dsanalyze.jobs.datasets import make_dataset  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
 from dsanalyze.whatif import nextrun  # noqa: E402
 

@@ -44,12 +44,12 @@ import torch  # noqa: E402
 
 import dsanalyze  # noqa: E402
 from dsanalyze.analysis import transforms as step_tables  # noqa: E402
+from dsanalyze.dataset import scan_dataset  # noqa: E402
 from dsanalyze.instrument import api  # noqa: E402
 from dsanalyze.instrument import rank as rankenv  # noqa: E402
 from dsanalyze.instrument import transforms as step_timing  # noqa: E402
 from dsanalyze.instrument.loader import batch_size_of  # noqa: E402
 from dsanalyze.jobs import image_classification as job  # noqa: E402
-from dsanalyze.jobs.datasets import scan_dataset  # noqa: E402
 from dsanalyze.resources import pagecache  # noqa: E402
 
 TARGET = 0.995

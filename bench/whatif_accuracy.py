@@ -51,7 +51,8 @@ sys.path.insert(0, str(REPO))
 from dsanalyze import store  # noqa: E402
 from dsanalyze.analysis import stalls  # noqa: E402
 from dsanalyze.config import format_bytes  # noqa: E402
-from dsanalyze.jobs.datasets import make_dataset, scan_dataset  # noqa: E402
+from dsanalyze.dataset import scan_dataset  # noqa: E402
+from dsanalyze.jobs.datasets import make_dataset  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
 from dsanalyze.whatif import api as whatif  # noqa: E402
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from dsanalyze import store  # noqa: E402
 from dsanalyze.analysis.stalls import run_rate  # noqa: E402
-from dsanalyze.jobs.datasets import scan_dataset  # noqa: E402
+from dsanalyze.dataset import scan_dataset  # noqa: E402
 from dsanalyze.whatif import api as whatif  # noqa: E402
 from dsanalyze.whatif.model import predict_run  # noqa: E402
 

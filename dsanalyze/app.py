@@ -1,6 +1,7 @@
 """The use cases, one function each: what `harness.py` and `dsanalyze` do, without printing.
 
-    outcome = app.profile(sweep, dataset, progress)   # measure: harness.py
+    outcome = app.harness(HarnessRequest(options))     # harness.py: measure, table, advice
+    measured = app.profile(sweep, dataset, progress)  # measure only
     summary = app.summarize(prefix)                    # the stall table's document
     answer = app.whatif(WhatIfRequest(prefix, ...))    # predict other hardware
     checked = app.validate(prefix)                     # the model, out of sample
@@ -23,19 +24,30 @@ from the advice it already computed or from a stored `whatif.json`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dsanalyze import config, nodes, store
+from dsanalyze import config, nodemerge, store
 from dsanalyze.config import Sweep
-from dsanalyze.errors import ConfigError, DsAnalyzeError, StoreError
+from dsanalyze.errors import ConfigError, DsAnalyzeError, RunFailed, StoreError
 from dsanalyze.fingerprint import check_consistent
+from dsanalyze.options import HarnessOptions, build_sweep
 from dsanalyze.records import RunResult
 from dsanalyze.report.whatif_docs import WhatIfDocs, recommended_text
 from dsanalyze.whatif.advice import DEFAULT_CACHES
+
+if TYPE_CHECKING:  # types only: the measuring side is imported by the use cases that run it
+    from dsanalyze.analysis.summary import Summary
+    from dsanalyze.dataset import DatasetInfo
+    from dsanalyze.sweep import SweepOutcome
+    from dsanalyze.whatif.api import CacheCheck, Prediction
+    from dsanalyze.whatif.model import Model
+    from dsanalyze.whatif.recommend import Recommendation
+    from dsanalyze.whatif.validation import Validation as ModelValidation
 
 WHATIF_JSON, VALIDATION_JSON, SUMMARY_JSON = "whatif.json", "validation.json", "summary.json"
 ADAPTIVE_JSON = "adaptive.json"  # --adaptive: every decision, runs and seconds against the grid
@@ -44,53 +56,131 @@ DEFAULT_CACHE_GRID = DEFAULT_CACHES  # `dsanalyze whatif --cache`, as the advice
 
 # ---- measuring ------------------------------------------------------------------------------
 
-def find_data(sweep: Sweep) -> tuple[Any, str]:
-    """The sweep's dataset (`jobs.datasets.DatasetInfo`) and a line saying where it came from."""
+@dataclass(frozen=True)
+class HarnessRequest:
+    """What `harness.py` asks: its options (over the config file and the scheduler's
+    environment), whether to fit the advice after the table, how long to wait for the
+    dataset's lock."""
+
+    options: HarnessOptions
+    advice: bool = True
+    lock_wait_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ProfileOutcome:
+    """What `profile` measured: the sweep's runs, and `summary.json` written after them."""
+
+    sweep: SweepOutcome
+    summary: Summary  # what `summary.json` holds
+
+
+@dataclass(frozen=True)
+class HarnessOutcome:
+    """The whole answer of `harness.py`, in the order it is printed."""
+
+    sweep: Sweep  # as run: command line over config file over scheduler
+    profile: ProfileOutcome
+    table: str  # the stall table (`report.summary.render_table`)
+    node_note: str | None  # a node other than 0: its table covers its own ranks only
+    recommendation: tuple[str, ...] | None  # the advice in words; None: not asked, or no runs
+    summary_path: Path
+    figures: tuple[Path, ...]  # PNG and SVG files drawn; empty with --no-plots
+    failure: RunFailed | None  # the runs that failed, raised once the answer is out
+
+
+def harness(req: HarnessRequest, progress: Callable[[str], None] | None = None,
+            announce: Callable[[str], None] | None = None) -> HarnessOutcome:
+    """The profile use case whole: find the data, measure, table, advice, figures.
+
+    `progress` gets one line per run as it ends; `announce` the line saying which files
+    were measured (part of the answer, before the sweep starts).
+    """
+    from dsanalyze.report.summary import render_table
+
+    sweep = build_sweep(req.options)
+    dataset, chosen = find_data(sweep)
+    if chosen and announce is not None:
+        announce(chosen)
+    measured = profile(sweep, dataset, progress, req.lock_wait_s)
+    docs = advise(sweep.prefix) if req.advice and measured.summary.runs else None
+    figures = plot(sweep.prefix, docs=docs, fit=False) \
+        if sweep.plots and measured.summary.configs else []
+    return HarnessOutcome(
+        sweep, measured, render_table(measured.summary), _node_note(sweep),
+        tuple(docs.recommendation) if docs is not None else None,
+        Path(sweep.prefix) / SUMMARY_JSON, tuple(figures), _failure(measured.sweep))
+
+
+def _node_note(sweep: Sweep) -> str | None:
+    job = sweep.job
+    if job.node_rank == 0:
+        return None
+    return (f"node {job.node_rank} of {job.nnodes}: this table covers this node's ranks only; "
+            "node 0's prefix holds the whole job")
+
+
+def _failure(outcome: SweepOutcome) -> RunFailed | None:
+    if not outcome.failed:
+        return None
+    first = outcome.failed[0]
+    return RunFailed(f"{len(outcome.failed)} run(s) failed; first: {first.run_id} "
+                     f"{first.status}: {first.error}")
+
+
+def find_data(sweep: Sweep) -> tuple[DatasetInfo, str]:
+    """The sweep's dataset and a line saying where it came from ("" when `--data` named it)."""
     from dsanalyze.datafind import dataset_for
 
     return dataset_for(sweep.job, Path(sweep.prefix))
 
 
-def profile(sweep: Sweep, dataset: Any = None, progress: Callable[[str], None] | None = None,
-            lock_wait_s: float = 0.0) -> Any:
+def profile(sweep: Sweep, dataset: DatasetInfo | None = None,
+            progress: Callable[[str], None] | None = None,
+            lock_wait_s: float = 0.0) -> ProfileOutcome:
     """Measure every run of the sweep not already complete; `summary.json` is written even
-    when the sweep stops half-way. Returns `sweep.SweepOutcome` with its summary document."""
+    when the sweep stops half-way."""
+    from dsanalyze.analysis.summary import summarize
     from dsanalyze.sweep import run_sweep
 
     try:
         outcome = run_sweep(sweep, progress=progress, dataset=dataset, lock_wait_s=lock_wait_s)
     finally:
-        doc = _write_summary(Path(sweep.prefix))
+        summary = _write_summary(Path(sweep.prefix))
     if outcome.adaptive is not None:
         store.write_json_atomic(Path(sweep.prefix) / ADAPTIVE_JSON, outcome.adaptive.to_dict())
-    from dsanalyze.analysis import stalls
-
-    outcome.summary = doc if doc is not None else stalls.summary([])
-    return outcome
+    return ProfileOutcome(outcome, summary if summary is not None else summarize([]))
 
 
 # ---- the stall table ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Summary:
-    document: dict[str, Any]  # the `summary.json` document (`analysis.stalls.summary`)
+class SummaryOutcome:
+    summary: Summary  # what `summary.json` holds
+    table: str  # the stall table in words (`report.summary.render_table`)
     merged_runs: int = 0  # runs joined with other nodes' ranks (`--merge`)
-    unreadable: tuple[str, ...] = ()  # "PATH (why)" of run files left out
+
+    @property
+    def unreadable(self) -> tuple[str, ...]:
+        """"PATH (why)" of run files left out."""
+        return self.summary.unreadable_runs
 
 
-def summarize(prefix: str | Path, merge: Sequence[str | Path] = ()) -> Summary:
+def summarize(prefix: str | Path, merge: Sequence[str | Path] = ()) -> SummaryOutcome:
     """Recompute `PREFIX/summary.json` from the stored runs (after joining other nodes'
     prefixes, when `merge` names them)."""
+    from dsanalyze.report.summary import render_table
+
     prefix = Path(prefix)
-    merged = nodes.merge_into_prefix(prefix, [Path(d) for d in merge]) if merge else []
-    doc = _write_summary(prefix)
-    if doc is None:
+    merged = nodemerge.merge_into_prefix(prefix, [Path(d) for d in merge]) if merge else []
+    summary = _write_summary(prefix)
+    if summary is None:
         raise ConfigError(f"no runs under {prefix}: run harness.py --prefix {prefix} first")
-    return Summary(doc, len(merged), tuple(doc.get("unreadable_runs", ())))
+    return SummaryOutcome(summary, render_table(summary), len(merged))
 
 
-def _write_summary(prefix: Path) -> dict[str, Any] | None:
-    from dsanalyze.analysis import stalls
+def _write_summary(prefix: Path) -> Summary | None:
+    from dsanalyze.analysis.summary import summarize
 
     if not store.runs_dir(prefix).is_dir():
         return None
@@ -98,11 +188,9 @@ def _write_summary(prefix: Path) -> dict[str, Any] | None:
     if not runs:
         return None
     check_consistent(runs)
-    doc = stalls.summary(runs)
-    if unreadable:
-        doc["unreadable_runs"] = unreadable
-    store.write_json_atomic(prefix / SUMMARY_JSON, doc)
-    return doc
+    summary = dataclasses.replace(summarize(runs), unreadable_runs=tuple(unreadable))
+    store.write_json_atomic(prefix / SUMMARY_JSON, summary.to_dict())
+    return summary
 
 
 # ---- what-if --------------------------------------------------------------------------------
@@ -132,15 +220,17 @@ class WhatIfRequest:
 
 @dataclass(frozen=True)
 class WhatIfAnswer:
-    model: Any  # whatif.model.Model
-    predictions: list[Any]  # whatif.api.Prediction, one per configuration
-    recommendation: Any  # whatif.recommend.Recommendation, or None
+    model: Model
+    predictions: list[Prediction]  # one per configuration
+    recommendation: Recommendation | None  # None: not asked
     document: dict[str, Any]  # what `whatif.json` holds
     path: Path
+    text: str  # the answer in words (`report.whatif_text.answer_text`)
 
 
 def whatif(req: WhatIfRequest) -> WhatIfAnswer:
     """Fit the model on the prefix's runs, predict the request's grid, write `whatif.json`."""
+    from dsanalyze.report.whatif_text import answer_text
     from dsanalyze.whatif import api as model_whatif
     from dsanalyze.whatif import recommend
     from dsanalyze.whatif.advice import default_cpus
@@ -157,19 +247,21 @@ def whatif(req: WhatIfRequest) -> WhatIfAnswer:
     doc = model_whatif.whatif_document(preds, rec)
     path = Path(req.prefix) / WHATIF_JSON
     store.write_json_atomic(path, doc)
-    return WhatIfAnswer(model, preds, rec, doc, path)
+    return WhatIfAnswer(model, preds, rec, doc, path, answer_text(model, preds, rec))
 
 
 @dataclass(frozen=True)
 class Validation:
-    validation: Any  # whatif.validation's result: both splits, errors, coverage
-    cache_checks: list[Any]  # the cache simulator against each disk run's read counter
+    validation: ModelValidation  # both splits, errors, coverage
+    cache_checks: list[CacheCheck]  # the cache simulator against each disk run's read counter
     document: dict[str, Any]  # what `validation.json` holds
     path: Path
+    text: str  # in words (`report.whatif_text.validation_text`)
 
 
 def validate(prefix: str | Path, cache_policy: str = "pagecache") -> Validation:
     """The model judged out of sample (leave-one-out and extrapolation); `validation.json`."""
+    from dsanalyze.report.whatif_text import validation_text
     from dsanalyze.whatif import api as model_whatif
 
     runs, sizes = runs_and_sizes(prefix)
@@ -177,7 +269,8 @@ def validate(prefix: str | Path, cache_policy: str = "pagecache") -> Validation:
     doc = model_whatif.validation_document(val)
     path = Path(prefix) / VALIDATION_JSON
     store.write_json_atomic(path, doc)
-    return Validation(val, model_whatif.cache_check(val.model, runs), doc, path)
+    checks = model_whatif.cache_check(val.model, runs)
+    return Validation(val, checks, doc, path, validation_text(val, checks))
 
 
 def advise(prefix: str | Path, runs: list[RunResult] | None = None) -> WhatIfDocs:
@@ -229,8 +322,8 @@ def dataset_sizes(runs: list[RunResult]) -> list[int] | None:
     """The file sizes of the runs' data, scanned again the way the harness found it (an
     ImageFolder, or the `--data` file set); None when it is gone or changed, or was found by
     a discovery run (the size quantiles recorded with each run serve then)."""
+    from dsanalyze.dataset import scan_dataset
     from dsanalyze.fileset import scan_files
-    from dsanalyze.jobs.datasets import scan_dataset
 
     ok = [r for r in runs if r.ok]
     if not ok:
@@ -255,7 +348,7 @@ def plot(prefix: str | Path, run_id: str | None = None, docs: WhatIfDocs | None 
     The what-if figures come from `docs` when given, else from a fresh
     `whatif.json`, else (only when `fit`) from the advice's query fitted here.
     """
-    from dsanalyze.analysis import stalls
+    from dsanalyze.analysis.summary import summarize
 
     prefix = Path(prefix)
     runs = store.load_runs(prefix)
@@ -263,15 +356,15 @@ def plot(prefix: str | Path, run_id: str | None = None, docs: WhatIfDocs | None 
         raise StoreError(f"no run {run_id!r} under {prefix}: pick one of "
                          + ", ".join(r.run_id for r in runs))
     docs = docs or stored_whatif(prefix, runs) or (advise(prefix, runs) if fit else WhatIfDocs())
-    return _draw(prefix, runs, stalls.summary(runs), docs, run_id)
+    return _draw(prefix, runs, summarize(runs), docs, run_id)
 
 
-def _draw(prefix: Path, runs: list[RunResult], summary: dict[str, Any], docs: WhatIfDocs,
+def _draw(prefix: Path, runs: list[RunResult], summary: Summary, docs: WhatIfDocs,
           run_id: str | None = None) -> list[Path]:
     """Save every figure of runs already loaded and summarised, as PNG and SVG."""
     from dsanalyze.report import plots
 
-    figures = plots.figures(summary, runs, docs, run_id)
+    figures = plots.figures(summary.to_dict(), runs, docs, run_id)  # plots read the JSON keys
     return [p for name, fig in figures.items() for p in plots.save(fig, prefix, name)]
 
 
@@ -280,14 +373,14 @@ def report(prefix: str | Path) -> list[Path]:
 
     Its what-if section is the advice's own query, fitted here (not the last
     `whatif` query, whose grid may answer another question)."""
-    from dsanalyze.analysis import stalls
+    from dsanalyze.analysis.summary import summarize
     from dsanalyze.report import summary as report_text
     from dsanalyze.report.shards import shard_blocks
 
     prefix = Path(prefix)
     runs = store.load_runs(prefix)
     docs = advise(prefix, runs)
-    summary = stalls.summary(runs)
+    summary = summarize(runs)
     pngs = [p for p in _draw(prefix, runs, summary, docs) if p.suffix == ".png"]
     blocks = report_text.report_blocks(summary, [p.name for p in pngs],
                                        docs.recommendation, docs.validation, docs.note,

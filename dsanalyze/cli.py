@@ -9,15 +9,15 @@ because each run is stored as soon as it ends.
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dsanalyze import app, config, nodes
-from dsanalyze.config import Job, Sweep
-from dsanalyze.errors import ConfigError, DsAnalyzeError, RunFailed
+from dsanalyze import app, config
+from dsanalyze.errors import ConfigError, DsAnalyzeError, Interrupted
+from dsanalyze.options import HarnessOptions
 
 HARNESS_USAGE = "python harness.py [options] [SCRIPT [script args]]"
 
@@ -108,38 +108,6 @@ def harness_parser() -> argparse.ArgumentParser:
     return p
 
 
-def build_sweep(ns: argparse.Namespace) -> Sweep:
-    """`Sweep.from_dict` of the config file's tables with the command line laid over them
-    (built-in defaults < config file < command line)."""
-    data = config.load_toml(ns.config) if ns.config else {}
-    job: dict[str, Any] = dict(data.get("job", {}))
-    for f in dataclasses.fields(Job):
-        value = getattr(ns, f.name, None)
-        if value is not None:
-            job[f.name] = value
-    for key, value in nodes.environment_defaults().items():
-        job.setdefault(key, value)  # a scheduler's node settings, where no option gave them
-    if ns.iters is not None:
-        job.pop("epochs", None)
-    if ns.epochs is not None:
-        job.pop("iters", None)
-    if ns.script:
-        if not Path(ns.script).is_file():
-            raise ConfigError(f"training script {ns.script} not found")
-        job["script"] = str(Path(ns.script).resolve())
-        job["script_args"] = tuple(ns.script_args)
-    if job.get("data_dir"):
-        job["data_dir"] = str(Path(job["data_dir"]).resolve())
-    sweep: dict[str, Any] = dict(data.get("sweep", {}))
-    for key in config.SWEEP_KEYS:
-        value = getattr(ns, key, None)
-        if value is not None:
-            sweep[key] = value
-    if any(getattr(ns, k, None) for k in ("cpus", "cache", "storage_bw")):
-        sweep.pop("combos", None)  # a grid on the command line replaces the file's list
-    return Sweep.from_dict({"job": job, "sweep": sweep})
-
-
 def _progress_printer() -> Callable[[str], None]:
     """One line per run, on a terminal or not (a log file gets the same lines)."""
     return lambda line: print(line, file=sys.stderr, flush=True)
@@ -150,14 +118,26 @@ def harness_main(argv: list[str] | None = None) -> int:
 
 
 def _harness(argv: list[str] | None) -> int:
-    from dsanalyze.report.summary import render_table
-
     ns = harness_parser().parse_args(argv)
-    sweep = build_sweep(ns)
-    dataset, chosen = app.find_data(sweep)
-    if chosen:
-        print(chosen, flush=True)  # part of the answer: which files were measured
-    outcome = app.profile(sweep, dataset, _progress_printer(), ns.lock_wait)
+    req = app.HarnessRequest(HarnessOptions.from_flat(vars(ns)), ns.advice, ns.lock_wait)
+    out = app.harness(req, _progress_printer(), lambda line: print(line, flush=True))
+    _print_profile_notes(out.profile)
+    print(out.table)
+    if out.node_note:
+        print(out.node_note)
+    if out.recommendation is not None:
+        print("\n".join(out.recommendation))
+    if out.profile.sweep.adaptive is not None:
+        print(_adaptive_text(out.profile.sweep.adaptive))
+    print(f"results: {out.summary_path}")
+    _print_figures(Path(out.sweep.prefix), list(out.figures))
+    if out.failure is not None:
+        raise out.failure
+    return 0
+
+
+def _print_profile_notes(measured: app.ProfileOutcome) -> None:
+    outcome = measured.sweep
     for line in outcome.unreadable:
         print(f"warning: unreadable run file {line}: measured again", file=sys.stderr)
     if outcome.cgroup_note and outcome.cgroup_note != "--no-cgroups":
@@ -169,24 +149,6 @@ def _harness(argv: list[str] | None) -> int:
         print(f"set aside {len(outcome.superseded)} repeat run(s) of an earlier sweep "
               f"({', '.join(outcome.superseded)}) to {outcome.superseded_dir}: measured afresh "
               "without --resume")
-    print(render_table(outcome.summary))
-    if sweep.job.node_rank > 0:
-        print(f"node {sweep.job.node_rank} of {sweep.job.nnodes}: this table covers this node's "
-              "ranks only; node 0's prefix holds the whole job")
-    docs = None
-    if ns.advice and outcome.summary["runs"]:
-        docs = app.advise(sweep.prefix)
-        print("\n".join(docs.recommendation))
-    if outcome.adaptive is not None:
-        print(_adaptive_text(outcome.adaptive))
-    print(f"results: {sweep.prefix}/{app.SUMMARY_JSON}")
-    if sweep.plots and outcome.summary["configs"]:
-        _print_figures(Path(sweep.prefix), app.plot(sweep.prefix, docs=docs, fit=False))
-    if outcome.failed:
-        first = outcome.failed[0]
-        raise RunFailed(f"{len(outcome.failed)} run(s) failed; first: {first.run_id} "
-                        f"{first.status}: {first.error}")
-    return 0
 
 
 def _adaptive_text(a: Any) -> str:
@@ -213,13 +175,9 @@ def _guard(fn: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print("error: interrupted; completed runs are kept (rerun with --resume)", file=sys.stderr)
         return 130
-    except BaseException as e:
-        from dsanalyze.launch import Interrupted
-        if isinstance(e, Interrupted):
-            print("error: terminated; completed runs are kept (rerun with --resume)",
-                  file=sys.stderr)
-            return 143
-        raise
+    except Interrupted:
+        print("error: terminated; completed runs are kept (rerun with --resume)", file=sys.stderr)
+        return 143
 
 
 # ---- dsanalyze subcommands ------------------------------------------------------------------
@@ -231,15 +189,13 @@ def _cmd_make_dataset(ns: argparse.Namespace) -> int:
 
 
 def _cmd_summary(ns: argparse.Namespace) -> int:
-    from dsanalyze.report.summary import render_table
-
     result = app.summarize(ns.prefix, ns.merge or ())
     if ns.merge:
         print(f"merged: {result.merged_runs} run(s) joined with the other nodes' ranks")
     for line in result.unreadable:
         print(f"warning: unreadable run file {line} left out: harness.py --resume "
               "measures it again", file=sys.stderr)
-    print(render_table(result.document))
+    print(result.table)
     return 0
 
 
@@ -293,35 +249,18 @@ def whatif_request(ns: argparse.Namespace) -> app.WhatIfRequest:
 
 
 def _cmd_whatif(ns: argparse.Namespace) -> int:
-    import json
-
-    from dsanalyze.report import whatif_text
-
     answer = app.whatif(whatif_request(ns))
-    if ns.json:
-        print(json.dumps(answer.document, indent=1))
-        return 0
-    print("\n".join([*whatif_text.params_lines(answer.model), *whatif_text.slack_lines(answer.model),
-                     "", whatif_text.ASSUMPTIONS, "",
-                     *whatif_text.whatif_lines(answer.predictions, answer.recommendation)]))
-    print(f"results: {answer.path}")
+    print(json.dumps(answer.document, indent=1) if ns.json else answer.text)
+    if not ns.json:
+        print(f"results: {answer.path}")
     return 0
 
 
 def _cmd_validate(ns: argparse.Namespace) -> int:
-    import json
-
-    from dsanalyze.report import whatif_text
-    from dsanalyze.whatif import api as whatif
-
     checked = app.validate(ns.prefix, ns.cache_policy)
-    if ns.json:
-        print(json.dumps(checked.document, indent=1))
-        return 0
-    print("\n".join([*whatif_text.params_lines(checked.validation.model),
-                     *whatif_text.validation_lines(checked.validation, checked.cache_checks,
-                                                   whatif.split_summary)]))
-    print(f"results: {checked.path}")
+    print(json.dumps(checked.document, indent=1) if ns.json else checked.text)
+    if not ns.json:
+        print(f"results: {checked.path}")
     return 0
 
 

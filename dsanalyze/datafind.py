@@ -34,10 +34,10 @@ from typing import Any
 
 from dsanalyze import launch
 from dsanalyze.config import Job, Mode, Resources, RunSpec, format_bytes
+from dsanalyze.dataset import DatasetInfo, scan_dataset
 from dsanalyze.errors import ConfigError, DatasetError
 from dsanalyze.fileset import common_root, scan_files
 from dsanalyze.instrument import rank as rankenv
-from dsanalyze.jobs.datasets import DatasetInfo, scan_dataset
 
 DISCOVER_ITERS = 2
 DISCOVER_WARMUP = 1

@@ -57,3 +57,8 @@ class RunFailed(DsAnalyzeError):
 
 class NodeLost(RunFailed):
     """Another node's harness stopped responding, or never joined, in a multi-node sweep."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM, turned into an exception so that cleanup code runs (a BaseException, as
+    KeyboardInterrupt is: no `except Exception` swallows it). The CLI exits 143."""

@@ -11,7 +11,7 @@ For a user script, `--data` only names the files the job reads, in any layout:
 `scan_files` lists them, sorted, with their sizes, as the `DatasetInfo` the
 sweep uses for an ImageFolder (`classes` is empty; `root` is the deepest
 directory holding every file). The built-in job still needs an ImageFolder
-(`jobs.datasets.scan_dataset`).
+(`dataset.scan_dataset`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from dsanalyze.dataset import DatasetInfo
 from dsanalyze.errors import DatasetError
-from dsanalyze.jobs.datasets import DatasetInfo
 
 GLOB_CHARS = re.compile(r"[*?\[]")
 BRACE_RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")

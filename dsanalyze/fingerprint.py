@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from dsanalyze.dataset import DatasetInfo, scan_dataset
 from dsanalyze.errors import DatasetError, StoreError
-from dsanalyze.jobs.datasets import DatasetInfo, scan_dataset
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from dsanalyze.config import Job, Mode, RunSpec, format_bytes
+from dsanalyze.dataset import DatasetInfo
 from dsanalyze.errors import ConfigError, FailureKind
 from dsanalyze.instrument import rank as rankenv
-from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.monitor import InterferenceProbe, Monitor, diskstats_read_bytes
 from dsanalyze.records import (
     Enforcement,
@@ -61,10 +61,6 @@ UNTIL_CI_MAX_ITERS = 1000  # the built-in job's most iterations with --until-ci 
 BUILTIN_ITERS = 50  # the built-in job's measured iterations when neither --iters nor --epochs
 NO_BLOCK_DEVICE = "the dataset is on a filesystem with no block device (overlay, tmpfs, NFS or FUSE)"
 BOOTSTRAP = "dsanalyze.instrument.bootstrap"
-
-
-class Interrupted(BaseException):
-    """SIGTERM, turned into an exception so that cleanup code runs."""
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 One harness runs on each node (`--nnodes N --node_rank R --master_addr A
 --master_port P`, or the same taken from a scheduler's environment, see
-`from_environment`). Node 0's harness hosts a `torch.distributed.TCPStore` on
+`scheduler.from_environment`). Node 0's harness hosts a `torch.distributed.TCPStore` on
 port P + 1 (torchrun's own rendezvous of each run uses P); the others connect
 to it. Through that store, for the i-th run of the sweep:
 
@@ -11,7 +11,7 @@ to it. Through that store, for the i-th run of the sweep:
 2. every node prepares the run (cgroup, warm or evict) and waits until all
    have (`start_gate`), so that torchrun's agents meet at once;
 3. after the run, nodes 1..N-1 publish their `RunResult`; node 0 merges every
-   rank's record into one result for the job (`merge_results`).
+   rank's record into one result for the job (`nodemerge.merge_results`).
 
 Each harness bumps a heartbeat counter every `HEARTBEAT_S`; a node whose
 counter has not moved for `lost_after_s` (by the watcher's own monotonic
@@ -27,63 +27,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-from dsanalyze import store
 from dsanalyze.config import Job, RunSpec
 from dsanalyze.errors import ConfigError, NodeLost
-from dsanalyze.records import RankRecord, RunResult, Status
+from dsanalyze.nodemerge import merge_results
+from dsanalyze.records import RunResult, Status
 
 HEARTBEAT_S = 0.5
 LOST_AFTER_S = 10.0
 CLOCK_PINGS = 8
 POLL_S = 0.1
 STORE_PORT_OFFSET = 1  # the harnesses' store: master_port + 1; torchrun uses master_port
-
-
-def from_environment(env: Mapping[str, str]) -> dict[str, Any]:
-    """Node settings a scheduler put in the environment, for options not given.
-
-    In order: torchrun's own `PET_*` variables; a PyTorchJob-style pod
-    (`WORLD_SIZE` nodes, this one `RANK`, `MASTER_ADDR`/`MASTER_PORT`,
-    `NPROC_PER_NODE`); SLURM (`SLURM_NNODES`, `SLURM_NODEID`, with
-    `MASTER_ADDR` exported by the batch script). Empty when none is set.
-    """
-    def pick(*names: str) -> str | None:
-        return next((env[n] for n in names if env.get(n)), None)
-
-    if env.get("PET_NNODES"):
-        nnodes, node_rank = pick("PET_NNODES"), pick("PET_NODE_RANK")
-    elif env.get("WORLD_SIZE") and env.get("MASTER_ADDR") and env.get("RANK"):
-        nnodes, node_rank = pick("WORLD_SIZE"), pick("RANK")
-    elif env.get("SLURM_NNODES") and env.get("MASTER_ADDR"):
-        nnodes, node_rank = pick("SLURM_NNODES"), pick("SLURM_NODEID")
-    else:
-        return {}
-    out: dict[str, Any] = {}
-    try:
-        out["nnodes"] = int(str(nnodes).split(":")[-1])  # PET_NNODES may be "1:4"
-        out["node_rank"] = int(node_rank or 0)
-        port = pick("PET_MASTER_PORT", "MASTER_PORT")
-        if port:
-            out["master_port"] = int(port)
-        nproc = pick("PET_NPROC_PER_NODE", "NPROC_PER_NODE")
-        if nproc and nproc.isdigit():
-            out["nproc_per_node"] = int(nproc)
-    except ValueError as e:
-        raise ConfigError(f"cannot read the node settings in the environment ({e}): "
-                          "pass --nnodes/--node_rank/--master_addr/--master_port") from None
-    addr = pick("PET_MASTER_ADDR", "MASTER_ADDR")
-    if addr:
-        out["master_addr"] = addr
-    return out
 
 
 def plan_key(specs: Sequence[RunSpec]) -> str:
@@ -289,83 +249,3 @@ class NodeGroup:
 
     def close(self) -> None:
         self._stop.set()
-
-
-def _tag(ranks: Sequence[RankRecord], node: int, offset_s: float) -> list[RankRecord]:
-    """Ranks of one node, on node 0's clock, each saying which node it ran on."""
-    return [dataclasses.replace(
-        r, start_unix_s=r.start_unix_s + offset_s if r.start_unix_s else 0.0,
-        extra={**r.extra, "node": node, "clock_offset_s": offset_s}) for r in ranks]
-
-
-def merge_results(primary: RunResult, others: Mapping[int, RunResult]) -> RunResult:
-    """One result for the job: node 0's run plus every other node's ranks.
-
-    Ranks move onto node 0's clock by each node's recorded offset; the status
-    is the first failure (by node), with the node named; bytes read add up;
-    each node's I/O, enforcement and environment are kept under `nodes`.
-    """
-    node0 = primary.spec.job.node_rank
-    ranks = _tag(primary.ranks, node0, 0.0)
-    status, error = primary.status, primary.error
-    per_node = {str(node0): _node_facts(primary)}
-    read = primary.io.read_bytes
-    for n in sorted(others):
-        other = others[n]
-        ranks += _tag(other.ranks, n, float(other.environment.get("clock_offset_s", 0.0)))
-        per_node[str(n)] = _node_facts(other)
-        if status == Status.OK and other.status != Status.OK:
-            status, error = other.status, f"node {n}: {other.error}"
-        other_read = other.io.read_bytes
-        read = read + other_read if read is not None and other_read is not None else None
-    io = dataclasses.replace(primary.io, read_bytes=read, nodes=per_node)
-    expected = primary.spec.job.world_size
-    if status == Status.OK and len(ranks) < expected:
-        status, error = Status.FAILED, f"{len(ranks)} of {expected} ranks reported"
-    return dataclasses.replace(primary, status=status, error=error,
-                               ranks=tuple(sorted(ranks, key=lambda r: r.rank)), io=io)
-
-
-def _node_facts(result: RunResult) -> dict[str, Any]:
-    env = result.environment
-    return {"host": env.get("host"), "status": result.status.value, "error": result.error,
-            "clock_offset_s": env.get("clock_offset_s", 0.0),
-            "clock_rtt_s": env.get("clock_rtt_s"), "read_bytes": result.io.read_bytes,
-            "enforced": result.enforced.to_dict(), "ranks": [r.rank for r in result.ranks]}
-
-
-def merge_prefixes(primary: Sequence[RunResult], others: Sequence[Sequence[RunResult]]
-                   ) -> list[RunResult]:
-    """`summary --merge`: node 0's runs, each joined with the same run of the other nodes.
-
-    A run already holding every rank of the job is kept as it is.
-    """
-    by_node: list[dict[str, RunResult]] = [{r.run_id: r for r in runs} for runs in others]
-    merged = []
-    for run in primary:
-        if len(run.ranks) >= run.spec.job.world_size:
-            merged.append(run)
-            continue
-        peers = {}
-        for runs in by_node:
-            peer = runs.get(run.run_id)
-            if peer is not None:
-                peers[peer.spec.job.node_rank] = peer
-        merged.append(merge_results(run, peers))
-    return merged
-
-
-def environment_defaults() -> dict[str, Any]:
-    return from_environment(os.environ)
-
-
-def merge_into_prefix(prefix: Path, other_prefixes: Sequence[Path]) -> list[str]:
-    """Join the other nodes' copies of each run into `prefix`'s; the run ids rewritten."""
-    primary = store.load_runs(prefix)
-    others = [store.load_runs(p) for p in other_prefixes]
-    changed = []
-    for before, after in zip(primary, merge_prefixes(primary, others)):
-        if after is not before:
-            store.write_run(prefix, after)
-            changed.append(after.run_id)
-    return changed

@@ -24,9 +24,16 @@ from dsanalyze import adaptive, datafind, launch, nodes, store
 from dsanalyze.analysis import measured as measured_window
 from dsanalyze.analysis import stalls
 from dsanalyze.config import Mode, RunSpec, Sweep
-from dsanalyze.errors import ConfigError, DatasetError, FailureKind, NodeLost, ResourceError
+from dsanalyze.dataset import DatasetInfo
+from dsanalyze.errors import (
+    ConfigError,
+    DatasetError,
+    FailureKind,
+    Interrupted,
+    NodeLost,
+    ResourceError,
+)
 from dsanalyze.fingerprint import Fingerprint, check_resumable, check_unchanged
-from dsanalyze.jobs.datasets import DatasetInfo
 from dsanalyze.records import CpuScaling, RunResult
 from dsanalyze.resources import cgroups, cpuscale
 from dsanalyze.resources.datalock import DataLock
@@ -36,7 +43,6 @@ from dsanalyze.resources.datalock import DataLock
 class SweepOutcome:
     results: list[RunResult] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)  # filled by app.profile
     cgroup_note: str = ""
     unreadable: list[str] = field(default_factory=list)  # run files found truncated: measured again
     superseded: list[str] = field(default_factory=list)  # an earlier sweep's repeats, set aside
@@ -92,7 +98,7 @@ def set_aside_stale_repeats(prefix: Path, specs: list[RunSpec]) -> tuple[list[st
 
 
 def _sigterm(signum: int, frame: Any) -> None:
-    raise launch.Interrupted()
+    raise Interrupted()
 
 
 def check_data(prefix: Path, sweep: Sweep, specs: list[RunSpec], fp: Fingerprint) -> list[str]:

@@ -55,6 +55,24 @@ def harness(*argv: str) -> int:
     return cli.harness_main([str(a) for a in argv])
 
 
+STEP_BOUND = pytest.mark.timing(reason=(
+    "a sim-device rate is that of a sleep: on a loaded machine the sleep wakes late, so the "
+    "rate only drops; the tolerance is the run's own spread of iteration times"))
+
+
+def assert_step_bound_rate(mode: dict, expected_sps: float) -> None:
+    """A mode's rate (a `summary.json` mode entry) of a job bound by the sim step's sleep.
+
+    A sleep never wakes early: the rate is at most `expected_sps` (1% for the clock and the
+    loop's own work). It wakes late by as much as the machine's other processes delay it,
+    which the run's own iteration times show: the rate may fall short by 1.5 times their
+    IQR over the median (at least 3%, the quiet machine's tolerance)."""
+    rate = mode["rate_sps"]
+    tolerance = max(0.03, 1.5 * (mode.get("iter_iqr_pct") or 0.0) / 100)
+    assert rate <= expected_sps * 1.01, (rate, expected_sps)
+    assert rate >= expected_sps * (1 - tolerance), (rate, expected_sps, tolerance)
+
+
 def cgroups_writable() -> tuple[bool, str]:
     if os.geteuid() != 0:
         return False, "needs root to write cgroups"

@@ -162,14 +162,16 @@ def test_bad_adaptive_settings_say_what_to_do():
 
 def test_the_command_line_asks_for_both(tmp_path):
     from dsanalyze import cli
+    from dsanalyze.options import HarnessOptions, build_sweep
 
-    ns = cli.harness_parser().parse_args(["--data", str(tmp_path), "--adaptive", "--budget", "10m",
-                                          "--until-ci", "2%", "--min-iters", "40"])
-    sweep = cli.build_sweep(ns)
+    def sweep_of(*argv: str) -> Sweep:
+        return build_sweep(HarnessOptions.from_flat(vars(cli.harness_parser().parse_args(argv))))
+    sweep = sweep_of("--data", str(tmp_path), "--adaptive", "--budget", "10m", "--until-ci", "2%",
+                     "--min-iters", "40")
     assert sweep.adaptive and sweep.budget_s == 600
     assert (sweep.job.until_ci_pct, sweep.job.min_iters) == (2.0, 40)
     with pytest.raises(ConfigError, match="--until-ci"):
-        cli.build_sweep(cli.harness_parser().parse_args(["--until-ci", "150%"]))
+        sweep_of("--until-ci", "150%")
 
 
 @pytest.mark.extended

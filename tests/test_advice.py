@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from conftest import harness
 
 from dsanalyze import store
-from dsanalyze.analysis import stalls
-from dsanalyze.jobs.datasets import scan_dataset
+from dsanalyze.analysis.summary import summarize
+from dsanalyze.dataset import scan_dataset
 from dsanalyze.report.advice import advice_text
 from dsanalyze.whatif.advice import Advice, AdviceKind, Option, advise, measured_options
 
@@ -47,13 +48,13 @@ def test_advice_in_words(advice, text):
 
 def test_measured_configurations_count_the_cold_epoch():
     """Two epochs of the committed 2-rank run: its cold first epoch plus one steady epoch."""
-    summary = stalls.summary(store.load_runs(DATA / "report_2ranks"))
-    (cfg,) = summary["configs"]
-    (o,) = measured_options(summary, 2)
-    disk = cfg["modes"]["disk"]
-    assert o.span_s == pytest.approx(disk["epoch1_s"] + disk["time_s"])
-    assert o.stall_pct == pytest.approx(100 * (1 - 2 * cfg["compute_s"] / o.span_s))
-    assert o.stall_pct > cfg["prep_stall_pct"] + cfg["fetch_stall_pct"]  # the cold epoch counts
+    summary = summarize(store.load_runs(DATA / "report_2ranks"))
+    (cfg,) = summary.configs
+    (o,) = measured_options(summary.to_dict(), 2)
+    disk = cfg.modes["disk"]
+    assert o.span_s == pytest.approx(disk.epoch1_s + disk.time_s)
+    assert o.stall_pct == pytest.approx(100 * (1 - 2 * cfg.compute_s / o.span_s))
+    assert o.stall_pct > cfg.prep_stall_pct + cfg.fetch_stall_pct  # the cold epoch counts
 
 
 def sweep(prefix: Path, data: Path, *options: object) -> int:
@@ -72,10 +73,16 @@ def test_prep_bound_sweep_ends_with_a_change_predicted_faster_than_every_measure
     assert out.index(line) > max(i for i, s in enumerate(out) if s.startswith("cpus=1 "))
     runs = store.load_runs(prefix)
     advice = advise(runs, list(scan_dataset(small_dataset).file_bytes))  # as the harness
-    assert line == advice_text(advice)
     assert advice.kind is AdviceKind.CHANGE and line.startswith("Advice: give the job ")
-    measured = measured_options(stalls.summary(runs), advice.epochs)
+    measured = measured_options(summarize(runs).to_dict(), advice.epochs)
     assert advice.choice.span_s < min(o.span_s for o in measured)
+    # the printed claim: a predicted time under the measured one, at the one CPU asked for
+    claim = re.search(r": predicted \d+ epochs? (?:\(cold\) )?in ([\d.]+) s, .* against "
+                      r"([\d.]+) s measured at cpus=1\b", line)
+    assert claim is not None, line
+    predicted_s, measured_s = float(claim.group(1)), float(claim.group(2))
+    assert predicted_s < measured_s
+    assert measured_s == pytest.approx(min(o.span_s for o in measured), abs=0.006)
     # more of what the prep stall lacks: CPUs or workers, nothing taken away
     assert advice.choice.cpus > 1 or advice.choice.workers > 2
     assert "fitted on the 2 runs of this sweep" in line

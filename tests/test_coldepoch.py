@@ -11,8 +11,8 @@ import pytest
 from conftest import harness, needs_cgroups
 
 from dsanalyze import store
-from dsanalyze.analysis import stalls
 from dsanalyze.analysis.coldepoch import cold_verdict
+from dsanalyze.analysis.summary import summarize
 from dsanalyze.report import summary as report
 
 DATA = Path(__file__).parent / "data"
@@ -28,8 +28,8 @@ def test_cold_verdict(epoch_s, prep_s, fetch_s, text):
 
 
 def test_a_sweep_of_one_epoch_says_its_disk_figures_are_cold():
-    summary = stalls.summary(store.load_runs(DATA / "report_sweep"))  # --epochs 1
-    assert all(c["cold_only"] and c["cold_epoch"] is None for c in summary["configs"])
+    summary = summarize(store.load_runs(DATA / "report_sweep"))  # --epochs 1
+    assert all(c.cold_only and c.cold_epoch is None for c in summary.configs)
     notes = report.notes(summary)
     assert any(n.startswith("disk figures are the cold first epoch") and "--epochs 2" in n
                for n in notes)

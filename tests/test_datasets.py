@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from dsanalyze.dataset import scan_dataset
 from dsanalyze.errors import DatasetError
-from dsanalyze.jobs.datasets import make_dataset, parse_size, scan_dataset
+from dsanalyze.jobs.datasets import make_dataset, parse_size
 
 
 def digest(root: Path) -> str:

@@ -11,9 +11,10 @@ import pytest
 from conftest import harness
 
 from dsanalyze import cli
+from dsanalyze.dataset import scan_dataset
 from dsanalyze.errors import DatasetError
 from dsanalyze.fingerprint import Fingerprint, check_unchanged
-from dsanalyze.jobs.datasets import make_dataset, scan_dataset
+from dsanalyze.jobs.datasets import make_dataset
 from dsanalyze.store import load_runs, run_path
 
 CACHED, DISK = "cached-cpusall", "disk-cpusall-cachenone-bwnone"

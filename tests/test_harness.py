@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import harness
+from conftest import STEP_BOUND, assert_step_bound_rate, harness
 
 from dsanalyze.store import load_runs
 
@@ -17,6 +17,7 @@ def summary_of(prefix: Path) -> dict:
     return json.loads((prefix / "summary.json").read_text())
 
 
+@STEP_BOUND
 @pytest.mark.whole_machine
 @pytest.mark.parametrize("nproc,batch,step_ms", [(1, 8, 20.0), (2, 4, 25.0)])
 def test_synthetic_rate_is_nproc_b_over_t(small_dataset, tmp_path, nproc, batch, step_ms):
@@ -25,11 +26,11 @@ def test_synthetic_rate_is_nproc_b_over_t(small_dataset, tmp_path, nproc, batch,
                  "--nproc_per_node", nproc, "-b", batch, "-j", 1, "--iters", 40, "--warmup", 3,
                  "--sim-step-ms", step_ms, "--no-plots")
     assert rc == 0
-    rate = summary_of(prefix)["configs"][0]["modes"]["synthetic"]["rate_sps"]
-    expected = nproc * batch / (step_ms / 1000)
-    assert rate == pytest.approx(expected, rel=0.03)
+    synthetic = summary_of(prefix)["configs"][0]["modes"]["synthetic"]
+    assert_step_bound_rate(synthetic, nproc * batch / (step_ms / 1000))
 
 
+@STEP_BOUND
 def test_two_ranks_all_modes_combined(small_dataset, tmp_path):
     prefix = tmp_path / "r"
     rc = harness("--data", small_dataset, "--prefix", prefix, "--nproc_per_node", 2, "-b", 4,
@@ -47,7 +48,7 @@ def test_two_ranks_all_modes_combined(small_dataset, tmp_path):
     cfg = summary_of(prefix)["configs"][0]
     # 96 images over 2 ranks, 4 per batch: 12 batches per rank per epoch
     assert cfg["samples_per_epoch"] == 96
-    assert cfg["modes"]["synthetic"]["rate_sps"] == pytest.approx(2 * 4 / 0.040, rel=0.05)
+    assert_step_bound_rate(cfg["modes"]["synthetic"], 2 * 4 / 0.040)
     disk = runs["disk-cpusall-cachenone-bwnone"]
     assert disk.io.cache_state["resident_before_bytes"] <= 0.01 * disk.dataset.total_bytes
     assert runs["cached-cpusall"].io.cache_state["resident_before_bytes"] == disk.dataset.total_bytes

@@ -19,7 +19,7 @@ from dsanalyze import store
 from dsanalyze.analysis import interference
 from dsanalyze.analysis.stalls import run_rate
 from dsanalyze.config import Mode
-from dsanalyze.jobs.datasets import scan_dataset
+from dsanalyze.dataset import scan_dataset
 from dsanalyze.records import CpuScaling
 from dsanalyze.resources import cpuscale
 from dsanalyze.whatif import api as whatif

@@ -10,7 +10,8 @@ import pytest
 from conftest import harness
 
 from dsanalyze import cli, store
-from dsanalyze.analysis import measured, stalls
+from dsanalyze.analysis import measured
+from dsanalyze.analysis.summary import summarize
 
 pytestmark = pytest.mark.slow
 
@@ -75,9 +76,8 @@ def test_iters_beyond_the_script_and_the_device_it_used(small_dataset, tmp_path,
     assert "per epoch (96 samples) on device cpu;" in captured.out
     (run,) = store.load_runs(prefix)
     assert measured.short_run(run) == measured.ShortRun("cached-cpusall", 100, 12, 10, "iterations", 2)
-    summary = stalls.summary([run])
-    assert summary["measured"] == {"device": "cpu", "iters_per_run": 10,
-                                   "short_runs": [measured.short_run(run).to_dict()]}
+    summary = summarize([run])
+    assert summary.measured == measured.MeasuredWindow("cpu", 10, (measured.short_run(run),))
     assert cli.main(["report", str(prefix)]) == 0
     md = (prefix / "report.md").read_text()
     assert "device cpu" in md and "device sim" not in md

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import DATA_DIR, needs_cgroups
+from conftest import DATA_DIR, STEP_BOUND, assert_step_bound_rate, needs_cgroups
 
-from dsanalyze import nodes
+from dsanalyze import nodemerge, nodes, scheduler
 from dsanalyze.analysis import pernode
 from dsanalyze.config import Job
 from dsanalyze.records import RunResult, Status
@@ -42,12 +42,12 @@ HARNESS = Path(__file__).parent.parent / "harness.py"
     ({"SLURM_NNODES": "2", "SLURM_NODEID": "1"}, {}),  # no master address: nothing to use
 ])
 def test_node_settings_from_a_schedulers_environment(env, expected):
-    assert nodes.from_environment(env) == expected
+    assert scheduler.from_environment(env) == expected
 
 
 def test_unreadable_environment_is_a_one_line_error():
     with pytest.raises(Exception, match="pass --nnodes"):
-        nodes.from_environment({"WORLD_SIZE": "two", "RANK": "0", "MASTER_ADDR": "a"})
+        scheduler.from_environment({"WORLD_SIZE": "two", "RANK": "0", "MASTER_ADDR": "a"})
 
 
 def _as_two_nodes(run: RunResult, offset_s: float) -> tuple[RunResult, RunResult]:
@@ -67,7 +67,7 @@ def _as_two_nodes(run: RunResult, offset_s: float) -> tuple[RunResult, RunResult
 def test_merge_puts_every_rank_on_node0s_clock():
     run = read_run(DATA_DIR / "report_2ranks" / "runs" / "disk-cpusall-cachenone-bw8M.json")
     node0, node1 = _as_two_nodes(run, offset_s=0.25)
-    merged = nodes.merge_results(node0, {1: node1})
+    merged = nodemerge.merge_results(node0, {1: node1})
     assert merged.ok and [r.rank for r in merged.ranks] == [0, 1]
     assert [r.extra["node"] for r in merged.ranks] == [0, 1]
     r1 = next(r for r in run.ranks if r.rank == 1)
@@ -76,20 +76,20 @@ def test_merge_puts_every_rank_on_node0s_clock():
     assert merged.io.read_bytes == 150
     assert merged.io.nodes["1"]["host"] == "other"
     # a node that failed makes the job's run fail, and is named
-    failed = nodes.merge_results(node0, {1: dataclasses.replace(node1, status=Status.OOM,
+    failed = nodemerge.merge_results(node0, {1: dataclasses.replace(node1, status=Status.OOM,
                                                                  error="out of memory")})
     assert failed.status == Status.OOM and failed.error == "node 1: out of memory"
     # a node that never reported: the run lacks ranks
-    missing = nodes.merge_results(node0, {})
+    missing = nodemerge.merge_results(node0, {})
     assert missing.status == Status.FAILED and "1 of 2 ranks" in missing.error
 
 
 def test_merge_prefixes_joins_runs_by_id():
     run = read_run(DATA_DIR / "report_2ranks" / "runs" / "disk-cpusall-cachenone-bw8M.json")
     node0, node1 = _as_two_nodes(run, offset_s=0.0)
-    merged = nodes.merge_prefixes([node0], [[node1]])
+    merged = nodemerge.merge_prefixes([node0], [[node1]])
     assert len(merged[0].ranks) == 2
-    assert nodes.merge_prefixes(merged, [[node1]])[0] is merged[0]  # already whole: untouched
+    assert nodemerge.merge_prefixes(merged, [[node1]])[0] is merged[0]  # already whole: untouched
 
 
 def test_the_node_with_the_slow_loader_is_named():
@@ -99,14 +99,14 @@ def test_the_node_with_the_slow_loader_is_named():
     r0 = dataclasses.replace(node0.ranks[0], wait_s=tuple(0.0 for _ in node0.ranks[0].wait_s))
     r1 = node1.ranks[0]
     r1 = dataclasses.replace(r1, wait_s=tuple(0.8 * t for t in r1.iter_s))
-    merged = nodes.merge_results(dataclasses.replace(node0, ranks=(r0,)),
+    merged = nodemerge.merge_results(dataclasses.replace(node0, ranks=(r0,)),
                                  {1: dataclasses.replace(node1, ranks=(r1,))})
     shares = pernode.node_shares(merged)
     assert [s.node for s in shares] == [0, 1]
     assert shares[0].wait_pct == pytest.approx(0.0)
     assert shares[1].wait_pct == pytest.approx(80.0)
     assert pernode.holding_node(shares) == 1
-    alike = nodes.merge_results(node0, {1: node1})
+    alike = nodemerge.merge_results(node0, {1: node1})
     assert pernode.holding_node(pernode.node_shares(alike)) is None
 
 
@@ -172,6 +172,7 @@ def node_data(tmp_path_factory, small_dataset) -> Path:
     return root
 
 
+@STEP_BOUND
 @pytest.mark.slow
 @needs_cgroups
 def test_two_harnesses_profile_one_job(node_data, tmp_path):
@@ -184,8 +185,7 @@ def test_two_harnesses_profile_one_job(node_data, tmp_path):
     doc = json.loads((tmp_path / "p0" / "summary.json").read_text())
     cfg = doc["configs"][0]
     # the job's synthetic rate: 2 ranks x batch / step, over both nodes
-    assert cfg["modes"]["synthetic"]["rate_sps"] == pytest.approx(2 * batch / (step_ms / 1000),
-                                                                  rel=0.03)
+    assert_step_bound_rate(cfg["modes"]["synthetic"], 2 * batch / (step_ms / 1000))
     assert {r["run_id"] for r in doc["nodes"]} == {"synthetic-cpus1", "cached-cpus1",
                                                   "disk-cpus1-cachenone-bwnone"}
     for run in doc["nodes"]:
@@ -262,14 +262,17 @@ def test_job_settings_keep_node_rank_out_of_the_plan():
 
 def test_harness_options_come_from_a_pytorchjob_pod(monkeypatch, small_dataset):
     from dsanalyze import cli
+    from dsanalyze.options import HarnessOptions, build_sweep
+
+    def sweep_of(argv):
+        return build_sweep(HarnessOptions.from_flat(vars(cli.harness_parser().parse_args(argv))))
 
     for k, v in {"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "job-master-0",
                  "MASTER_PORT": "23456"}.items():
         monkeypatch.setenv(k, v)
-    sweep = cli.build_sweep(cli.harness_parser().parse_args(["--data", str(small_dataset)]))
+    sweep = sweep_of(["--data", str(small_dataset)])
     assert (sweep.job.nnodes, sweep.job.node_rank, sweep.job.master_addr,
             sweep.job.master_port) == (2, 1, "job-master-0", 23456)
     # an option given on the command line wins over the environment
-    sweep = cli.build_sweep(cli.harness_parser().parse_args(
-        ["--data", str(small_dataset), "--node_rank", "0"]))
+    sweep = sweep_of(["--data", str(small_dataset), "--node_rank", "0"])
     assert sweep.job.node_rank == 0

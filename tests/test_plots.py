@@ -25,6 +25,7 @@ from matplotlib.patches import Rectangle
 
 from dsanalyze import app, cli, store
 from dsanalyze.analysis import stalls
+from dsanalyze.analysis.summary import summarize
 from dsanalyze.report import plots, whatif_plots
 
 DATA = Path(__file__).parent / "data"
@@ -33,7 +34,7 @@ MIB = 1 << 20
 
 
 def summary_of(prefix: Path) -> dict:
-    return stalls.summary(store.load_runs(prefix))
+    return summarize(store.load_runs(prefix)).to_dict()  # the figures read summary.json's keys
 
 
 def bars(fig) -> dict[str, BarContainer]:
@@ -255,7 +256,7 @@ def test_timeline_spans_sum_to_the_recorded_times(prefix, run_id):
 
 def test_timeline_run_is_the_one_that_waited_most():
     runs = store.load_runs(SWEEP)
-    summary = stalls.summary(runs)
+    summary = summarize(runs).to_dict()
     worst = max(summary["runs"], key=lambda r: r["wait_pct"])
     assert plots.timeline_run(summary, runs).run_id == worst["run_id"]
     assert worst["run_id"].endswith("bw8M")

@@ -10,7 +10,7 @@ import pytest
 from conftest import copy_of
 
 from dsanalyze import cli, store
-from dsanalyze.analysis import stalls
+from dsanalyze.analysis.summary import Summary, summarize
 from dsanalyze.report import summary as report
 from dsanalyze.report.text import bandwidth_text, cache_text, fixed_width
 
@@ -19,8 +19,8 @@ SWEEP, TWO_RANKS = DATA / "report_sweep", DATA / "report_2ranks"
 MIB = 1 << 20
 
 
-def summary_of(prefix: Path) -> dict:
-    return stalls.summary(store.load_runs(prefix))
+def summary_of(prefix: Path) -> Summary:
+    return summarize(store.load_runs(prefix))
 
 
 @pytest.mark.parametrize("knob,cfg,text", [
@@ -68,8 +68,8 @@ def test_markdown_report_reads_every_number_from_the_summary():
     md = report.render_markdown(report.report_blocks(summary, ["stall_breakdown.png"]))
     for row in report.table_rows(summary):
         assert "| " + " | ".join(row) + " |" in md
-    for cfg in summary["configs"]:
-        assert f"- **{report.config_label(cfg)}**: {cfg['verdict']}" in md
+    for cfg in summary.configs:
+        assert f"- **{report.config_label(cfg)}**: {cfg.verdict}" in md
     assert "- **CPUs**: 1 CPU, 2 CPUs" in md
     assert "- **Storage**: disk unthrottled, disk 8M/s" in md
     assert "- **Enforced** storage bw: cgroup v1 read throttle on 254:0" in md
@@ -84,11 +84,11 @@ def test_markdown_report_reads_every_number_from_the_summary():
 
 def test_cold_epoch_is_reported_beside_the_verdict():
     summary = summary_of(TWO_RANKS)
-    (cfg,) = summary["configs"]
-    disk = cfg["modes"]["disk"]
+    (cfg,) = summary.configs
+    disk = cfg.modes["disk"]
     md = report.render_markdown(report.report_blocks(summary))
-    assert f"the first (cold) epoch took {disk['epoch1_s']:.2f} s, the steady-state epochs " \
-           f"{disk['time_s']:.2f} s" in md
+    assert f"the first (cold) epoch took {disk.epoch1_s:.2f} s, the steady-state epochs " \
+           f"{disk.time_s:.2f} s" in md
     assert "2 rank(s)" in md
 
 
@@ -127,7 +127,7 @@ def test_terminal_table_is_unchanged():
                         "rates in samples/s")
     assert lines[1].split() == ["config", "synthetic/s", "cached/s", "disk/s", "epoch", "s",
                                 "compute", "s", "prep", "stall", "fetch", "stall", "verdict"]
-    assert len(lines) == 3 + len(summary["configs"]) + len(report.notes(summary))
+    assert len(lines) == 3 + len(summary.configs) + len(report.notes(summary))
     assert report.render_markdown_table(summary).splitlines()[2].startswith("| cpus=1 ")
 
 
@@ -147,14 +147,24 @@ def test_write_report(prefix, capsys):
     embedded = [base64.b64decode(d) for d in
                 re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)]
     assert embedded == [(prefix / name).read_bytes() for name in linked]
-    assert "likely highly fetch-bound: 66% ±17 of time is fetch stall" in md
+    # A throttled configuration reads the whole dataset cold at 8M/s: its epoch lasts at least
+    # bytes / bandwidth, and all of that beyond the cached epoch waits on storage.
+    summary = summary_of(prefix)
+    throttled = [c for c in summary.configs if c.storage_read_bps]
+    assert len(throttled) == 2
+    for cfg in throttled:
+        floor_s = summary.dataset.total_bytes / cfg.storage_read_bps
+        share_pct = 100 * (1 - cfg.modes["cached"].time_s / floor_s)
+        said = re.search(rf"\*\*{re.escape(report.config_label(cfg))}\*\*: likely highly "
+                         r"fetch-bound: (\d+)% ±\d+ of time is fetch stall", md)
+        assert said is not None and abs(int(said.group(1)) - share_pct) <= 3
 
 
 def test_headline_names_the_most_and_least_stalled():
     summary = summary_of(SWEEP)
     md = report.render_markdown(report.report_blocks(summary))
-    by_stall = sorted(summary["configs"], key=lambda c: c["prep_stall_pct"] + c["fetch_stall_pct"])
+    by_stall = sorted(summary.configs, key=lambda c: c.prep_stall_pct + c.fetch_stall_pct)
     most, least = by_stall[-1], by_stall[0]
-    assert most["storage_read_bps"] == 8 * MIB and least["cpus"] == 2
-    assert f"Most stalled: **{report.config_label(most)}**, {most['verdict']}. " \
-           f"Least stalled: **{report.config_label(least)}**, {least['verdict']}." in md
+    assert most.storage_read_bps == 8 * MIB and least.cpus == 2
+    assert f"Most stalled: **{report.config_label(most)}**, {most.verdict}. " \
+           f"Least stalled: **{report.config_label(least)}**, {least.verdict}." in md

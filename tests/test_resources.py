@@ -15,7 +15,8 @@ from conftest import harness, needs_cgroups
 
 from dsanalyze import launch
 from dsanalyze.config import CacheBudget, Job, Mode, Resources, RunSpec
-from dsanalyze.jobs.datasets import make_dataset, scan_dataset
+from dsanalyze.dataset import scan_dataset
+from dsanalyze.jobs.datasets import make_dataset
 from dsanalyze.records import How, Knob
 from dsanalyze.resources import cgroups
 from dsanalyze.store import load_runs

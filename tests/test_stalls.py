@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dsanalyze.analysis.stalls import breakdowns, run_rate, summary, verdict
+from dsanalyze.analysis.stalls import breakdowns, run_rate, verdict
+from dsanalyze.analysis.summary import summarize
 from dsanalyze.analysis.uncertainty import Significance, StallInterval
 from dsanalyze.config import CacheBudget, Job, Mode, Resources, RunSpec
 from dsanalyze.records import RankRecord, RunResult
@@ -58,10 +59,10 @@ def test_disk_steady_state_excludes_the_cold_first_epoch():
 
 def test_failed_run_is_reported_not_rated():
     runs = [make_run(Mode.SYNTHETIC, 0.1), make_run(Mode.CACHED, 0.1, status="failed")]
-    doc = summary(runs)
-    assert doc["failed_runs"][0]["run_id"] == "cached-cpus1"
-    (cfg,) = doc["configs"]
-    assert cfg["prep_stall_s"] is None and cfg["modes"]["cached"]["rate_sps"] is None
+    doc = summarize(runs)
+    assert doc.failed_runs[0].run_id == "cached-cpus1"
+    (cfg,) = doc.configs
+    assert cfg.prep_stall_s is None and cfg.modes["cached"].rate_sps is None
 
 
 def stall(pct: float, half: float) -> StallInterval:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsanalyze.jobs.datasets import scan_dataset
+from dsanalyze.dataset import scan_dataset
 from dsanalyze.resources import pagecache, storage
 
 

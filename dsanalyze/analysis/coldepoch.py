@@ -18,9 +18,10 @@ the cold epoch's (`cold_only`).
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
-from dsanalyze.analysis.stalls import HIGHLY_INPUT_BOUND_PCT, INPUT_BOUND_PCT
+from dsanalyze.analysis.stalls import HIGHLY_INPUT_BOUND_PCT, INPUT_BOUND_PCT, Breakdown
+from dsanalyze.plain import PlainJson
 
 
 def cold_verdict(epoch_s: float, prep_s: float, fetch_s: float) -> str:
@@ -33,24 +34,35 @@ def cold_verdict(epoch_s: float, prep_s: float, fetch_s: float) -> str:
     return f"{level}{kind}-bound, {stall_s:.1f} s of {epoch_s:.1f} s waiting on {what}"
 
 
-def cold_epoch(cfg: dict[str, Any]) -> dict[str, Any] | None:
-    """The first epoch of a `summary.json` configuration split as above; None without one."""
-    disk = cfg["modes"].get("disk") or {}
-    epoch_s = disk.get("epoch1_s")
-    cached_s = (cfg["modes"].get("cached") or {}).get("time_s")
-    if epoch_s is None or cached_s is None or epoch_s <= 0:
+@dataclass(frozen=True)
+class ColdEpoch(PlainJson):
+    """The first epoch of a configuration's disk run, split as the module docstring says."""
+
+    epoch_s: float
+    rate_sps: float | None
+    compute_s: float | None
+    prep_stall_s: float | None
+    fetch_stall_s: float
+    prep_stall_pct: float | None
+    fetch_stall_pct: float
+    verdict: str
+
+
+def cold_epoch(b: Breakdown) -> ColdEpoch | None:
+    """The first epoch of a configuration split as above; None without one."""
+    disk, cached = b.modes.get("disk"), b.modes.get("cached")
+    epoch_s = disk.epoch1_s if disk else None
+    cached_s = cached.time_s if cached else None
+    if disk is None or epoch_s is None or cached_s is None or epoch_s <= 0:
         return None
-    prep = cfg["prep_stall_s"] or 0.0
+    prep = b.prep_stall_s or 0.0
     fetch = max(0.0, epoch_s - cached_s)
-    return {"epoch_s": epoch_s, "rate_sps": disk.get("epoch1_rate_sps"),
-            "compute_s": cfg["compute_s"], "prep_stall_s": cfg["prep_stall_s"],
-            "fetch_stall_s": fetch, "prep_stall_pct": 100 * prep / epoch_s
-            if cfg["prep_stall_s"] is not None else None,
-            "fetch_stall_pct": 100 * fetch / epoch_s, "verdict": cold_verdict(epoch_s, prep, fetch)}
+    return ColdEpoch(epoch_s, disk.epoch1_rate_sps, b.compute_s, b.prep_stall_s, fetch,
+                     100 * prep / epoch_s if b.prep_stall_s is not None else None,
+                     100 * fetch / epoch_s, cold_verdict(epoch_s, prep, fetch))
 
 
-def with_cold_epoch(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The configuration with `cold_epoch` (or None) and `cold_only` (its disk figures are cold)."""
-    disk = cfg["modes"].get("disk") or {}
-    return {**cfg, "cold_epoch": cold_epoch(cfg),
-            "cold_only": disk.get("rate_sps") is not None and disk.get("epoch1_s") is None}
+def cold_only(b: Breakdown) -> bool:
+    """Whether the configuration's disk figures are a cold first epoch (one epoch measured)."""
+    disk = b.modes.get("disk")
+    return disk is not None and disk.rate_sps is not None and disk.epoch1_s is None

@@ -11,14 +11,15 @@ state), not the built-in job's `--device` setting.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from dsanalyze.plain import PlainJson
 from dsanalyze.records import RunResult
 
 
 @dataclass(frozen=True)
-class ShortRun:
+class ShortRun(PlainJson):
     """A run whose script ended before the measured window was full (per rank 0)."""
 
     run_id: str
@@ -27,9 +28,6 @@ class ShortRun:
     measured: int  # iterations measured (after the warm-up)
     unit: str  # "iterations" or "epochs"
     warmup: int = 0  # warm-up iterations, before the asked iterations
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def short_run(result: RunResult) -> ShortRun | None:
@@ -79,7 +77,16 @@ def job_device(results: list[RunResult]) -> str:
     return ",".join(sorted(used)) if used else "unknown (no completed run)"
 
 
-def window_summary(results: list[RunResult]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class MeasuredWindow(PlainJson):
     """The `measured` entry of `summary.json`: device, iterations per run, short runs."""
-    return {"device": job_device(results), "iters_per_run": measured_iters(results),
-            "short_runs": [s.to_dict() for r in results if (s := short_run(r)) is not None]}
+
+    device: str
+    iters_per_run: int | None = None
+    short_runs: tuple[ShortRun, ...] = ()
+
+
+def window_summary(results: list[RunResult]) -> MeasuredWindow:
+    """What the runs measured against what was asked."""
+    return MeasuredWindow(job_device(results), measured_iters(results),
+                          tuple(s for r in results if (s := short_run(r)) is not None))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsanalyze.analysis.stalls import run_rate
+from dsanalyze.plain import PlainJson
 from dsanalyze.records import RunResult
 
 HOLDS_MARGIN_PCT = 10.0
@@ -28,17 +29,22 @@ HOLDS_RATIO = 1.5
 
 
 @dataclass(frozen=True)
-class NodeShare:
+class NodeShare(PlainJson):
     node: int
     ranks: tuple[int, ...]
     wait_pct: float | None
     rate_sps: float | None  # this node's samples over its ranks' measured time
     host: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["ranks"] = list(self.ranks)
-        return d
+
+@dataclass(frozen=True)
+class NodeRun(PlainJson):
+    """A multi-node run's nodes, and the one whose loader holds the job (None: alike)."""
+
+    run_id: str
+    mode: str
+    nodes: tuple[NodeShare, ...]
+    holding_node: int | None
 
 
 def _node(rank_extra: dict[str, Any], rank: int, nproc: int) -> int:
@@ -73,15 +79,12 @@ def holding_node(shares: list[NodeShare]) -> int | None:
     return known[0].node
 
 
-def breakdown(results: list[RunResult]) -> list[dict[str, Any]]:
+def breakdown(results: list[RunResult]) -> list[NodeRun]:
     """summary.json's `nodes`: for each multi-node run, its nodes and the one that holds it."""
     out = []
     for result in results:
-        if not result.ok:
-            continue
-        shares = node_shares(result)
+        shares = node_shares(result) if result.ok else []
         if shares:
-            out.append({"run_id": result.run_id, "mode": result.mode.value,
-                        "nodes": [s.to_dict() for s in shares],
-                        "holding_node": holding_node(shares)})
+            out.append(NodeRun(result.run_id, result.mode.value, tuple(shares),
+                               holding_node(shares)))
     return out

@@ -32,7 +32,8 @@ from dsanalyze.analysis import interference, uncertainty
 from dsanalyze.analysis.uncertainty import RateSamples, Significance, StallInterval
 from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import Mode
-from dsanalyze.records import RunResult
+from dsanalyze.plain import PlainJson
+from dsanalyze.records import How, RunResult
 
 INPUT_BOUND_PCT = 5.0  # TF profiler: input-bound when > 5% of step time waits for data
 HIGHLY_INPUT_BOUND_PCT = 20.0
@@ -40,7 +41,7 @@ WIDE_SPREAD_PCT = 10.0  # torch.utils.benchmark warns when IQR/median > 10%
 
 
 @dataclass(frozen=True)
-class RunRate:
+class RunRate(PlainJson):
     """Headline numbers of one run; the interval only when asked (`run_rate(r, interval=True)`)."""
 
     run_id: str
@@ -65,11 +66,6 @@ class RunRate:
     others_cpu_pct: float | None = None  # CPU time of other processes on the run's CPUs
     others_read_bytes: int | None = None  # bytes others read from the dataset's disk
     disturbed: tuple[str, ...] = ()  # Interference kinds beyond their threshold
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["disturbed"] = list(self.disturbed)
-        return d
 
 
 def samples_per_epoch(result: RunResult) -> int | None:
@@ -124,7 +120,45 @@ def run_rate(result: RunResult, interval: bool = False) -> RunRate:
 
 
 @dataclass(frozen=True)
-class Breakdown:
+class ModeRate(PlainJson):
+    """One mode of a configuration: its rate pooled over repeats, with the interval, and the
+    first run's figures."""
+
+    run_id: str
+    run_ids: tuple[str, ...] = ()
+    repeats: int = 1
+    status: str = "ok"
+    rate_sps: float | None = None
+    rate_sps_low: float | None = None
+    rate_sps_high: float | None = None
+    rate_method: str | None = None
+    rate_level: float | None = None
+    time_s: float | None = None  # samples_per_epoch / rate_sps
+    wait_pct: float | None = None
+    iter_iqr_pct: float | None = None
+    epoch1_s: float | None = None
+    epoch1_rate_sps: float | None = None
+    disturbed: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class KnobHold(PlainJson):
+    """How a configuration's runs held one knob (`records.Knob`), on which cgroup version and
+    device."""
+
+    how: str  # records.How value: cgroup, affinity, not_enforced
+    why: str | None = None  # for not_enforced
+    cgroup_version: int | None = None
+    device: str | None = None  # the dataset's block device (the read throttle's)
+
+    @property
+    def enforced(self) -> bool:
+        return self.how != How.NOT_ENFORCED.value
+
+
+@dataclass(frozen=True)
+class Breakdown(PlainJson):
     """Per resource configuration: each mode's rate and the stall split (per epoch).
 
     `prep_stall_s` and `fetch_stall_s` are clamped at 0 (what a bar can draw);
@@ -139,8 +173,8 @@ class Breakdown:
     cache_bytes: int | None
     storage_read_bps: int | None
     samples_per_epoch: int | None
-    modes: dict[str, dict[str, Any]]  # mode -> rate_sps (+ interval), time_s, wait_pct, run_id(s)
-    enforced: dict[str, Any]
+    modes: dict[str, ModeRate]  # mode value -> its rate
+    enforced: dict[str, KnobHold]  # knob -> how it was held
     compute_s: float | None
     prep_stall_s: float | None
     fetch_stall_s: float | None
@@ -160,11 +194,6 @@ class Breakdown:
     fetch_stall_pct_high: float | None = None
     fetch_stall_significance: str | None = None
     level: float = uncertainty.DEFAULT_LEVEL
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["warnings"] = list(self.warnings)
-        return d
 
     def widest_pct(self) -> float | None:
         """The larger half-width of the two stall intervals (points of the epoch)."""
@@ -203,19 +232,18 @@ def verdict(prep: StallInterval | None, fetch: StallInterval | None) -> str:
 
 
 def _mode_entry(rates: list[RunRate], samples: RateSamples | None, n: int | None,
-                level: float) -> dict[str, Any]:
+                level: float) -> ModeRate:
     first = rates[0]
     rate = samples.rate_sps if samples else first.rate_sps
     ci = samples.interval(level) if samples else None
-    time_s = n / rate if (n and rate) else None
-    return {"run_id": first.run_id, "run_ids": [r.run_id for r in rates], "repeats": len(rates),
-            "status": first.status, "rate_sps": rate,
-            "rate_sps_low": ci.low_sps if ci else None, "rate_sps_high": ci.high_sps if ci else None,
-            "rate_method": ci.method if ci else None, "rate_level": level,
-            "time_s": time_s, "wait_pct": first.wait_pct, "iter_iqr_pct": first.iter_iqr_pct,
-            "epoch1_s": first.epoch1_s, "epoch1_rate_sps": first.epoch1_rate_sps,
-            "disturbed": sorted({k for r in rates for k in r.disturbed}),
-            "error": first.error}
+    return ModeRate(
+        first.run_id, tuple(r.run_id for r in rates), len(rates), first.status, rate,
+        rate_sps_low=ci.low_sps if ci else None, rate_sps_high=ci.high_sps if ci else None,
+        rate_method=ci.method if ci else None, rate_level=level,
+        time_s=n / rate if (n and rate) else None, wait_pct=first.wait_pct,
+        iter_iqr_pct=first.iter_iqr_pct, epoch1_s=first.epoch1_s,
+        epoch1_rate_sps=first.epoch1_rate_sps,
+        disturbed=tuple(sorted({k for r in rates for k in r.disturbed})), error=first.error)
 
 
 def breakdowns(results: list[RunResult], level: float = uncertainty.DEFAULT_LEVEL) -> list[Breakdown]:
@@ -304,15 +332,15 @@ def _warnings(anchor: RunResult, rates: dict[Mode, list[RunRate]], prep: StallIn
     return out + _budget_warnings(anchor)
 
 
-def enforcement(runs: list[RunResult]) -> dict[str, dict[str, Any]]:
-    """Per knob, how a configuration's runs held it (the weakest where they differ):
-    `records.Knob.to_dict()` and the cgroup version."""
-    out: dict[str, dict[str, Any]] = {}
+def enforcement(runs: list[RunResult]) -> dict[str, KnobHold]:
+    """Per knob, how a configuration's runs held it (the weakest where they differ), with the
+    cgroup version and the dataset's device."""
+    out: dict[str, KnobHold] = {}
     for r in runs:
         for name, knob in r.enforced.knobs().items():
             if name not in out or not knob.enforced:
-                out[name] = {**knob.to_dict(), "cgroup_version": r.enforced.cgroup_version,
-                             "device": r.enforced.dataset_disk}
+                out[name] = KnobHold(knob.how.value, knob.why, r.enforced.cgroup_version,
+                                     r.enforced.dataset_disk)
     return out
 
 
@@ -328,22 +356,3 @@ def _budget_warnings(disk: RunResult) -> list[str]:
                 f"({dataset_bytes / 2**20:.0f} MiB) fits in the budget plus the memory-limit margin "
                 f"({margin / 2**20:.0f} MiB); use a larger dataset"]
     return []
-
-
-def summary(results: list[RunResult]) -> dict[str, Any]:
-    """The `summary.json` document: job, dataset, one entry per configuration (its cold
-    first epoch included), what the runs measured against what was asked."""
-    from dsanalyze.analysis import coldepoch, measured, pernode  # they build on this module
-
-    ok = [r for r in results if r.ok]
-    first = (ok or results)[0] if results else None
-    return {
-        "job": first.spec.job.to_dict() if first else None,
-        "dataset": first.dataset.to_dict() if first else None,
-        "configs": [coldepoch.with_cold_epoch(b.to_dict()) for b in breakdowns(results)],
-        "measured": measured.window_summary(results),
-        "runs": [run_rate(r, interval=True).to_dict() for r in results],
-        "failed_runs": [{"run_id": r.run_id, "status": r.status, "error": r.error}
-                        for r in results if not r.ok],
-        "nodes": pernode.breakdown(results),
-    }

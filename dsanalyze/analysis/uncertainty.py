@@ -165,7 +165,9 @@ def rate_interval(result: RunResult, level: float = DEFAULT_LEVEL) -> RateInterv
 
 def combined_samples(runs: Sequence[RunResult],
                      n_resamples: int = N_RESAMPLES) -> RateSamples | None:
-    """One configuration's mode over its repeats: mean rate, two-stage bootstrap replicates."""
+    """One configuration's mode over its repeats: mean rate, two-stage bootstrap replicates.
+    The same whatever the order of `runs` (the seed and the stacking go by run id)."""
+    runs = sorted(runs, key=lambda r: r.run_id)
     per_run = [s for s in (run_samples(r, n_resamples) for r in runs) if s is not None]
     if not per_run:
         return None

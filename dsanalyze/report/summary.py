@@ -1,6 +1,6 @@
 """The stall table for the terminal, and the report (markdown and HTML).
 
-Pure formatting over the `summary.json` document (`analysis.stalls.summary`)
+Pure formatting over the `summary.json` document (`analysis.summary.summarize`)
 and the what-if documents: every number shown is read from them, none is
 computed here. The verdict thresholds (input-bound above 5% of the time
 stalled, highly above 20%) live with the verdict in `analysis/stalls.py`.
@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from dsanalyze.analysis.measured import short_text
-from dsanalyze.config import format_bytes
+from dsanalyze.analysis.summary import ConfigSummary, Summary
+from dsanalyze.config import Job, format_bytes
 from dsanalyze.report.text import (
     config_label,
     enforcement_text,
@@ -31,15 +32,16 @@ def _num(x: float | None, fmt: str = "{:.1f}") -> str:
     return "-" if x is None else number(x, fmt)
 
 
-def _stall(cfg: dict[str, Any], kind: str) -> str:
+def _stall(cfg: ConfigSummary, kind: str) -> str:
     """`1.2s 12.3% ±2.1` for a likely stall; `within noise (±2.1%)` when its interval holds 0."""
-    s, pct = cfg[f"{kind}_stall_s"], cfg[f"{kind}_stall_pct"]
+    s, pct = getattr(cfg, f"{kind}_stall_s"), getattr(cfg, f"{kind}_stall_pct")
     if s is None:
         return "-"
-    significance = cfg.get(f"{kind}_stall_significance")
-    if significance is None:  # a summary written before stalls had intervals
+    significance = getattr(cfg, f"{kind}_stall_significance")
+    low, high = getattr(cfg, f"{kind}_stall_pct_low"), getattr(cfg, f"{kind}_stall_pct_high")
+    if significance is None or low is None or high is None:  # written before intervals
         return _plain_stall(s, pct)
-    half = (cfg[f"{kind}_stall_pct_high"] - cfg[f"{kind}_stall_pct_low"]) / 2
+    half = (high - low) / 2
     if significance == "within_noise":
         return f"within noise (±{half:.1f}%)"
     if significance == "inverted":  # the slower mode measured faster, beyond noise: see the notes
@@ -54,87 +56,89 @@ def _plain_stall(s: float | None, pct: float | None) -> str:
 COLD_LABEL = "  first epoch (cold)"
 
 
-def _verdict(cfg: dict[str, Any]) -> str:
+def _verdict(cfg: ConfigSummary) -> str:
     """The steady state's verdict, said to be the steady state's when a cold epoch follows."""
-    return f"steady: {cfg['verdict']}" if cfg.get("cold_epoch") else cfg["verdict"]
+    return f"steady: {cfg.verdict}" if cfg.cold_epoch else cfg.verdict
 
 
-def _cold_rows(cfg: dict[str, Any]) -> list[list[str]]:
+def _cold_rows(cfg: ConfigSummary) -> list[list[str]]:
     """A second line under a configuration whose disk run had a cold first epoch."""
-    cold = cfg.get("cold_epoch")
+    cold = cfg.cold_epoch
     if not cold:
         return []
-    return [[COLD_LABEL, "", "", _num(cold["rate_sps"]), _num(cold["epoch_s"]),
-             _num(cold["compute_s"]), _plain_stall(cold["prep_stall_s"], cold["prep_stall_pct"]),
-             _plain_stall(cold["fetch_stall_s"], cold["fetch_stall_pct"]),
-             f"first epoch: {cold['verdict']}"]]
+    return [[COLD_LABEL, "", "", _num(cold.rate_sps), _num(cold.epoch_s),
+             _num(cold.compute_s), _plain_stall(cold.prep_stall_s, cold.prep_stall_pct),
+             _plain_stall(cold.fetch_stall_s, cold.fetch_stall_pct),
+             f"first epoch: {cold.verdict}"]]
 
 
-def table_rows(summary: dict[str, Any]) -> list[list[str]]:
+def _mode_rate(cfg: ConfigSummary, mode: str) -> float | None:
+    entry = cfg.modes.get(mode)
+    return entry.rate_sps if entry else None
+
+
+def table_rows(summary: Summary) -> list[list[str]]:
     rows = []
-    for cfg in summary["configs"]:
-        rates = [_num(cfg["modes"].get(m, {}).get("rate_sps")) for m in ("synthetic", "cached", "disk")]
-        rows.append([config_label(cfg), *rates,
-                     _num(cfg["total_s"]), _num(cfg["compute_s"]),
+    for cfg in summary.configs:
+        rates = [_num(_mode_rate(cfg, m)) for m in ("synthetic", "cached", "disk")]
+        rows.append([config_label(cfg), *rates, _num(cfg.total_s), _num(cfg.compute_s),
                      _stall(cfg, "prep"), _stall(cfg, "fetch"), _verdict(cfg)])
         rows += _cold_rows(cfg)
     return rows
 
 
-def notes(summary: dict[str, Any]) -> list[str]:
+def notes(summary: Summary) -> list[str]:
     """Enforcement caveats, spread warnings and failed runs, one line each."""
     out: list[str] = []
     seen: set[str] = set()
-    for cfg in summary["configs"]:
+    for cfg in summary.configs:
         for knob in ("cache", "storage_bw"):
-            how = cfg["enforced"].get(knob)
+            how = cfg.enforced.get(knob)
             text = enforcement_text(knob, how) if how else ""
-            if how and how["how"] == "not_enforced" and f"{knob}{text}" not in seen:
+            if how and not how.enforced and f"{knob}{text}" not in seen:
                 seen.add(f"{knob}{text}")
                 out.append(f"{knob.replace('_', ' ')} {text}")
-        for w in cfg.get("warnings", []):
+        for w in cfg.warnings:
             if w not in seen:
                 seen.add(w)
                 out.append(w)
     out += _window_notes(summary)
-    for f in summary.get("failed_runs", []):
-        line = f"run {f['run_id']} {f['status']}: {f['error']}"
+    for f in summary.failed_runs:
+        line = f"run {f.run_id} {f.status}: {f.error}"
         if not any(line in s or s in line for s in seen):
             out.append(line)
     return out
 
 
-def _window_notes(summary: dict[str, Any]) -> list[str]:
+def _window_notes(summary: Summary) -> list[str]:
     """Disk figures of a single (cold) epoch; scripts that ended before the window was full."""
     out = []
-    cold = [config_label(c) for c in summary["configs"] if c.get("cold_only")]
-    if cold:
+    if any(c.cold_only for c in summary.configs):
         out.append("disk figures are the cold first epoch (one epoch measured, the page cache "
                    "empty at its start): measure 2 or more epochs (--epochs 2) for the steady "
                    "state")
-    measured = summary.get("measured") or {}
     said: dict[str, list[str]] = {}
-    for s in measured.get("short_runs", []):
-        said.setdefault(short_text(s), []).append(s["run_id"])
-    n_runs = len(summary.get("runs", []))
+    for s in summary.measured.short_runs:
+        said.setdefault(short_text(s), []).append(s.run_id)
+    n_runs = len(summary.runs)
     out += [f"{text} ({'every run' if len(ids) == n_runs else ', '.join(ids)})"
             for text, ids in said.items()]
     return out
 
 
-def _device_text(summary: dict[str, Any]) -> str:
+def _device_text(summary: Summary) -> str:
     """`sim (40 ms per step)`, or the device a user script used (`cpu`, `cuda`)."""
-    job = summary.get("job") or {}
-    device = (summary.get("measured") or {}).get("device") or job.get("device", "")
-    if device == "sim" and not job.get("script"):
-        return f"sim ({job['sim_step_ms']:g} ms per step)"
+    job = summary.job
+    device = summary.measured.device or (job.device if job else "")
+    if job is not None and device == "sim" and not job.script:
+        return f"sim ({job.sim_step_ms:g} ms per step)"
     return device
 
 
-def render_table(summary: dict[str, Any]) -> str:
+def render_table(summary: Summary) -> str:
     """Fixed-width text table with a header, then notes."""
-    n = summary["configs"][0]["samples_per_epoch"] if summary["configs"] else None
-    device = f" on device {_device_text(summary)}" if summary.get("job") else ""
+    n = summary.samples_per_epoch
+    device = f" on device {_device_text(summary)}" if summary.job else ""
     lines = [f"Stall breakdown per epoch ({n} samples){device}; rates in samples/s" if n else
              "Stall breakdown", *fixed_width(COLUMNS, table_rows(summary), left=frozenset({0, 8}))]
     lines += node_lines(summary)
@@ -142,20 +146,19 @@ def render_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def node_lines(summary: dict[str, Any]) -> list[str]:
+def node_lines(summary: Summary) -> list[str]:
     """Per node, for each multi-node run: its wait share, and whose loader holds the job."""
     out = []
-    for run in summary.get("nodes", []):
-        parts = ", ".join(f"node {n['node']} waits {_num(n['wait_pct'], '{:.0f}')}%"
-                          for n in run["nodes"])
-        held = run.get("holding_node")
+    for run in summary.nodes:
+        parts = ", ".join(f"node {n.node} waits {_num(n.wait_pct, '{:.0f}')}%" for n in run.nodes)
+        held = run.holding_node
         tail = (f": node {held}'s loader holds the job" if held is not None
                 else ": the nodes wait alike")
-        out.append(f"nodes, {run['run_id']}: {parts}{tail}")
+        out.append(f"nodes, {run.run_id}: {parts}{tail}")
     return out
 
 
-def render_markdown_table(summary: dict[str, Any]) -> str:
+def render_markdown_table(summary: Summary) -> str:
     return render_markdown([("table", list(COLUMNS), table_rows(summary))]).strip()
 
 
@@ -181,42 +184,41 @@ FIGURE_CAPTIONS = {
 }
 
 
-def _job_lines(summary: dict[str, Any]) -> list[str]:
-    job, ds = summary.get("job") or {}, summary.get("dataset") or {}
+def _job_lines(summary: Summary) -> list[str]:
+    job, ds = summary.job, summary.dataset
     lines = []
     if job:
-        what = f"script `{job['script']}`" if job.get("script") else \
-            f"built-in image classification ({job['arch']})"
-        ranks = job["nproc_per_node"] * job["nnodes"]
-        lines += [f"**Job**: {what}, {job['loader']} loader, {job['workers']} workers per rank, "
-                  f"batch {job['batch_size']} per rank, {ranks} rank(s), device "
+        what = f"script `{job.script}`" if job.script else \
+            f"built-in image classification ({job.arch})"
+        ranks = job.nproc_per_node * job.nnodes
+        lines += [f"**Job**: {what}, {job.loader} loader, {job.workers} workers per rank, "
+                  f"batch {job.batch_size} per rank, {ranks} rank(s), device "
                   f"{_device_text(summary)}",
-                  f"**Measured**: {_window_text(summary)} per run after {job['warmup']} "
+                  f"**Measured**: {_window_text(summary, job)} per run after {job.warmup} "
                   "warm-up iteration(s)"]
     if ds:
-        lines.append(f"**Dataset**: {ds.get('files')} files, {format_bytes(ds.get('bytes'))}, "
-                     f"mean {format_bytes(ds.get('mean_file_bytes'))} per file, `{ds.get('root')}`")
+        lines.append(f"**Dataset**: {ds.num_files} files, {format_bytes(ds.total_bytes)}, "
+                     f"mean {format_bytes(ds.mean_file_bytes)} per file, `{ds.root}`")
     return lines
 
 
-def _window_text(summary: dict[str, Any]) -> str:
+def _window_text(summary: Summary, job: Job) -> str:
     """What each run measured: as asked, or as far as the script's own length went."""
-    job, measured = summary["job"], summary.get("measured") or {}
-    iters = measured.get("iters_per_run")
+    iters = summary.measured.iters_per_run
     counted = f"{iters} iterations" if iters is not None else "iterations"
-    if measured.get("short_runs"):
-        asked = f"{job['epochs']} epoch(s)" if job.get("epochs") else f"{job['iters']} iterations"
+    if summary.measured.short_runs:
+        asked = f"{job.epochs} epoch(s)" if job.epochs else f"{job.iters} iterations"
         return f"{counted} ({asked} asked; the script ended first)"
-    if job.get("epochs"):
-        return f"{job['epochs']} epoch(s)"
-    if job.get("iters"):
-        return f"{job['iters']} iterations"
+    if job.epochs:
+        return f"{job.epochs} epoch(s)"
+    if job.iters:
+        return f"{job.iters} iterations"
     return f"{counted}, the script's whole length" if iters is not None else \
         "the script's whole length"
 
 
-def _grid_lines(summary: dict[str, Any]) -> list[str]:
-    configs = summary["configs"]
+def _grid_lines(summary: Summary) -> list[str]:
+    configs = summary.configs
     lines = []
     for knob, name in (("cpus", "CPUs"), ("cache", "Page cache"), ("bw", "Storage")):
         seen: list[str] = []
@@ -228,7 +230,7 @@ def _grid_lines(summary: dict[str, Any]) -> list[str]:
             lines.append(f"**{name}**: " + ", ".join(seen))
     how: dict[str, list[str]] = {}
     for cfg in configs:
-        for knob, value in cfg["enforced"].items():
+        for knob, value in cfg.enforced.items():
             text = enforcement_text(knob, value)
             if text not in how.setdefault(knob, []):
                 how[knob].append(text)
@@ -236,30 +238,30 @@ def _grid_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _verdict_lines(summary: dict[str, Any]) -> list[str]:
+def _verdict_lines(summary: Summary) -> list[str]:
     out = []
-    for cfg in summary["configs"]:
+    for cfg in summary.configs:
         line = f"**{config_label(cfg)}**: {_verdict(cfg)}"
-        disk, cold = cfg["modes"].get("disk", {}), cfg.get("cold_epoch")
-        if cold and disk.get("time_s") is not None:
-            line += (f"; first epoch: {cold['verdict']} (the first (cold) epoch took "
-                     f"{cold['epoch_s']:.2f} s, the steady-state epochs {disk['time_s']:.2f} s)")
+        disk, cold = cfg.modes.get("disk"), cfg.cold_epoch
+        if cold and disk is not None and disk.time_s is not None:
+            line += (f"; first epoch: {cold.verdict} (the first (cold) epoch took "
+                     f"{cold.epoch_s:.2f} s, the steady-state epochs {disk.time_s:.2f} s)")
         out.append(line)
     return out
 
 
-def _headline(summary: dict[str, Any]) -> list[Block]:
+def _headline(summary: Summary) -> list[Block]:
     """The most and the least stalled configurations, when there are several."""
-    rated = [c for c in summary["configs"]
-             if c["prep_stall_pct"] is not None or c["fetch_stall_pct"] is not None]
+    rated = [c for c in summary.configs
+             if c.prep_stall_pct is not None or c.fetch_stall_pct is not None]
     if len(rated) < 2:
         return []
 
-    def stalled(cfg: dict[str, Any]) -> float:
-        return (cfg["prep_stall_pct"] or 0.0) + (cfg["fetch_stall_pct"] or 0.0)
+    def stalled(cfg: ConfigSummary) -> float:
+        return (cfg.prep_stall_pct or 0.0) + (cfg.fetch_stall_pct or 0.0)
     most, least = max(rated, key=stalled), min(rated, key=stalled)
-    return [("p", f"Most stalled: **{config_label(most)}**, {most['verdict']}. "
-                  f"Least stalled: **{config_label(least)}**, {least['verdict']}.")]
+    return [("p", f"Most stalled: **{config_label(most)}**, {most.verdict}. "
+                  f"Least stalled: **{config_label(least)}**, {least.verdict}.")]
 
 
 def _whatif_blocks(recommendation: list[str] | None, validation: dict[str, Any] | None,
@@ -276,7 +278,7 @@ def _whatif_blocks(recommendation: list[str] | None, validation: dict[str, Any] 
     return blocks
 
 
-def report_blocks(summary: dict[str, Any], figures: Sequence[str] = (),
+def report_blocks(summary: Summary, figures: Sequence[str] = (),
                   recommendation: list[str] | None = None,
                   validation: dict[str, Any] | None = None,
                   whatif_note: str | None = None, title: str = "Data-stall report") -> list[Block]:
@@ -286,7 +288,7 @@ def report_blocks(summary: dict[str, Any], figures: Sequence[str] = (),
     the what-if model's answer in words, one line each; `whatif_note` why the
     what-if section is missing or partial.
     """
-    n = summary["configs"][0]["samples_per_epoch"] if summary["configs"] else None
+    n = summary.samples_per_epoch
     blocks: list[Block] = [("h1", title), ("h2", "Configuration"),
                            ("ul", _job_lines(summary) + _grid_lines(summary)),
                            ("h2", "Stall breakdown"),

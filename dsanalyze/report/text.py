@@ -11,10 +11,12 @@ figures and the what-if output name a resource configuration the same way.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dsanalyze.analysis.stalls import KnobHold
 from dsanalyze.config import format_bytes
+from dsanalyze.records import How
 
 
 def cache_text(spec: str, cache_bytes: int | None) -> str:
@@ -39,39 +41,45 @@ def bandwidth_text(bps: float | None, unthrottled: str = "unthrottled") -> str:
 _CGROUP_CONTROLLER = {"cpus": "cpuset", "cache": "memory limit", "storage_bw": "read throttle"}
 
 
-def enforcement_text(knob: str, how: dict[str, Any]) -> str:
+def enforcement_text(knob: str, how: KnobHold) -> str:
     """How a knob was held, in words: `cgroup v1 cpuset`, `affinity`, `not enforced: why`.
 
     `how`: the summary's per-knob entry (`analysis.stalls.enforcement`)."""
-    if how["how"] == "not_enforced":
-        return f"not enforced: {how.get('why') or 'unknown reason'}"
-    if how["how"] == "affinity":
+    if not how.enforced:
+        return f"not enforced: {how.why or 'unknown reason'}"
+    if how.how == How.AFFINITY.value:
         return "CPU affinity"
-    version, device = how.get("cgroup_version"), how.get("device")
+    version, device = how.cgroup_version, how.device
     on = f" on {device}" if knob == "storage_bw" and device else ""
     return f"cgroup{f' v{version}' if version else ''} {_CGROUP_CONTROLLER[knob]}{on}"
 
 
-def config_label(cfg: dict[str, Any]) -> str:
+def _field(cfg: Any, name: str) -> Any:
+    """A configuration's knob: a typed `ConfigSummary`, or a row of the figures' documents
+    (the what-if rows and `Summary.to_dict()`'s configurations are still dicts)."""
+    return cfg.get(name) if isinstance(cfg, Mapping) else getattr(cfg, name)
+
+
+def config_label(cfg: Any) -> str:
     """A configuration of the summary in one token per knob: `cpus=1 cache=25% (44M) bw=8M/s`."""
-    cpus = "all" if cfg["cpus"] is None else cfg["cpus"]
+    cpus = "all" if _field(cfg, "cpus") is None else _field(cfg, "cpus")
     parts = [f"cpus={cpus}"]
-    if "disk" in cfg["modes"]:
-        parts += [f"cache={cache_text(cfg['cache_spec'], cfg['cache_bytes'])}",
-                  f"bw={bandwidth_text(cfg['storage_read_bps'])}"]
+    if "disk" in _field(cfg, "modes"):
+        parts += [f"cache={cache_text(_field(cfg, 'cache_spec'), _field(cfg, 'cache_bytes'))}",
+                  f"bw={bandwidth_text(_field(cfg, 'storage_read_bps'))}"]
     return " ".join(parts)
 
 
-def knob_text(knob: str, cfg: dict[str, Any]) -> str:
+def knob_text(knob: str, cfg: Any) -> str:
     """One resource knob of a configuration in words: `2 CPUs`, `cache 50% (6.3M)`, `disk 8M/s`."""
     if knob == "cpus":
-        n = cfg["cpus"]
+        n = _field(cfg, "cpus")
         return "all CPUs" if n is None else f"{n} CPU" + "s" * (n > 1)
     if knob == "cache":
-        if cfg["cache_bytes"] is None:
+        if _field(cfg, "cache_bytes") is None:
             return "cache unlimited"
-        return f"cache {cache_text(cfg['cache_spec'], cfg['cache_bytes'])}"
-    return f"disk {bandwidth_text(cfg['storage_read_bps'], 'unthrottled')}"
+        return f"cache {cache_text(_field(cfg, 'cache_spec'), _field(cfg, 'cache_bytes'))}"
+    return f"disk {bandwidth_text(_field(cfg, 'storage_read_bps'), 'unthrottled')}"
 
 
 def fixed_width(header: Sequence[str], rows: Sequence[Sequence[str]],

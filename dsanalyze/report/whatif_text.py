@@ -11,6 +11,7 @@ from typing import Any
 
 from dsanalyze.config import format_bytes
 from dsanalyze.report.text import bandwidth_text, cache_text, fixed_width, number
+from dsanalyze.whatif.validation import split_summary
 
 
 def _dash(x: float | None, fmt: str) -> str:
@@ -98,9 +99,9 @@ def _split_lines(split: Any) -> list[str]:
                                 "untested"), rows)
 
 
-def validation_lines(val: Any, cache_checks: list[Any], summary: Any) -> list[str]:
+def validation_lines(val: Any, cache_checks: list[Any]) -> list[str]:
     """Both splits' held-out runs measured against predicted, the cache simulator against
-    the disk runs, and the error and coverage figures last (`summary`: whatif.split_summary)."""
+    the disk runs, and the error and coverage figures last (`validation.split_summary`)."""
     lines: list[str] = []
     for split in val.splits:
         lines += _split_lines(split)
@@ -117,12 +118,23 @@ def validation_lines(val: Any, cache_checks: list[Any], summary: Any) -> list[st
     lines.append("")
     for split in val.splits:
         if split.checks:
-            f = summary(split.checks)
+            f = split_summary(split.checks)
             lines.append(f"{split.name}: median absolute error {f['median_abs_error_pct']:.1f}%, "
                          f"maximum {f['max_abs_error_pct']:.1f}% over {f['held_out']} held-out "
                          f"configuration(s); {f['coverage']:.0%} inside their {f['nominal']:.0%} interval")
-    f = summary(val.checks)
+    f = split_summary(val.checks)
     lines.append(f"both splits: median absolute error {f['median_abs_error_pct']:.1f}%, maximum "
                  f"{f['max_abs_error_pct']:.1f}% over {f['held_out']} held-out configuration(s); coverage "
                  f"{f['coverage']:.0%} (nominal {f['nominal']:.0%})")
     return lines
+
+
+def answer_text(model: Any, preds: list[Any], rec: Any | None) -> str:
+    """What `dsanalyze whatif` prints: the parameters, their slack, the assumptions, the grid."""
+    return "\n".join([*params_lines(model), *slack_lines(model), "", ASSUMPTIONS, "",
+                      *whatif_lines(preds, rec)])
+
+
+def validation_text(val: Any, cache_checks: list[Any]) -> str:
+    """What `dsanalyze validate` prints: the parameters, then `validation_lines`."""
+    return "\n".join([*params_lines(val.model), *validation_lines(val, cache_checks)])

@@ -48,7 +48,7 @@ def measure(files: Sequence[str], cpu_ids: Sequence[int] | None = None,
             phase_s: float = PHASE_S, rounds: int = ROUNDS) -> CpuScaling:
     """Solo and parallel CPU per item on the given CPUs (default: the harness's affinity)."""
     # imported here: the workers run this module and need neither (they start faster)
-    from dsanalyze.jobs.datasets import IMAGE_EXTENSIONS
+    from dsanalyze.dataset import IMAGE_EXTENSIONS
     from dsanalyze.records import CpuScaling
 
     cpus = sorted(cpu_ids if cpu_ids is not None else os.sched_getaffinity(0))

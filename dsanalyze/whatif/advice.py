@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from dsanalyze.analysis import stalls
+from dsanalyze.analysis.summary import summarize
 from dsanalyze.config import Mode, unlimited_last
 from dsanalyze.errors import DsAnalyzeError
 from dsanalyze.records import RunResult
@@ -126,7 +127,7 @@ def advise(results: Sequence[RunResult], sizes: Sequence[int] | None = None,
            max_stall_pct: float = MAX_STALL_PCT) -> Advice:
     """The advice for the runs of one prefix (see the module docstring)."""
     results = list(results)
-    summary = stalls.summary(results)
+    summary = summarize(results).to_dict()  # measured_options reads summary.json's keys
     epochs = measured_epochs(summary)
     measured = measured_options(summary, epochs)
     best = min(measured, key=lambda o: o.span_s, default=None)

@@ -1,0 +1,85 @@
+"""The summary of a prefix's runs, typed: the stall breakdown of every configuration and what
+the runs measured, assembled from the measuring modules (`stalls`, `coldepoch`, `measured`,
+`pernode`). Stored as `summary.json` (`Summary.to_dict`, with `schema`) and read back into the
+same types (`Summary.from_dict`).
+
+Its own module so that `stalls` imports none of the modules that build on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dsanalyze.analysis import measured, pernode
+from dsanalyze.analysis.coldepoch import ColdEpoch, cold_epoch, cold_only
+from dsanalyze.analysis.measured import MeasuredWindow
+from dsanalyze.analysis.pernode import NodeRun
+from dsanalyze.analysis.stalls import Breakdown, RunRate, breakdowns, run_rate
+from dsanalyze.config import Job
+from dsanalyze.plain import PlainJson
+from dsanalyze.records import DatasetRecord, RunResult
+
+# 1: typed (this module); documents without `schema` are the untyped dict of before, which
+# has the same keys and reads the same way.
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ConfigSummary(Breakdown):
+    """A configuration's steady-state breakdown and its cold first epoch."""
+
+    cold_epoch: ColdEpoch | None = None
+    cold_only: bool = False  # its disk figures are the cold first epoch (one epoch measured)
+
+    @classmethod
+    def of(cls, b: Breakdown) -> ConfigSummary:
+        return cls(**{name: getattr(b, name) for name in b.__dataclass_fields__},
+                   cold_epoch=cold_epoch(b), cold_only=cold_only(b))
+
+
+@dataclass(frozen=True)
+class FailedRun(PlainJson):
+    run_id: str
+    status: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Summary(PlainJson):
+    """Job, dataset, one entry per configuration, the runs' rates, what was measured."""
+
+    job: Job | None
+    dataset: DatasetRecord | None
+    configs: tuple[ConfigSummary, ...] = ()
+    measured: MeasuredWindow = MeasuredWindow("unknown (no completed run)")
+    runs: tuple[RunRate, ...] = ()
+    failed_runs: tuple[FailedRun, ...] = ()
+    nodes: tuple[NodeRun, ...] = ()
+    unreadable_runs: tuple[str, ...] = ()  # "PATH (why)" of run files left out
+    schema: int = SCHEMA_VERSION
+
+    @property
+    def samples_per_epoch(self) -> int | None:
+        """The epoch the table's figures are per (the first configuration's)."""
+        return self.configs[0].samples_per_epoch if self.configs else None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Summary:
+        return super().from_dict({**d, "schema": d.get("schema", 0)})
+
+
+def summarize(results: list[RunResult]) -> Summary:
+    """The summary of the runs: each configuration (its cold first epoch included), each
+    run's rate, what the runs measured against what was asked."""
+    ok = [r for r in results if r.ok]
+    first = (ok or results)[0] if results else None
+    return Summary(
+        job=first.spec.job if first else None,
+        dataset=first.dataset if first else None,
+        configs=tuple(ConfigSummary.of(b) for b in breakdowns(results)),
+        measured=measured.window_summary(results),
+        runs=tuple(run_rate(r, interval=True) for r in results),
+        failed_runs=tuple(FailedRun(r.run_id, r.status, r.error) for r in results if not r.ok),
+        nodes=tuple(pernode.breakdown(results)),
+    )
