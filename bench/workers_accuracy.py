@@ -29,7 +29,7 @@ from dsanalyze import store  # noqa: E402
 from dsanalyze.analysis.stalls import run_rate  # noqa: E402
 from dsanalyze.dataset import scan_dataset  # noqa: E402
 from dsanalyze.whatif import api as whatif  # noqa: E402
-from dsanalyze.whatif.model import predict_run  # noqa: E402
+from dsanalyze.whatif.model import HeldOut, predict_run  # noqa: E402
 
 WORKERS = (1, 4)
 JOB_ARGS = ["-b", "8", "--epochs", "3", "--warmup", "2", "--sim-step-ms", "60", "--cpus", "1,2",
@@ -78,7 +78,7 @@ def main() -> int:
             if not run.ok or not measured:
                 print(f"{run.run_id:34s} {run.spec.job.workers:7d} {run.status}")
                 continue
-            predicted = predict_run(model, run).rate_sps
+            predicted = predict_run(model, HeldOut.of(run)).rate_sps
             errors.append(100 * (predicted - measured) / measured)
             print(f"{run.run_id:34s} {run.spec.job.workers:7d} {measured:10.1f} "
                   f"{predicted:11.1f} {errors[-1]:+6.1f}%")

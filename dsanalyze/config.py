@@ -175,6 +175,9 @@ class Job:
     master_port: int | None = field(default=None, compare=False)
     seed: int = 0
     timeout_s: float = 1800.0
+    # no iteration for this long (before the first: startup_timeout_s): stopped as stalled
+    stall_timeout_s: float = field(default=120.0, compare=False)
+    startup_timeout_s: float = field(default=600.0, compare=False)
     loader_index: int | None = None  # user script: its K-th loader created is the training one
     # `--until-ci P%`: each run stops once its steady rate is within ± P% (instrument/untilci.py),
     # after at least `min_iters` iterations; `iters` / `epochs` are then the most it runs
@@ -202,6 +205,9 @@ class Job:
             raise ConfigError(f"--until-ci must be between 0 and 100%, got {self.until_ci_pct:g}%")
         if self.min_iters < 1:
             raise ConfigError(f"--min-iters must be at least 1, got {self.min_iters}")
+        if min(self.stall_timeout_s, self.startup_timeout_s) <= 0:
+            raise ConfigError("--stall-timeout and --startup-timeout must be positive, got "
+                              f"{self.stall_timeout_s} and {self.startup_timeout_s}")
         if self.loader_index is not None and self.loader_index < 0:
             raise ConfigError(f"--loader-index must be 0 or more, got {self.loader_index}")
 
@@ -214,6 +220,9 @@ class Job:
         d["script_args"] = list(self.script_args)
         if self.until_ci_pct is None:  # old files unchanged: the early stop's settings if asked
             del d["until_ci_pct"], d["min_iters"]
+        for name in ("stall_timeout_s", "startup_timeout_s"):  # only when set: old files
+            if d[name] == Job.__dataclass_fields__[name].default:  # read back unchanged
+                del d[name]
         return d
 
     @classmethod
@@ -258,7 +267,8 @@ class RunSpec:
 
 
 SWEEP_KEYS = ("prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "use_cgroups",
-              "plots", "repeats", "target_ci", "max_repeats", "adaptive", "budget")
+              "drop_caches_globally", "plots", "repeats", "target_ci", "max_repeats", "adaptive",
+              "budget")
 
 
 @dataclass(frozen=True)
@@ -274,6 +284,8 @@ class Sweep:
     combos: tuple[tuple[int | None, str, str], ...] = ()  # explicit list overrides the product
     resume: bool = False
     use_cgroups: bool = True
+    # pages per-file eviction leaves before a disk run dropped machine-wide (every process's)
+    drop_caches_globally: bool = False
     plots: bool = True
     repeats: int = 1  # every run this many times, interleaved: all modes, then again
     target_ci_pct: float | None = None  # or repeat until each stall is within ± this many points
@@ -318,7 +330,7 @@ class Sweep:
                                       str(c.get("storage_bw", "none"))) for c in sw["combos"])
         if "budget" in sw:
             kwargs["budget_s"] = parse_duration(sw["budget"])
-        for key in ("resume", "use_cgroups", "plots", "adaptive"):
+        for key in ("resume", "use_cgroups", "plots", "drop_caches_globally", "adaptive"):
             if key in sw:
                 kwargs[key] = bool(sw[key])
         for key in ("repeats", "max_repeats"):

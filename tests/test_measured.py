@@ -11,6 +11,7 @@ from conftest import harness
 
 from dsanalyze import cli, store
 from dsanalyze.analysis import measured
+from dsanalyze.analysis.jobrun import JobAsRun
 from dsanalyze.analysis.summary import summarize
 
 pytestmark = pytest.mark.slow
@@ -77,7 +78,11 @@ def test_iters_beyond_the_script_and_the_device_it_used(small_dataset, tmp_path,
     (run,) = store.load_runs(prefix)
     assert measured.short_run(run) == measured.ShortRun("cached-cpusall", 100, 12, 10, "iterations", 2)
     summary = summarize([run])
-    assert summary.measured == measured.MeasuredWindow("cpu", 10, (measured.short_run(run),))
+    # the job as the script ran it: its own DataLoader (batch 16, 1 worker), on the CPU
+    ran = JobAsRun(ranks=1, batch_size=16, workers=1, prefetch_factor=2, pin_memory=False,
+                   persistent_workers=False, device="cpu", loader="pytorch", script=True)
+    assert summary.measured == measured.MeasuredWindow("cpu", 10, (measured.short_run(run),),
+                                                       ran)
     assert cli.main(["report", str(prefix)]) == 0
     md = (prefix / "report.md").read_text()
     assert "device cpu" in md and "device sim" not in md

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dsanalyze.analysis.jobrun import JobAsRun, job_as_run
 from dsanalyze.plain import PlainJson
 from dsanalyze.records import RunResult
 
@@ -79,14 +80,18 @@ def job_device(results: list[RunResult]) -> str:
 
 @dataclass(frozen=True)
 class MeasuredWindow(PlainJson):
-    """The `measured` entry of `summary.json`: device, iterations per run, short runs."""
+    """The `measured` entry of `summary.json`: device, iterations per run, short runs, and
+    the job's knobs as the script ran them (`jobrun.JobAsRun`)."""
 
     device: str
     iters_per_run: int | None = None
     short_runs: tuple[ShortRun, ...] = ()
+    job_as_run: JobAsRun | None = None
 
 
 def window_summary(results: list[RunResult]) -> MeasuredWindow:
     """What the runs measured against what was asked."""
+    ran = next((r for r in results if r.ok and r.ranks), None)
     return MeasuredWindow(job_device(results), measured_iters(results),
-                          tuple(s for r in results if (s := short_run(r)) is not None))
+                          tuple(s for r in results if (s := short_run(r)) is not None),
+                          job_as_run(ran) if ran is not None else None)

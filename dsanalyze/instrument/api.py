@@ -61,6 +61,7 @@ from typing import Any
 
 import torch
 
+from dsanalyze import progress
 from dsanalyze.errors import DsAnalyzeError
 from dsanalyze.instrument import datafiles, filereads
 from dsanalyze.instrument import rank as rankenv
@@ -195,13 +196,16 @@ EVAL_FILES = ("evaluation_loop.py", "prediction_loop.py")
 def loader_settings(loader: Any) -> dict[str, Any]:
     """The training loader's kind and settings, for the rank's record (`extra["loader"]`):
     its own `settings.to_dict()` if it has one (the built-in job's DALI loader), a
-    DataLoader's workers, prefetch and pinning, else its class name."""
+    DataLoader's workers, batch size, prefetch, pinning and persistent workers, else its
+    class name (`analysis/jobrun.py` reads them back as the job as it ran)."""
     settings = getattr(loader, "settings", None)
     if callable(getattr(settings, "to_dict", None)):
         return settings.to_dict()
     if isinstance(loader, torch.utils.data.DataLoader):
         return {"kind": "pytorch", "workers": loader.num_workers,
-                "prefetch_factor": loader.prefetch_factor, "pin_memory": loader.pin_memory}
+                "batch_size": loader.batch_size, "prefetch_factor": loader.prefetch_factor,
+                "pin_memory": loader.pin_memory,
+                "persistent_workers": loader.persistent_workers}
     return {"kind": type(loader).__name__}
 
 
@@ -275,7 +279,9 @@ class Session:
             self.until = RankStop(settings.until_ci_pct, settings.min_iters, settings.mode,
                                   settings.rank, rankenv.world_size(), rankenv.run_dir())
         self.recorder = IterationRecorder(settings.rank, settings.warmup, settings.iters,
-                                          sync=cuda_sync, stopper=self.until)
+                                          sync=cuda_sync, stopper=self.until,
+                                          heartbeat=progress.Heartbeat.open(
+                                              rankenv.run_dir(), settings.rank))
         self.loaders: list[LoaderInfo] = []  # in creation order
         self._by_id: dict[int, LoaderInfo] = {}
         self.training: LoaderInfo | None = None
@@ -334,6 +340,8 @@ class Session:
             dataset = steps.graph_dataset(loader)
         if self.settings.mode != "synthetic" and dataset is not None:
             steps.instrument_dataset(dataset, self.sink)  # before iter() forks the workers
+        if self.settings.mode == "disk":
+            rankenv.wait_for_throttle()  # before its workers read the first sample
         run_dir = rankenv.run_dir()
         if self.settings.discover and self.audit is None and run_dir is not None:
             self.audit = datafiles.start_audit(str(run_dir / f"opened-rank{self.settings.rank}"))

@@ -52,13 +52,16 @@ class IterationRecorder:
     `max_iters`: stop after `warmup + max_iters` iterations (None: never).
     `stopper`: called with the recorder after each closed iteration; once it
     returns True the window is complete (`--until-ci`, `untilci.RankStop`).
-    `clock` is injectable so tests can control time.
+    `clock` is injectable so tests can control time. `heartbeat` (`progress.Heartbeat`) is
+    told the iterations completed at every boundary: the harness's progress watchdog.
     """
 
     def __init__(self, rank: int = 0, warmup: int = 0, max_iters: int | None = None,
                  sync: Callable[[], None] | None = None,
                  clock: Callable[[], float] = time.perf_counter,
-                 stopper: Callable[[IterationRecorder], bool] | None = None) -> None:
+                 stopper: Callable[[IterationRecorder], bool] | None = None,
+                 heartbeat: Callable[[int], None] | None = None) -> None:
+        self.heartbeat = heartbeat
         self.rank = rank
         self.warmup = warmup
         self.max_iters = max_iters
@@ -95,6 +98,8 @@ class IterationRecorder:
                 self.stopped = self.stopper(self)
         elif not self.iter_s:
             self.start_unix_s = time.time()
+        if self.heartbeat is not None:
+            self.heartbeat(len(self.iter_s))
         return now
 
     def open(self, start: float, wait_s: float, samples: int) -> None:

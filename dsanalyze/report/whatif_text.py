@@ -41,13 +41,18 @@ def slack_lines(model: Any) -> list[str]:
             "of page cache the measured runs had beyond their budget (see cache_slack_bytes)"]
 
 
-ASSUMPTIONS = (
-    "the model assumes: a worker reads a sample, then decodes it (readahead overlaps the two); "
-    "batches arrive in order from a prefetch queue of 2 per worker that drains at each epoch "
-    "end; every process needing CPU shares the cores equally (a worker at most one); the step "
-    "takes no CPU (sim or GPU device); storage bandwidth is shared by the readers, each read "
-    "after the device's per-request latency; the page cache behaves as Linux's two-list LRU "
-    "at the budget plus the fitted slack")
+def assumptions(model: Any) -> str:
+    """What every prediction assumes, the step's CPU as the job ran it."""
+    step = ("the step runs on the CPU (the script's device), in each rank's main process at "
+            "its measured time per CPU count, sharing the cores with the workers; other CPU "
+            "counts are not predicted" if model.step_on_cpu else
+            "the step takes no CPU (sim or GPU device)")
+    return ("the model assumes: a worker reads a sample, then decodes it (readahead overlaps the "
+            f"two); batches arrive in order from a prefetch queue of {model.prefetch_factor} per "
+            "worker that drains at each epoch end; every process needing CPU shares the cores "
+            f"equally (a worker at most one); {step}; storage bandwidth is shared by the "
+            "readers, each read after the device's per-request latency; the page cache behaves "
+            "as Linux's two-list LRU at the budget plus the fitted slack")
 
 
 def rate_text(p: Any) -> str:
@@ -62,24 +67,51 @@ def untested_lines(preds: list[Any]) -> list[str]:
             *[f"  - {u}" for u in seen]] if seen else []
 
 
+def range_text(caches: Any) -> str:
+    """`0% (0B) to unlimited`: the budgets a folded row covers (`whatif.fold.CacheRange`)."""
+    low, high = caches.low, caches.high
+    text = cache_text(low.spec, low.cache_bytes)
+    return text if low == high else f"{text} to {cache_text(high.spec, high.cache_bytes)}"
+
+
 def whatif_lines(preds: list[Any], rec: Any | None, level: float = 0.9) -> list[str]:
-    """The prediction grid, the recommended row marked `<-`, the untested assumptions, then
-    the recommendation."""
-    rows = [[str(p.config.cpus), cache_text(p.config.cache_spec, p.config.cache_bytes),
-             bandwidth_text(p.config.storage_read_bps, "device"),
-             f"{p.config.gpu_speedup:g}x", str(p.nproc), str(p.config.workers),
-             rate_text(p), number(p.epoch_s, "{:.2f}"), number(p.compute_s, "{:.2f}"),
-             number(p.prep_stall_s, "{:.2f}"), number(p.fetch_stall_s, "{:.2f}"),
-             number(p.stall_pct, "{:.0f}%"),
-             _dash(p.hit_rate, "{:.2f}"), _dash(p.measured_sps, "{:.1f}"),
-             _dash(p.epoch1_s, "{:.2f}"), _dash(p.measured_epoch1_sps, "{:.1f}"),
-             "<-" if rec and p.config == rec.pick.config else ""] for p in preds]
+    """The prediction grid (budgets that do not change a prediction folded into one row,
+    `whatif.fold`), the recommended row marked `<-`, the untested assumptions, then the
+    recommendation."""
+    from dsanalyze.whatif.fold import fold
+
+    grid = fold(preds)
+    rows = [_grid_row(r, rec) for r in grid]
     lines = fixed_width(("cpus", "cache", "storage", "gpu", "ranks", "-j",
                          f"rate/s ({level:.0%})", "epoch s", "compute s", "prep stall",
                          "fetch stall", "stall", "hit", "measured/s", "epoch1 s",
                          "epoch1 meas/s", ""), rows)
+    folded = len(preds) - len(grid)
+    if folded:
+        lines.append(f"note: {folded} row(s) folded: a row with a cache range stands for every "
+                     "budget in it, the page cache not changing its prediction")
     lines += untested_lines(preds)
     return lines + (["", "recommendation: " + rec.reason] if rec is not None else [])
+
+
+def _hits_text(hits: tuple[float | None, ...]) -> str:
+    """`0.45`, or over a folded row's budgets `0.00-1.00`."""
+    known = [h for h in hits if h is not None]
+    lo, hi = _dash(min(known, default=None), "{:.2f}"), _dash(max(known, default=None), "{:.2f}")
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def _grid_row(row: Any, rec: Any | None) -> list[str]:
+    p = row.prediction
+    return [str(p.config.cpus), range_text(row.caches),
+            bandwidth_text(p.config.storage_read_bps, "device"),
+            f"{p.config.gpu_speedup:g}x", str(p.nproc), str(p.config.workers),
+            rate_text(p), number(p.epoch_s, "{:.2f}"), number(p.compute_s, "{:.2f}"),
+            number(p.prep_stall_s, "{:.2f}"), number(p.fetch_stall_s, "{:.2f}"),
+            number(p.stall_pct, "{:.0f}%"),
+            _hits_text(row.hit_rates), _dash(p.measured_sps, "{:.1f}"),
+            _dash(p.epoch1_s, "{:.2f}"), _dash(p.measured_epoch1_sps, "{:.1f}"),
+            "<-" if rec and row.covers(rec.pick) else ""]
 
 
 def _split_lines(split: Any) -> list[str]:
@@ -131,7 +163,7 @@ def validation_lines(val: Any, cache_checks: list[Any]) -> list[str]:
 
 def answer_text(model: Any, preds: list[Any], rec: Any | None) -> str:
     """What `dsanalyze whatif` prints: the parameters, their slack, the assumptions, the grid."""
-    return "\n".join([*params_lines(model), *slack_lines(model), "", ASSUMPTIONS, "",
+    return "\n".join([*params_lines(model), *slack_lines(model), "", assumptions(model), "",
                       *whatif_lines(preds, rec)])
 
 

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from dsanalyze.analysis import stalls
+from dsanalyze.analysis.jobrun import job_as_run
 from dsanalyze.analysis.summary import summarize
 from dsanalyze.config import Mode, unlimited_last
 from dsanalyze.errors import DsAnalyzeError
@@ -134,9 +135,9 @@ def advise(results: Sequence[RunResult], sizes: Sequence[int] | None = None,
     calm = sorted((o for o in measured if o.stall_pct <= max_stall_pct), key=_cost)
     try:
         preds, rows, hint = _fit_and_predict(results, sizes, max_stall_pct)
-    except DsAnalyzeError as e:
+    except Exception as e:  # noqa: BLE001 - a failed fit is a line of the answer, not a crash
         kind = AdviceKind.NO_CHANGE if calm else AdviceKind.NO_MODEL
-        return Advice(kind, epochs, best, calm[0] if calm else None, note=str(e))
+        return Advice(kind, epochs, best, calm[0] if calm else None, note=failure_note(e))
     fitted = sum(1 for r in results if r.ok and r.ranks)
     validation, why = _validation(results, sizes)
     error = validation["median_abs_error_pct"] if validation else None
@@ -189,15 +190,19 @@ def default_grid(results: Sequence[RunResult]
     caches = [*DEFAULT_CACHES, *sorted({r.spec.resources.cache.spec for r in disk}
                                        - set(DEFAULT_CACHES) - {"none"}), "none"]
     bws = sorted({r.spec.resources.storage_read_bps for r in disk} - {None}) + [None]
-    w = ok[0].spec.job.workers
+    w = job_as_run(ok[0]).workers
     return cpus, caches, bws, sorted({w, 2 * w or 1, 4 * w or 2})
 
 
 def default_cpus(results: Sequence[RunResult]) -> list[int]:
-    """The what-if CPU counts when none are asked: the measured ones, 2x and 4x the largest."""
+    """The what-if CPU counts when none are asked: the measured ones, 2x and 4x the largest
+    (the measured ones alone where the step runs on the CPU: others are not predicted)."""
     from dsanalyze.whatif import api as whatif
 
-    measured = sorted({whatif.run_cpus(r) for r in results if r.ok and r.ranks})
+    ok = [r for r in results if r.ok and r.ranks]
+    measured = sorted({whatif.run_cpus(r) for r in ok})
+    if ok and job_as_run(ok[0]).step_uses_cpu:
+        return measured
     return sorted(set(measured) | {2 * measured[-1], 4 * measured[-1]})
 
 
@@ -233,3 +238,14 @@ def _validation(results: list[RunResult], sizes: Sequence[int] | None
         return whatif.validation_document(whatif.validate(results, sizes)), ""
     except DsAnalyzeError as e:
         return None, str(e).split(":")[0]
+    except Exception as e:  # noqa: BLE001 - as a failed fit
+        return None, failure_note(e)
+
+
+def failure_note(e: Exception) -> str:
+    """One line for a failure of the model: a DsAnalyzeError's message; any other exception
+    (a bug of the model on data it was never tried on) its type and first line, so that a
+    sweep that measured everything still ends with its table and this line."""
+    if isinstance(e, DsAnalyzeError):
+        return str(e)
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"

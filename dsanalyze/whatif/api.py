@@ -36,8 +36,10 @@ from dsanalyze.whatif.calibrate import fit
 from dsanalyze.whatif.model import (
     LEVEL,
     Config,
+    HeldOut,
     Model,
     Rates,
+    binding_cache,
     interval,
     job_ranks,
     layout_for,
@@ -165,11 +167,9 @@ def predict(model: Model, cfg: Config) -> Prediction:
     cfg = replace(cfg, workers=workers_for(model, cfg), nproc=cfg.nproc or model.ranks)
     ranks = job_ranks(model, cfg)
     layout, n = layout_for(model, ranks)
-    cache = None
-    if cfg.cache_bytes is not None:
-        cache = cfg.cache_bytes + model.cache_slack_bytes
-    disk = _job_rates(mean_rates(model, cfg, layout, Mode.DISK, None if cache is not None
-                                 and cache >= model.dataset_bytes else cache), cfg.nnodes)
+    cache = None if cfg.cache_bytes is None else cfg.cache_bytes + model.cache_slack_bytes
+    disk = _job_rates(mean_rates(model, cfg, layout, Mode.DISK, binding_cache(model, cache)),
+                      cfg.nnodes)
     cached = _job_rates(mean_rates(model, cfg, layout, Mode.CACHED, None, cold_first=True),
                         cfg.nnodes)
     g = ranks * model.batch_size / step_for(model, cfg)
@@ -200,7 +200,7 @@ def comparable(model: Model, cfg: Config) -> Config:
 
 def grid(model: Model, cfgs: Sequence[Config], results: Sequence[RunResult]) -> list[Prediction]:
     """Predict every configuration; mark the ones a disk run measured."""
-    measured = {comparable(model, run_config(model, r)): r for r in results
+    measured = {comparable(model, run_config(model, HeldOut.of(r))): r for r in results
                 if r.ok and r.mode is Mode.DISK and r.ranks}
     out = []
     for cfg in cfgs:
@@ -249,7 +249,7 @@ def cache_check(model: Model, results: Sequence[RunResult], seeds: int = 3) -> l
     out = []
     sizes = np.asarray(model.file_bytes)
     for run in (r for r in results if r.ok and r.mode is Mode.DISK and r.ranks):
-        layout, cache = run_layout(run), run_cache(model, run)
+        layout, cache = run_layout(run), run_cache(model, HeldOut.of(run))
         cap = model.dataset_bytes + 1 if cache is None else int(cache)
         share = layout.iters / (layout.epochs * layout.batches)
         reads, resident = [], []
@@ -271,7 +271,7 @@ from dsanalyze.whatif.validation import (  # noqa: E402
     Check,
     Split,
     Validation,
-    _check,  # noqa: E402,F401  (tests)
+    check,  # noqa: E402,F401  (one held-out configuration: tests, benches)
     configurations,
     spec_only,
     split_summary,

@@ -22,17 +22,18 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from dsanalyze.analysis import interference, stalls, transforms, uncertainty
+from dsanalyze.analysis.jobrun import job_as_run
 from dsanalyze.config import Mode, format_bytes
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import LOADER_STAGE, CpuScaling, RunResult
-from dsanalyze.whatif import cachesim, pipeline
+from dsanalyze.whatif import bounds, cachesim, pipeline
 from dsanalyze.whatif.model import (
     CACHE_BINDS,
     LEVEL,
     PREP_BOUND,
+    HeldOut,
     Model,
     Param,
     effective_cache,
@@ -58,8 +59,8 @@ BINDS = 0.5  # a throttled cold window reading under this share of the throttle 
 
 
 def _job_key(run: RunResult) -> tuple[int, float | None]:
-    job = run.spec.job
-    return job.world_size, job.sim_step_ms if job.device == "sim" else None
+    job = run.spec.job  # the sim step is the built-in job's alone (a script's device is its own)
+    return job.world_size, job.sim_step_ms if job_as_run(run).device == "sim" else None
 
 
 def base_runs(results: list[RunResult]) -> list[RunResult]:
@@ -68,7 +69,7 @@ def base_runs(results: list[RunResult]) -> list[RunResult]:
     return [r for r in results if _job_key(r) == key]
 
 
-def _fit_step(results: list[RunResult], base: tuple[int, float | None], per_iter: int
+def _fit_step(results: list[RunResult], base: tuple[int, float | None]
               ) -> tuple[float | None, float, list[Param]]:
     """(step at the base ranks, t_allreduce, params): synthetic runs of the base step."""
     by_n: dict[int, list[RunResult]] = {}
@@ -78,9 +79,9 @@ def _fit_step(results: list[RunResult], base: tuple[int, float | None], per_iter
     if base[0] not in by_n:
         return None, 0.0, [Param("ingest_sps", None, "samples/s", (),
                                  "not measured: no synthetic run")]
-    steps = {n: statistics.median(n * r.spec.job.batch_size / stalls.run_rate(r).rate_sps
-                                  for r in runs) for n, runs in by_n.items()}
-    params = [Param(f"ingest_sps[ranks={n}]", n * runs[0].spec.job.batch_size / steps[n],
+    steps = {n: statistics.median(_per_iter(r) / stalls.run_rate(r).rate_sps for r in runs)
+             for n, runs in by_n.items()}
+    params = [Param(f"ingest_sps[ranks={n}]", _per_iter(runs[0]) / steps[n],
                     "samples/s", tuple(r.run_id for r in runs),
                     f"median of {len(runs)} synthetic run(s): step {steps[n] * 1e3:.2f} ms")
               for n, runs in sorted(by_n.items())]
@@ -101,8 +102,30 @@ def _fit_step(results: list[RunResult], base: tuple[int, float | None], per_iter
     return steps[base[0]], allreduce, params
 
 
+def _per_iter(run: RunResult) -> int:
+    """Samples per iteration of the whole job, as the script ran it."""
+    ran = job_as_run(run)
+    return ran.ranks * ran.batch_size
+
+
+def _fit_cpu_step(base: list[RunResult]) -> tuple[tuple[tuple[int, float], ...], list[Param]]:
+    """A step on the CPU: its time per iteration at each CPU count a synthetic run of the
+    base job measured (the step's threads take every core; no law across counts)."""
+    by: dict[int, list[RunResult]] = {}
+    for r in _by_mode(base, Mode.SYNTHETIC):
+        if stalls.run_rate(r).rate_sps:
+            by.setdefault(run_cpus(r), []).append(r)
+    steps = {k: statistics.median(_per_iter(r) / (stalls.run_rate(r).rate_sps or 1.0)
+                                  for r in runs) for k, runs in sorted(by.items())}
+    return tuple(steps.items()), [Param(
+        f"step_s[cpus={k}]", steps[k], "s", tuple(r.run_id for r in by[k]),
+        f"the step runs on the CPU (the script's device): measured at {k} CPU(s) by "
+        f"{len(by[k])} synthetic run(s); it shares the cores with the loader's workers, and "
+        "other CPU counts are not predicted") for k in steps]
+
+
 def _solve_prep(model: Model, run: RunResult, mode: Mode) -> float:
-    cfg, layout = run_config(model, run).with_cache(), run_layout(run)
+    cfg, layout = run_config(model, HeldOut.of(run)).with_cache(), run_layout(run)
     target = stalls.run_rate(run).rate_sps or 0.0
     return pipeline.solve(lambda x: mean_rates(model, cfg, layout, mode, None,
                                                prep_cpu_s=x).rate_sps, target, 1e-6, 10.0)
@@ -135,7 +158,7 @@ def _prep_points(model: Model, loaders: list[RunResult], cached: list[RunResult]
     runs = []
     with_loader = {(_job_key(r), run_cpus(r)) for r in loaders}
     for r in loaders + [r for r in cached if (_job_key(r), run_cpus(r)) not in with_loader]:
-        cfg = run_config(model, r)
+        cfg = run_config(model, HeldOut.of(r))
         ranks = cfg.nproc or model.ranks
         if r.mode is Mode.CACHED and not (model.step_s and (stalls.run_rate(r).rate_sps or 0)
                                           < PREP_BOUND * ranks * model.batch_size
@@ -157,7 +180,7 @@ def _loop_s(run: RunResult) -> float | None:
 
 def _compute_bound(model: Model, run: RunResult) -> bool:
     """A cached run at least PREP_BOUND of its job's compute rate G: its loader is ahead."""
-    cfg = run_config(model, run)
+    cfg = run_config(model, HeldOut.of(run))
     g = (cfg.nproc or model.ranks) * model.batch_size / step_for(model, cfg)
     return (stalls.run_rate(run).rate_sps or 0.0) >= PREP_BOUND * g
 
@@ -174,10 +197,13 @@ def _fit_main(model: Model, results: list[RunResult]) -> tuple[Model, list[Param
                        Param("receive_s", 0.0, "s", (), why)]
     points = []
     for r in cached:
-        cfg = run_config(model, r)
+        cfg = run_config(model, HeldOut.of(r))
         procs = (cfg.nproc or model.ranks) * (max(0, cfg.workers or 0) + 1)
-        points.append(max(0.0, (_loop_s(r) or 0.0) - step_for(model, cfg))
-                      * min(1.0, cfg.cpus / procs))
+        share = min(1.0, cfg.cpus / procs)
+        loop, step = _loop_s(r) or 0.0, step_for(model, cfg)
+        # a step on the CPU is slowed by the workers as the loop's own work is
+        points.append(max(0.0, loop * share - step if model.step_on_cpu else
+                          (loop - step) * share))
     main = statistics.median(points)
     ahead = [r for r in cached if _compute_bound(model, r)]
     waits = [statistics.median(r.ranks[0].wait_s[r.ranks[0].warmup:]) for r in ahead]
@@ -235,11 +261,17 @@ def _fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]
     loaders, cached = _by_mode(results, Mode.LOADER), _by_mode(results, Mode.CACHED)
     points, prep_runs = _prep_points(model, loaders, cached)
     probe = _probe(results)
+    dropped = ""
     if points:
         c0, alpha = _prep_law(points, probe[0].contention if probe else None)
+        if not bounds.CONTENTION.holds(alpha):
+            dropped = bounds.CONTENTION.dropped(alpha, prep_runs)
+            c0, alpha = _prep_law({k: x for k, x in points.items() if k == min(points)})
+        if not bounds.PREP_CPU_S.holds(c0):
+            return _prep_from_timing(model, results, bounds.PREP_CPU_S.dropped(c0, prep_runs))
         model = replace(model, prep_cpu_s=c0, contention=alpha,
                         contention_probed=len(points) == 1 and probe is not None)
-    params = [_prep_param(model, prep_runs, sorted(points), cached)]
+    params = [_prep_param(model, prep_runs, sorted(points), cached, dropped)]
     if model.contention_probed and probe:
         scaling, ids = probe
         params.append(Param(
@@ -251,8 +283,26 @@ def _fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]
     return model, params
 
 
-def _prep_param(model: Model, runs: list[str], cores: list[int], cached: list[RunResult]
-                ) -> Param:
+def _prep_from_timing(model: Model, results: list[RunResult], dropped: str
+                      ) -> tuple[Model, list[Param]]:
+    """c_prep where the rates did not determine it: the workers' own per-transform timing
+    (the sum of the timed steps per sample, median over the loader or cached runs), no
+    contention; else not measured. `dropped`: the fitted value and its runs."""
+    runs = [r for r in _by_mode(results, Mode.LOADER) or _by_mode(results, Mode.CACHED)
+            if transforms.run_table(r)]
+    timed = [transforms.sum_s_per_sample(transforms.run_table(r)) for r in runs]
+    if not timed or not bounds.PREP_CPU_S.holds(statistics.median(timed)):
+        return replace(model, prep_cpu_s=None), [Param(
+            "prep_cpu_s_per_sample", None, "s", (), f"not measured: {dropped}")]
+    value = statistics.median(timed)
+    return replace(model, prep_cpu_s=value, contention=0.0, contention_probed=False), [Param(
+        "prep_cpu_s_per_sample", value, "s", tuple(r.run_id for r in runs),
+        f"the workers' per-transform timing, summed per sample (median of {len(timed)} "
+        f"run(s)), contention 0 (untested); from the rates: {dropped}")]
+
+
+def _prep_param(model: Model, runs: list[str], cores: list[int], cached: list[RunResult],
+                dropped: str = "") -> Param:
     if model.prep_cpu_s is None:
         ids = tuple(r.run_id for r in cached)
         return Param("prep_cpu_s_per_sample", None, "s", ids,
@@ -265,6 +315,8 @@ def _prep_param(model: Model, runs: list[str], cores: list[int], cached: list[Ru
            f"contention 0: one busy-core count measured ({cores[0]}), so each extra core is "
            "taken to add a full core of prep (untested)" if len(cores) == 1 else
            f"contention fitted as 0 across busy cores {cores} (cores add prep linearly)")
+    if dropped:  # the law refitted on the fewest busy cores alone, contention 0
+        law = f"contention {dropped}; c_prep from busy cores {cores[0]} alone, contention 0"
     return Param("prep_cpu_s_per_sample", model.prep_cpu_s, "s", tuple(runs),
                  f"c_prep: worker CPU per sample on one busy core ({1 / model.prep_cpu_s:.1f} "
                  f"samples/s per core); {law}")
@@ -317,7 +369,8 @@ def _fit_others(model: Model, results: list[RunResult]) -> tuple[Model, list[Par
 
 
 def _residual(model: Model, run: RunResult) -> float:
-    return math.log(predict_run(model, run).rate_sps / (stalls.run_rate(run).rate_sps or 1.0))
+    predicted = predict_run(model, HeldOut.of(run)).rate_sps
+    return math.log(predicted / (stalls.run_rate(run).rate_sps or 1.0))
 
 
 def _log_error(model: Model, runs: list[RunResult]) -> float:
@@ -333,8 +386,8 @@ def _fit_startup(model: Model, results: list[RunResult]) -> tuple[Model, Param]:
     if not runs or not model.prep_cpu_s:
         return model, Param("startup_s", 0.0, "s", (), "not measured: no cached or loader run")
     bare = replace(model, startup_s=0.0)
-    extra = [r.ranks[0].wait_s[0] - simulate_run(bare, run_config(model, r), run_layout(r),
-                                                 r.mode).wait_s[0] for r in runs]
+    extra = [r.ranks[0].wait_s[0] - simulate_run(bare, run_config(model, HeldOut.of(r)),
+                                                 run_layout(r), r.mode).wait_s[0] for r in runs]
     value = max(0.0, statistics.median(extra))
     return replace(model, startup_s=value), Param(
         "startup_s", value, "s", tuple(r.run_id for r in runs),
@@ -399,6 +452,9 @@ def _fit_read_cpu(model: Model, disk: list[RunResult]) -> tuple[Model, list[Para
     if kappa <= 1e-13 or error(0.0) <= error(kappa):
         kappa = 0.0
     ids = tuple(r.run_id for r in runs)
+    if kappa and not bounds.READ_CPU_BPS.holds(1 / kappa):
+        return model, [Param("read_cpu_bps", None, "B/s", ids, "not measured: reads taken to "
+                             "cost no CPU; " + bounds.READ_CPU_BPS.dropped(1 / kappa, ids))]
     where = (f"the change of rate with the bytes missed across the cache budgets of the "
              f"unthrottled disk runs at {run_cpus(runs[0])} CPU(s)" if contrast else
              f"the unthrottled disk runs without a page cache at {run_cpus(runs[0])} CPU(s)")
@@ -422,7 +478,7 @@ def _throttle_fit(model: Model, run: RunResult, window: tuple[pipeline.Layout, f
                   ) -> float:
     """The efficiency (bandwidth got / throttle) that reproduces one cold window."""
     layout, target, first = window
-    cfg = run_config(model, run).with_cache()
+    cfg = run_config(model, HeldOut.of(run)).with_cache()
     bps = cfg.storage_read_bps
 
     def rate(x: float) -> float:
@@ -446,15 +502,22 @@ def _fit_throttles(model: Model, disk: list[RunResult]) -> tuple[Model, list[Par
         if window and window[1] * sample_bytes >= BINDS * bps:
             fits.append(_throttle_fit(model, r, window))
             runs.append(r.run_id)
+    bad = [(i, x) for i, x in zip(runs, fits) if not bounds.THROTTLE_EFFICIENCY.holds(x)]
+    dropped = "; ".join(bounds.THROTTLE_EFFICIENCY.dropped(x, [i]) for i, x in bad)
+    runs, fits = [i for i, x in zip(runs, fits) if bounds.THROTTLE_EFFICIENCY.holds(x)], \
+        [x for x in fits if bounds.THROTTLE_EFFICIENCY.holds(x)]
     if not fits:
-        return model, [Param("throttle_efficiency", 1.0, "", (), "not measured: no throttled "
-                             "disk run held by its throttle; a throttle is taken at face value "
-                             "(capped by the device)")]
+        why = "every throttled fit out of bounds" if bad else \
+            "no throttled disk run held by its throttle"
+        return model, [Param("throttle_efficiency", 1.0, "", tuple(i for i, _ in bad),
+                             f"not measured: {why}; a throttle is taken at face value (capped "
+                             "by the device)" + (f"; {dropped}" if dropped else ""))]
     eff = statistics.median(fits)
-    return replace(model, throttle_efficiency=eff), [Param(
+    return replace(model, throttle_efficiency=eff, throttle_measured=True), [Param(
         "throttle_efficiency", eff, "", tuple(runs),
         f"one number for every throttle: cold epochs (every read misses) got {min(fits):.1%} to "
-        f"{max(fits):.1%} of their throttle; the median is used")]
+        f"{max(fits):.1%} of their throttle; the median is used"
+        + (f"; {dropped}" if dropped else ""))]
 
 
 def _fit_slack(model: Model, disk: list[RunResult]) -> tuple[Model, Param]:
@@ -500,50 +563,46 @@ def _fit_sigma(model: Model, runs: list[RunResult], calibrated: int) -> tuple[Mo
         f"intervals are rate x exp(+-1.645 sigma), {LEVEL:.0%} nominal")
 
 
-def _speedups(runs: list[RunResult], base: Any) -> tuple[float, ...]:
+def _speedups(runs: list[RunResult], base: RunResult) -> tuple[float, ...]:
     """Base step / the sim step of each run: the GPU speed-ups some run measured."""
-    if base.device != "sim":
+    if _job_key(base)[1] is None:
         return (1.0,)
-    return tuple(sorted({base.sim_step_ms / r.spec.job.sim_step_ms for r in runs
-                         if r.spec.job.device == "sim" and r.spec.job.sim_step_ms}))
-
-
-def _refuse_device(job: Any) -> None:
-    if job.device == "cpu":
-        raise ConfigError("the what-if model cannot predict a --device cpu job (its step "
-                          "competes with the loader for the same cores, which the model does "
-                          "not simulate): profile with --device sim --sim-step-ms T, T the "
-                          "step time measured on the target device")
+    return tuple(sorted({base.spec.job.sim_step_ms / step for r in runs
+                         if (step := _job_key(r)[1])}))
 
 
 def _job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] | None,
                policy: str, rate_rel_sigma: Mapping[str, float]) -> tuple[Model, list[Param]]:
     """The model's job and layout (the base job's), its step law, and what it measured:
     the step's params, then samples per epoch, dataset bytes and sample bytes."""
-    job = base[0].spec.job
+    job, ran = base[0].spec.job, job_as_run(base[0])
     file_bytes, size_param = file_sizes(base[0], sizes)
     n_samples = stalls.samples_per_epoch(base[0]) or len(file_bytes)
     batches = run_layout(base[0]).batches
     epochs = max([3] + [run_layout(r).epochs for r in _by_mode(base, Mode.DISK)])
     # a cold epoch, then steady ones
     layout = pipeline.Layout(epochs, batches, epochs * batches, min(job.warmup, batches - 1))
-    step, allreduce, g_params = _fit_step(ok, _job_key(base[0]), job.world_size * job.batch_size)
+    step, allreduce, g_params = _fit_step(ok, _job_key(base[0]))
+    by_cpus, cpu_params = _fit_cpu_step(base) if ran.step_uses_cpu else ((), [])
     weights = {k: 1 / max(v, NOISE_FLOOR) ** 2 * NOISE_FLOOR ** 2
                for k, v in rate_rel_sigma.items()}
-    model = Model(ranks=job.world_size, batch_size=job.batch_size, workers=job.workers,
+    model = Model(ranks=ran.ranks, batch_size=ran.batch_size, workers=ran.workers,
                   samples_per_epoch=n_samples, file_bytes=file_bytes, layout=layout, step_s=step,
                   policy=policy, allreduce_s=allreduce,
-                  step_ms=job.sim_step_ms if job.device == "sim" else None,
+                  step_ms=_job_key(base[0])[1],
                   measured_cpus=tuple(sorted({run_cpus(r) for r in base})),
                   measured_ranks=tuple(sorted({r.spec.job.world_size for r in ok})),
-                  measured_speedups=_speedups(ok, job),
-                  machine_cpus=base[0].environment.get("cpus_available"), loader=job.loader,
+                  measured_speedups=_speedups(ok, base[0]),
+                  machine_cpus=base[0].environment.get("cpus_available"), loader=ran.loader,
+                  prefetch_factor=ran.prefetch_factor, step_on_cpu=ran.step_uses_cpu,
+                  persistent_workers=ran.persistent_workers,
+                  step_s_by_cpus=by_cpus,
                   fit_weights=weights, measured_sigma=dict(rate_rel_sigma))
     fixed = [Param("samples_per_epoch", float(n_samples), "samples", (base[0].run_id,),
                    "batches per epoch x batch size x ranks"),
              Param("dataset_bytes", float(model.dataset_bytes), "B", (base[0].run_id,),
                    "page-rounded bytes of every file"), size_param]
-    return model, [*g_params, *fixed]
+    return model, [*g_params, *cpu_params, *fixed]
 
 
 def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
@@ -565,7 +624,6 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
         raise ConfigError("the what-if model is fitted on one node's runs: fit it on a one-node "
                           "sweep and ask for several nodes with --nnodes")
     base = base_runs(ok)
-    _refuse_device(base[0].spec.job)
     cachesim.Policy.parse(policy)
     model, fixed = _job_model(ok, base, sizes, policy, rate_rel_sigma)
     disk = _by_mode(base, Mode.DISK)

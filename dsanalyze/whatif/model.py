@@ -52,12 +52,17 @@ from typing import Any
 
 import numpy as np
 
+from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import CacheBudget, Mode, Resources
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
 from dsanalyze.whatif import cachesim, pipeline
+from dsanalyze.whatif.heldout import HeldOut, run_cpus, run_layout
+
+__all__ = ["HeldOut", "run_cpus", "run_layout"]  # read from here by the what-if's modules
 
 SEEDS = 3  # permutations averaged per disk prediction
+RATED_BATCHES = 20000  # iterations per epoch a simulated timeline is stretched to, at most
 SIM_SAMPLES = 6000  # samples per simulated epoch; larger epochs are simulated on a sample
 CACHE_BINDS = 0.97  # an effective cache under this share of the dataset limits hits
 PREP_BOUND = 0.9  # a cached run below this share of G is prep-bound enough to solve c_prep on
@@ -150,6 +155,7 @@ class Model:
     receive_s: float = 0.0  # delay for the main process to take a ready batch (not CPU)
     miss_cpu_s_per_byte: float = 0.0
     throttle_efficiency: float = 1.0  # bandwidth a throttle gives / the throttle
+    throttle_measured: bool = False  # fitted on throttled runs (else taken at face value)
     cache_slack_bytes: float = 0.0  # effective page cache - budget, in the fit runs
     startup_s: float = 0.0  # first iteration's extra wait (worker start-up)
     params: tuple[Param, ...] = ()
@@ -168,6 +174,12 @@ class Model:
     measured_speedups: tuple[float, ...] = (1.0,)  # base step / each sim step a run measured
     machine_cpus: int | None = None
     loader: str = "pytorch"  # pytorch: workers are DataLoader workers; dali: DALI threads
+    prefetch_factor: int = pipeline.PREFETCH_FACTOR  # batches in flight per worker, as run
+    persistent_workers: bool = True  # False: the workers start again at every epoch (startup_s)
+    # a step on the CPU (the script's recorded device): its time per CPU count, fitted on the
+    # synthetic runs of each; it runs in the main process, on the cores the workers use
+    step_on_cpu: bool = False
+    step_s_by_cpus: tuple[tuple[int, float], ...] = ()
     size_share: float = 0.0  # share of c_prep that scales with the sample's bytes (read+decode)
     fit_weights: dict[str, float] = field(default_factory=dict, compare=False)
     # each fit run's measured sigma / rate (block bootstrap): a floor on the intervals
@@ -184,35 +196,22 @@ class Model:
 
 # ---- reading runs ---------------------------------------------------------------------------
 
-def run_layout(result: RunResult) -> pipeline.Layout:
-    r0 = result.ranks[0]
-    batches = int(r0.extra.get("batches_per_epoch") or max(r0.epoch) + 1)
-    return pipeline.Layout(max(r0.epoch) + 1, batches, len(r0.iter_s), r0.warmup)
-
-
-def run_cpus(result: RunResult) -> int:
-    cpus = result.spec.resources.cpus
-    return int(cpus if cpus is not None else result.environment.get("cpus_available") or 1)
-
-
-def _steady_window(result: RunResult) -> tuple[float, float]:
-    r0 = result.ranks[0]
-    t, start = r0.start_unix_s, None
-    for i, dt in enumerate(r0.iter_s):
-        if start is None and r0.epoch[i] != r0.epoch[0]:
-            start = t
-        t += dt
-    return (r0.start_unix_s if start is None else start), t
-
-
 def effective_cache(result: RunResult, dataset_bytes: int) -> float | None:
-    """Page cache the run had: the cgroup's file cache less shared memory (DataLoader
-    batches in /dev/shm, which v1 `cache` and v2 `file` count), averaged over its steady
-    epochs. Only fit runs are read this way. None when it is not recorded.
+    """Page cache the run had, averaged over its steady epochs (`window.steady_window`, the
+    iterations the rate counts): the dataset's resident bytes the harness's limiter sampled
+    (`io.residency`), else (runs from before it) the cgroup's file cache less shared memory
+    (DataLoader batches in /dev/shm, which v1 `cache` and v2 `file` count). Only fit runs
+    are read this way. None when not recorded.
     """
-    if not result.ranks or not result.ranks[0].start_unix_s:
+    window = steady_window(result)
+    span = window.span_unix_s() if window is not None else None
+    if span is None:
         return None
-    lo, hi = _steady_window(result)
+    lo, hi = span
+    held = result.io.residency  # the dataset's own pages, where the harness held the budget
+    if held is not None:
+        values = [b for t, b in zip(held.sample_unix_s, held.sample_bytes) if lo <= t <= hi]
+        return float(statistics.fmean(values)) if values else None
     values = [m["cache_bytes"] - m.get("shmem_bytes", 0) for m in result.monitor
               if "cache_bytes" in m and lo <= m.get("unix_s", 0.0) <= hi]
     return float(statistics.fmean(values)) if values else None
@@ -291,8 +290,22 @@ def step_for(model: Model, cfg: Config) -> float:
         raise ConfigError("the compute rate G was not measured: run harness.py with --modes "
                           "synthetic,cached,disk")
     ring = lambda n: 2 * (n - 1) / n  # noqa: E731
-    compute = model.step_s - model.allreduce_s * ring(model.ranks)
+    compute = _base_step(model, cfg) - model.allreduce_s * ring(model.ranks)
     return compute / cfg.gpu_speedup + model.allreduce_s * ring(job_ranks(model, cfg))
+
+
+def _base_step(model: Model, cfg: Config) -> float:
+    """t_step at the base ranks: one number, or (a step on the CPU) the one measured at
+    `cfg`'s CPU count; a CPU count without a synthetic run is refused."""
+    if not model.step_on_cpu:
+        return float(model.step_s or 0.0)
+    by = dict(model.step_s_by_cpus)
+    if cfg.cpus not in by:
+        raise ConfigError(
+            f"the script's step runs on the CPU and was measured at {sorted(by)} CPU(s) only: "
+            f"its time at {cfg.cpus} CPUs is not known (it shares the cores with the loader); "
+            f"measure it: harness.py --cpus {cfg.cpus} --modes synthetic,cached,disk")
+    return by[cfg.cpus]
 
 
 def job_ranks(model: Model, cfg: Config) -> int:
@@ -310,11 +323,14 @@ def workers_for(model: Model, cfg: Config) -> int:
 
 
 def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None) -> pipeline.Pipeline:
+    """The pipeline of `cfg`; a step on the CPU is the main process's CPU work (it competes
+    with the workers for the cores), else the step leaves the CPU free."""
     step = 0.0 if mode is Mode.LOADER else step_for(model, cfg)
+    cpu_step = step if model.step_on_cpu else 0.0
     return pipeline.Pipeline(
         ranks=cfg.nproc or model.ranks, workers=workers_for(model, cfg),
-        batch_size=model.batch_size,
-        cpus=cfg.cpus, step_s=step, main_cpu_s=model.main_cpu_s,
+        batch_size=model.batch_size, prefetch_factor=model.prefetch_factor,
+        cpus=cfg.cpus, step_s=step - cpu_step, main_cpu_s=model.main_cpu_s + cpu_step,
         prep_cpu_s=prep_cpu_for(model, cfg) if prep is None else prep,
         read_bps=read_bps_for(model, cfg.storage_read_bps) if mode is Mode.DISK else None,
         miss_cpu_s_per_byte=model.miss_cpu_s_per_byte, read_latency_s=model.device_latency_s,
@@ -328,16 +344,20 @@ def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,
     (hit or miss); and the simulated batches per epoch. With several nodes each node's
     page cache sees its own ranks' share."""
     per_batch = model.batch_size * ranks * nodes  # samples of one step of the whole job
-    depth = pipeline.PREFETCH_FACTOR * max(1, workers)
+    depth = model.prefetch_factor * max(1, workers)
     batches = min(layout.batches, max(4 * depth, SIM_SAMPLES // per_batch))
     sizes = np.asarray(model.file_bytes)
     rng = np.random.default_rng(seed)
     files = len(sizes)
-    if batches < layout.batches:  # a miniature dataset with the same sizes and C / D
+    samples = layout.batches * per_batch
+    if samples > files:  # shards or mapped files of many samples: a sample, a share of one
+        files = batches * per_batch  # the miniature's samples, drawn over the files' sizes
+        sizes = np.maximum(1, sizes[rng.choice(len(sizes), files)] * len(sizes) // samples)
+    elif batches < layout.batches:  # a miniature dataset with the same sizes and C / D
         files = max(batches * per_batch, files * batches // layout.batches)
         sizes = sizes[rng.choice(len(sizes), files, replace=False)]
-        if cache_bytes is not None:
-            cache_bytes = cache_bytes * sizes.sum() / model.dataset_bytes
+    if cache_bytes is not None and files != len(model.file_bytes):
+        cache_bytes = cache_bytes * sizes.sum() / model.dataset_bytes
     batches = min(batches, files // per_batch)
     orders = [cachesim.epoch_order(files, rng, ranks * nodes, model.batch_size, ranks)
               [:batches * model.batch_size * ranks] for _ in range(layout.epochs)]
@@ -360,11 +380,26 @@ def simulate_run(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
                       cfg.nnodes)
     misses, read, sim_batches = sim
     p = replace(_pipe(model, cfg, mode, override.pop("prep_cpu_s", None)), **override)
+    layout = rated_layout(layout)
     tl = pipeline.expand(pipeline.simulate(p, misses, sim_batches, read), sim_batches, layout)
     n = min(layout.iters, len(tl.iter_s))
-    first = (tl.iter_s[0] + model.startup_s,) if n else ()
-    return pipeline.Timeline(tl.wait_s[:n], first + tl.iter_s[1:n], tl.epoch[:n],
-                             tl.samples_per_iter)
+    # the workers start before the first batch; without persistent workers, at every epoch
+    once = model.persistent_workers or workers_for(model, cfg) == 0 or mode is Mode.SYNTHETIC
+    starts = {0} if once else {i for i in range(n) if i == 0 or tl.epoch[i] != tl.epoch[i - 1]}
+    iters = tuple(t + model.startup_s if i in starts else t for i, t in enumerate(tl.iter_s[:n]))
+    return pipeline.Timeline(tl.wait_s[:n], iters, tl.epoch[:n], tl.samples_per_iter)
+
+
+def rated_layout(layout: pipeline.Layout) -> pipeline.Layout:
+    """The layout a timeline is stretched to and rated over: epochs of at most
+    `RATED_BATCHES` (an epoch of shards of millions of samples would be a list of millions of
+    iterations); its iterations cut at the same point of the same epoch. The rates differ by
+    the share of an epoch the simulated refill and drain take, under 1/RATED_BATCHES."""
+    if layout.batches <= RATED_BATCHES:
+        return layout
+    full, part = divmod(layout.iters, layout.batches)
+    return replace(layout, batches=RATED_BATCHES,
+                   iters=full * RATED_BATCHES + min(part, RATED_BATCHES))
 
 
 @dataclass(frozen=True)
@@ -412,42 +447,45 @@ def _mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     for seed in range(SEEDS if varied else 1):
         sim = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes, mode, seed,
                       cfg.nnodes)
-        misses = sim[0]
+        misses, reads = sim[0], sim[1]
         tl = simulate_run(model, cfg, layout, mode, sim=sim, **override)
-        out.append(pipeline.window_rates(tl, layout, cold_first))
+        out.append(pipeline.window_rates(tl, rated_layout(layout), cold_first))
         if mode is Mode.DISK:
-            steady = misses[1:] if cold_first and len(misses) > 1 else misses
-            read = sum(float(m.sum()) for m in steady)
-            hits.append(1 - read / max(1.0, sum(_accessed(model, m) for m in steady)))
+            skip = 1 if cold_first and len(misses) > 1 else 0
+            missed = sum(float(m.sum()) for m in misses[skip:])
+            hits.append(1 - missed / max(1.0, sum(float(r.sum()) for r in reads[skip:])))
     cold = [c for _, c in out if c is not None]
     return Rates(statistics.fmean(r for r, _ in out), statistics.fmean(cold) if cold else None,
                  statistics.fmean(hits) if hits else None)
 
 
-def _accessed(model: Model, misses: np.ndarray) -> float:
-    return len(misses) * model.dataset_bytes / len(model.file_bytes)
-
-
-def run_cache(model: Model, run: RunResult) -> float | None:
+def run_cache(model: Model, run: HeldOut) -> float | None:
     """Page cache a disk run is predicted with: its budget plus the fitted slack (None:
     no limit, or the whole dataset fits). Read from the spec only."""
     budget = run.spec.resources.cache.cache_bytes
     if budget is None:
         return None
-    cache = budget + model.cache_slack_bytes
-    return None if cache >= CACHE_BINDS * model.dataset_bytes else cache
+    return binding_cache(model, budget + model.cache_slack_bytes)
 
 
-def run_config(model: Model, run: RunResult) -> Config:
-    """A stored run's configuration as a what-if Config, from its spec only.
+def binding_cache(model: Model, cache: float | None) -> float | None:
+    """The page cache a prediction simulates: None (every file a hit after the first read)
+    when there is no limit or it holds the dataset (`CACHE_BINDS`), else the cache."""
+    return None if cache is None or cache >= CACHE_BINDS * model.dataset_bytes else cache
+
+
+def run_config(model: Model, run: HeldOut) -> Config:
+    """A stored run's configuration as a what-if Config: its spec, its CPUs as resolved at
+    sweep time and its workers as the script ran them.
 
     Another sim step time is a GPU speed-up of base step / its step; other rank
     counts and worker counts are the Config's own knobs.
     """
     res, job = run.spec.resources, run.spec.job
-    speedup = model.step_ms / job.sim_step_ms if model.step_ms and job.device == "sim" else 1.0
-    return Config(replace(res, cpus=run_cpus(run)), gpu_speedup=speedup, nproc=job.world_size,
-                  workers=job.workers)
+    speedup = model.step_ms / job.sim_step_ms if model.step_ms and run.job.device == "sim" \
+        else 1.0
+    return Config(replace(res, cpus=run.cpus), gpu_speedup=speedup, nproc=job.world_size,
+                  workers=run.job.workers)
 
 
 def layout_for(model: Model, ranks: int, layout: pipeline.Layout | None = None
@@ -457,7 +495,8 @@ def layout_for(model: Model, ranks: int, layout: pipeline.Layout | None = None
     layout = layout or model.layout
     if ranks == model.ranks:
         return layout, model.samples_per_epoch
-    batches = len(model.file_bytes) // ranks // model.batch_size
+    samples = max(len(model.file_bytes), model.samples_per_epoch)  # shards: many per file
+    batches = samples // ranks // model.batch_size
     if batches < 1:
         raise ConfigError(f"{ranks} ranks of {model.batch_size} samples need more files than "
                           f"the dataset's {len(model.file_bytes)}")
@@ -466,13 +505,15 @@ def layout_for(model: Model, ranks: int, layout: pipeline.Layout | None = None
             batches * model.batch_size * ranks)
 
 
-def predict_run(model: Model, run: RunResult) -> Rates:
+def predict_run(model: Model, run: HeldOut) -> Rates:
     """The model's rates for a stored run's configuration, over the run's own windows.
 
-    Reads the run's spec and its iteration layout (how many epochs and
-    iterations it ran), nothing it measured.
+    Sees the run only as a `HeldOut`: its spec, CPUs, knobs and iteration layout
+    (how many epochs and iterations it ran), nothing it measured.
     """
-    cfg, layout = run_config(model, run), run_layout(run)
+    if not isinstance(run, HeldOut):
+        raise TypeError("predict_run takes a HeldOut (HeldOut.of(run)), never a measured run")
+    cfg, layout = run_config(model, run), run.layout
     cache = run_cache(model, run) if run.mode is Mode.DISK else None
     return mean_rates(model, cfg, layout, run.mode, cache)
 
@@ -520,6 +561,9 @@ def untested(model: Model, cfg: Config) -> tuple[str, ...]:
         out.append(f"{workers_for(model, cfg)} workers per rank: {model.workers} measured; a "
                    "worker's CPU per sample taken as independent of the count")
     bps = cfg.storage_read_bps
+    if bps is not None and not model.throttle_measured:
+        out.append("a throttle taken at face value: no throttled run held by its throttle "
+                   "was measured")
     if model.device_read_bps is None and (bps is None):
         out.append("storage device not measured: unthrottled reads taken as never limiting")
     elif model.device_read_bps is not None and bps is not None and bps > model.device_read_bps:

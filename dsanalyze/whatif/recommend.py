@@ -34,7 +34,7 @@ from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
 from dsanalyze.whatif.api import Prediction, predict
 from dsanalyze.whatif.calibrate import base_runs
-from dsanalyze.whatif.model import Config, Model, run_config, run_cpus
+from dsanalyze.whatif.model import Config, HeldOut, Model, run_config, run_cpus
 
 TOLERANCE = 0.02  # job times closer than this (relative) are ties, broken by cost
 WORKER_CHOICES = (1, 2, 4, 8, 16)
@@ -123,7 +123,7 @@ def recommend(model: Model, preds: Sequence[Prediction], results: Sequence[RunRe
     if epochs < 1:
         raise ConfigError("--epochs must be 1 or more")
     run = baseline_run(results)
-    base_cfg = run_config(model, run) if run is not None else preds[0].config
+    base_cfg = run_config(model, HeldOut.of(run)) if run is not None else preds[0].config
     if run is not None and run.mode is not Mode.DISK:
         base_cfg = base_cfg.with_cache()
     baseline = predict(model, base_cfg)

@@ -10,7 +10,7 @@ A configuration is a run and its repeats (`--repeats`, `--target-ci`): they
 are held out together, so that no repeat of the predicted configuration is in
 the fit, and the figure predicted is their mean rate (as the stall table pools
 them). A held-out configuration is predicted from its spec and iteration
-layout only (`spec_only` blanks everything it measured about the machine);
+layout only (`spec_only`: a `HeldOut`, which holds nothing it measured);
 its measured rate is read afterwards, to score the prediction and its interval.
 """
 
@@ -24,11 +24,12 @@ from typing import Any
 from dsanalyze.analysis import stalls
 from dsanalyze.config import Mode, RunSpec
 from dsanalyze.errors import ConfigError
-from dsanalyze.records import Enforcement, IoRecord, RunResult
+from dsanalyze.records import RunResult
 from dsanalyze.whatif import cachesim
 from dsanalyze.whatif.calibrate import base_runs, fit
 from dsanalyze.whatif.model import (
     LEVEL,
+    HeldOut,
     Model,
     interval,
     predict_run,
@@ -72,13 +73,16 @@ def run_label(model: Model, run: RunResult) -> str:
         extra.append(f"{job.world_size} ranks")
     if model.step_ms and job.device == "sim" and job.sim_step_ms != model.step_ms:
         extra.append(f"step {job.sim_step_ms:g} ms")
+    workers = HeldOut.of(run).job.workers
+    if workers != model.workers:
+        extra.append(f"{workers} workers")
     return run.run_id + (f" [{', '.join(extra)}]" if extra else "")
 
 
-def spec_only(run: RunResult) -> RunResult:
-    """The held-out run as a prediction may see it: its spec and iteration layout; nothing
-    it measured about the machine (io, monitor, enforced, environment) is left."""
-    return replace(run, io=IoRecord(), monitor=(), enforced=Enforcement(), environment={})
+def spec_only(run: RunResult) -> HeldOut:
+    """The held-out run as a prediction may see it (`HeldOut`): its spec, CPUs as resolved
+    at sweep time, the job's knobs as run, and its iteration layout; nothing it measured."""
+    return HeldOut.of(run)
 
 
 @dataclass(frozen=True)
@@ -133,17 +137,18 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return statistics.fmean(known) if known else None
 
 
-def _check(model: Model, config: tuple[RunResult, ...], split: str) -> Check:
+def check(model: Model, config: tuple[RunResult, ...], split: str) -> Check:
     """Predict a held-out configuration from its spec; only then read the figures its runs
     measured (the mean over its repeats)."""
     run = config[0]
     blind = spec_only(run)
+    del run  # from here on only the blind view, until the measured figures are read
     pred = predict_run(model, blind)
     cfg = run_config(model, blind)
     low, high = interval(model, cfg, pred.rate_sps)
-    cache = run_cache(model, blind) if run.mode is Mode.DISK else None
+    cache = run_cache(model, blind) if blind.mode is Mode.DISK else None
     rates = [stalls.run_rate(r) for r in config]
-    return Check(run_label(model, run), run.mode.value, split,
+    return Check(run_label(model, config[0]), blind.mode.value, split,
                  _mean([r.rate_sps for r in rates]) or 0.0, pred.rate_sps, low, high,
                  _mean([r.epoch1_rate_sps for r in rates]), pred.epoch1_sps, cache,
                  untested(model, cfg), len(config))
@@ -159,7 +164,7 @@ def _loo(ok: list[RunResult], sizes: Sequence[int] | None, policy: str,
             model = fit(rest, sizes, policy, weights)
         except ConfigError:
             continue  # the configuration alone gave a parameter: nothing to predict it with
-        checks.append(_check(model, config, "loo"))
+        checks.append(check(model, config, "loo"))
     return Split("leave-one-out", LOO_RULE, tuple(checks))
 
 
@@ -175,9 +180,12 @@ def _extrapolation(ok: list[RunResult], sizes: Sequence[int] | None, policy: str
             "not made: every run has the fewest CPUs, one rank and the slowest step; measure "
             "more CPUs (harness.py --cpus 1,2) to test extrapolation"))
     model = fit(fit_runs, sizes, policy, weights)
-    return Split("extrapolation", EXTRAPOLATION_RULE,
-                 tuple(_check(model, c, "extrapolation") for c in held),
-                 tuple(r.run_id for r in fit_runs))
+    try:
+        checks = tuple(check(model, c, "extrapolation") for c in held)
+    except ConfigError as e:  # the model refuses these configurations (a step on the CPU)
+        return Split("extrapolation", EXTRAPOLATION_RULE, (), tuple(r.run_id for r in fit_runs),
+                     note=f"not made: {e}")
+    return Split("extrapolation", EXTRAPOLATION_RULE, checks, tuple(r.run_id for r in fit_runs))
 
 
 def _abs_errors(checks: Sequence[Check]) -> list[float]:

@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Accuracy of the what-if model on user scripts, out of sample, on single runs.
+
+    .venv/bin/python bench/scripts_accuracy.py [--dir DIR] [--scripts examples,timm,lightning]
+                                               [--workers 1,2] [--cpus 1,2] [--bw none,2M]
+
+1. Measures, with harness.py (resumable, one prefix per script and worker count under
+   DIR), scripts written in their framework's usual style, from tests/scripts/:
+   `examples` (pytorch/examples imagenet: ImageFolder, RandomResizedCrop, a DataLoader
+   with pinned memory, resnet18), `timm` (create_dataset + create_loader, test_resnet),
+   `lightning` (a LightningModule and its Trainer). Here they all train on the CPU (this
+   machine has no GPU): every one is a CPU-trained script, whose step shares the cores
+   with its DataLoader workers. Each worker count is the script's own argument (`-j`,
+   `--workers`); the harness's `-j` is not passed. Every run is one measurement (no
+   repeats): the figures are scored on single runs.
+2. Two splits, each held-out configuration predicted from its `HeldOut` alone:
+   - leave-one-out (`whatif.validate`'s): each disk configuration of a script predicted by
+     the model fitted on every other run of that script (every worker count);
+   - extrapolation: fitted on the fewest workers, unthrottled only; every disk run with
+     more workers (a held-out worker count) or a throttle (a held-out bandwidth) predicted.
+     CPU counts: a model fitted at the fewest CPUs is asked for the others, and a CPU-trained
+     script's step is refused there (its time at another CPU count is not measured): the
+     refusals are counted, never scored as predictions.
+3. Prints each held-out run, then per split: median and maximum |error|, and the 90%
+   intervals' coverage two-sided (measured below the interval, above it; over-coverage
+   near 100% is a miss of the nominal level as under-coverage is). The figure, last.
+
+Tuning grid against scoring grid: the model's rules and constants (PREP_BOUND, BINDS,
+NOISE_FLOOR, the physical bounds, UNTESTED_SIGMA) were tuned on bench/whatif_accuracy.py's
+grid, the built-in job on the sim device. This bench's grid (these scripts, these worker
+counts, CPUs and bandwidths) is the scoring grid: nothing was tuned on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from dsanalyze import store  # noqa: E402
+from dsanalyze.analysis import stalls  # noqa: E402
+from dsanalyze.config import Mode  # noqa: E402
+from dsanalyze.dataset import scan_dataset  # noqa: E402
+from dsanalyze.errors import ConfigError  # noqa: E402
+from dsanalyze.jobs.datasets import make_dataset  # noqa: E402
+from dsanalyze.records import RunResult  # noqa: E402
+from dsanalyze.whatif import api as whatif  # noqa: E402
+from dsanalyze.whatif.heldout import HeldOut  # noqa: E402
+from dsanalyze.whatif.validation import check, configurations  # noqa: E402
+
+IMAGES, CLASSES, SIZE, JITTER, SEED = 240, 4, (400, 300), 0.2, 3
+SCRIPTS = {  # name: (file under tests/scripts, its own arguments; {w}: its worker count)
+    "examples": ("train_examples.py", ("-j", "{w}", "-b", "12", "--epochs", "2",
+                                       "--img-size", "32")),
+    "timm": ("train_timm.py", ("-j", "{w}", "-b", "12", "--epochs", "2")),
+    "lightning": ("train_lightning.py", ("--workers", "{w}", "--batch-size", "12",
+                                         "--max-epochs", "2")),
+}
+HARNESS = ["--epochs", "2", "--warmup", "2", "--modes", "synthetic,cached,disk", "--resume",
+           "--no-plots", "--no-advice"]
+TARGET_MEDIAN_PCT, TARGET_MAX_PCT, COVERAGE_LOW, COVERAGE_HIGH = 5.0, 15.0, 0.80, 0.97
+
+
+def measure(base: Path, scripts: list[str], workers: list[int], cpus: str, bw: str
+            ) -> dict[str, list[RunResult]]:
+    """Every script at every worker count (one harness sweep each); the runs per script."""
+    data = base / "data"
+    if not data.is_dir() or len(scan_dataset(data).files) != IMAGES:
+        make_dataset(data, IMAGES, CLASSES, SIZE, JITTER, SEED)
+    out: dict[str, list[RunResult]] = {}
+    for name in scripts:
+        file, args = SCRIPTS[name]
+        for w in workers:
+            prefix = base / f"{name}-w{w}"
+            argv = [sys.executable, str(REPO / "harness.py"), "--data", str(data), "--prefix",
+                    str(prefix), "--cpus", cpus, "--storage-bw", bw, *HARNESS,
+                    str(REPO / "tests" / "scripts" / file), str(data),
+                    *(a.format(w=w) for a in args)]
+            t0 = time.monotonic()
+            rc = subprocess.run(argv, cwd=REPO, stdout=subprocess.DEVNULL).returncode
+            print(f"  {name} with {w} worker(s): harness exit status {rc} "
+                  f"({time.monotonic() - t0:.0f} s)", flush=True)
+            out.setdefault(name, []).extend(r for r in store.load_runs(prefix) if r.ok and r.ranks)
+    return out
+
+
+def extrapolation(runs: list[RunResult]) -> tuple[list[whatif.Check], list[str]]:
+    """Fitted on the fewest workers unthrottled; the other worker counts and the throttles
+    predicted; and fitted at the fewest CPUs, the other CPU counts asked (refusals named)."""
+    workers = lambda r: HeldOut.of(r).job.workers  # noqa: E731
+    fewest = min(map(workers, runs))
+    fit_runs = [r for r in runs if workers(r) == fewest
+                and r.spec.resources.storage_read_bps is None]
+    fitted = {id(r) for r in fit_runs}
+    held = [c for c in configurations([r for r in runs if r.mode is Mode.DISK])
+            if id(c[0]) not in fitted]
+    checks, refused = [], []
+    model = whatif.fit(fit_runs)
+    for config in held:
+        try:
+            checks.append(check(model, config, "extrapolation"))
+        except ConfigError as e:
+            refused.append(f"{config[0].run_id}: {e}")
+    one = min(HeldOut.of(r).cpus for r in runs)
+    at_one = whatif.fit([r for r in runs if HeldOut.of(r).cpus == one])
+    for config in configurations([r for r in runs if r.mode is Mode.DISK
+                                  and HeldOut.of(r).cpus != one]):
+        try:
+            checks.append(check(at_one, config, "extrapolation"))
+        except ConfigError as e:
+            refused.append(f"{config[0].run_id} [{workers(config[0])} workers], fitted at "
+                           f"{one} CPU(s): {str(e).split(':')[0]}")
+    return checks, refused
+
+
+def noise(runs: list[RunResult]) -> list[float]:
+    """What no model can beat: the spread, (max - min) / mean, of the disk runs of one worker
+    count and CPU count whose throttles do not bind (their cold rate reads under half of the
+    slowest throttle): the same configuration for the model, measured minutes apart."""
+    sample_bytes = runs[0].dataset.mean_file_bytes
+    groups: dict[tuple[int, int], list[float]] = {}
+    for r in runs:
+        rate, bps = stalls.run_rate(r), r.spec.resources.storage_read_bps
+        if r.mode is Mode.DISK and rate.rate_sps and (
+                bps is None or (rate.epoch1_rate_sps or rate.rate_sps) * sample_bytes < bps / 2):
+            held = HeldOut.of(r)
+            groups.setdefault((held.job.workers, held.cpus), []).append(rate.rate_sps)
+    return [100 * (max(v) - min(v)) / statistics.fmean(v) for v in groups.values() if len(v) > 1]
+
+
+def scores(checks: list[whatif.Check]) -> dict[str, float]:
+    errors = [abs(c.error_pct) for c in checks]
+    below = sum(c.measured_sps < c.low_sps for c in checks)
+    above = sum(c.measured_sps > c.high_sps for c in checks)
+    return {"n": len(checks), "median": statistics.median(errors), "max": max(errors),
+            "coverage": 1 - (below + above) / len(checks), "below": below, "above": above}
+
+
+def _line(name: str, s: dict[str, float]) -> str:
+    ok = s["median"] <= TARGET_MEDIAN_PCT and s["max"] <= TARGET_MAX_PCT and \
+        COVERAGE_LOW <= s["coverage"] <= COVERAGE_HIGH
+    return (f"{name}: median |error| {s['median']:.1f}%, max {s['max']:.1f}% over {s['n']:.0f} "
+            f"single runs; 90% intervals cover {s['coverage']:.0%} ({s['below']:.0f} measured "
+            f"below, {s['above']:.0f} above) [{'meets' if ok else 'misses'} <= "
+            f"{TARGET_MEDIAN_PCT:g}% / {TARGET_MAX_PCT:g}% / {COVERAGE_LOW:.0%}-{COVERAGE_HIGH:.0%}]")
+
+
+def _print(name: str, checks: list[whatif.Check]) -> None:
+    for c in checks:
+        print(f"  {name:10s} {c.split:13s} {c.run_id:36s} measured {c.measured_sps:6.1f}  "
+              f"predicted {c.predicted_sps:6.1f} [{c.low_sps:6.1f}, {c.high_sps:6.1f}] "
+              f"{c.error_pct:+6.1f}%{'' if c.covered else ' OUTSIDE'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/dsa-scripts-bench"))
+    ap.add_argument("--scripts", default="examples,timm,lightning")
+    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--cpus", default="1,2")
+    ap.add_argument("--bw", default="none,2M")
+    ns = ap.parse_args(argv)
+    by_script = measure(ns.dir, ns.scripts.split(","), [int(w) for w in ns.workers.split(",")],
+                        ns.cpus, ns.bw)
+    loo, extra, refused, spread = [], [], [], []
+    for name, runs in by_script.items():
+        spread += noise(runs)
+        val = whatif.validate(runs)
+        loo += val.splits[0].checks
+        ex, no = extrapolation(runs)
+        extra += ex
+        refused += [f"{name} {x}" for x in no]
+        _print(name, [*val.splits[0].checks, *ex])
+    for x in refused:
+        print(f"  refused: {x}")
+    print("\ntuning grid: bench/whatif_accuracy.py (built-in job, sim device); scoring grid: "
+          f"scripts {ns.scripts}, workers {ns.workers}, CPUs {ns.cpus}, bandwidths {ns.bw}")
+    print(f"refused (a CPU-trained step at an unmeasured CPU count): {len(refused)}")
+    if spread:
+        print(f"run-to-run noise: disk runs the model cannot tell apart (throttles that do not "
+              f"bind) lie apart by median {statistics.median(spread):.0f}%, max "
+              f"{max(spread):.0f}% of their mean over {len(spread)} group(s)")
+    lines = [_line("leave-one-out", scores(loo)) if loo else "leave-one-out: nothing predicted",
+             _line("extrapolation", scores(extra)) if extra else "extrapolation: nothing predicted"]
+    print("figure: " + "; ".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

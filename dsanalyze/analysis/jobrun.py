@@ -1,0 +1,95 @@
+"""The job as it ran: the loader and step knobs the script itself used, read from its runs.
+
+The harness's `-j`, `-b` and `--device` describe the built-in job only; a
+user script sets its own DataLoader (workers, batch size, prefetch factor,
+pinning, persistent workers) and its own device. Each rank records them
+(`RankRecord.extra`: `loader` from `instrument.api.loader_settings`,
+`device`, `world_size`; `samples` per iteration), and this module reads them
+back as one value, `JobAsRun`, which the what-if model, the report and the
+advice all use. The spec's values are a fallback only where a run recorded
+nothing (runs from before these records, or a loader that is not a
+DataLoader).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from dsanalyze.records import RunResult
+
+PYTORCH_PREFETCH = 2  # DataLoader's default prefetch_factor (with workers)
+
+
+@dataclass(frozen=True)
+class JobAsRun:
+    """The knobs of the job as one run ran it (rank 0's record)."""
+
+    ranks: int  # ranks of the whole job
+    batch_size: int  # samples per rank per iteration
+    workers: int  # DataLoader workers (DALI threads) per rank
+    prefetch_factor: int  # batches in flight per worker
+    pin_memory: bool
+    persistent_workers: bool
+    device: str  # where the step ran: sim, cpu, cuda
+    loader: str  # pytorch, dali, or the loader's class name
+    script: bool  # a user script (False: the built-in job)
+
+    @property
+    def step_uses_cpu(self) -> bool:
+        """The step runs on the CPU, on the cores the loader uses."""
+        return self.device == "cpu"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> JobAsRun:
+        return cls(**{f.name: d[f.name] for f in fields(cls)})
+
+
+def _device(run: RunResult, extra: dict[str, Any]) -> str:
+    """The built-in job's `--device` (its `sim` step is not a torch device); a script's
+    own record (`cuda:0` -> `cuda`)."""
+    if run.spec.job.script is None or not extra.get("device"):
+        return run.spec.job.device
+    return str(extra["device"]).split(":")[0]
+
+
+def _batch_size(run: RunResult, loader: dict[str, Any]) -> int:
+    """The loader's batch size, else the largest batch rank 0 took, else `-b`."""
+    if loader.get("batch_size"):
+        return int(loader["batch_size"])
+    samples = run.ranks[0].samples if run.ranks else ()
+    return int(max(samples)) if samples else run.spec.job.batch_size
+
+
+def job_as_run(run: RunResult) -> JobAsRun:
+    """The job's knobs as `run` recorded them; the spec's where it recorded none."""
+    job = run.spec.job
+    extra = run.ranks[0].extra if run.ranks else {}
+    loader = extra.get("loader") or {}
+    kind = str(loader.get("kind") or job.loader)
+    if kind == "dali":
+        workers = loader.get("num_threads", job.workers)
+        prefetch = loader.get("prefetch_queue_depth", PYTORCH_PREFETCH)
+    else:
+        workers = loader.get("workers", job.workers)
+        prefetch = loader.get("prefetch_factor") or PYTORCH_PREFETCH
+    return JobAsRun(
+        ranks=int(extra.get("world_size") or job.world_size), batch_size=_batch_size(run, loader),
+        workers=int(workers), prefetch_factor=int(prefetch),
+        pin_memory=bool(loader.get("pin_memory", False)),
+        # the built-in job keeps its workers (runs recorded before the key: its own setting)
+        persistent_workers=bool(loader.get("persistent_workers",
+                                           job.script is None and int(workers) > 0)),
+        device=_device(run, extra), loader=kind, script=job.script is not None)
+
+
+def job_text(job: JobAsRun) -> str:
+    """`2 workers per rank, batch 16 per rank, prefetch 2, 1 rank(s), device cpu`."""
+    extras = [w for w, on in (("pinned memory", job.pin_memory),
+                              ("persistent workers", job.persistent_workers)) if on]
+    return (f"{job.loader} loader, {job.workers} workers per rank, batch {job.batch_size} per "
+            f"rank, prefetch {job.prefetch_factor}, {job.ranks} rank(s)"
+            + "".join(f", {e}" for e in extras))
