@@ -131,8 +131,12 @@ def _failure(outcome: SweepOutcome) -> RunFailed | None:
 def find_data(sweep: Sweep) -> tuple[DatasetInfo, str]:
     """The sweep's dataset and a line saying where it came from ("" when `--data` named it)."""
     from dsanalyze.datafind import dataset_for
+    from dsanalyze.sweep import before_meeting, check_cpus
 
-    return dataset_for(sweep.job, Path(sweep.prefix))
+    def find() -> tuple[Any, str]:
+        check_cpus(sweep)  # before the scan or the discovery run: they can take minutes
+        return dataset_for(sweep.job, Path(sweep.prefix))
+    return before_meeting(sweep, find)
 
 
 def profile(sweep: Sweep, dataset: DatasetInfo | None = None,

@@ -88,6 +88,9 @@ class LaunchContext:
     # the machine's parallel efficiency (`records.CpuScaling`), measured once per sweep
     # (`resources/cpuscale.py`) and stored with every run
     cpu_scaling: dict[str, Any] | None = None
+    # batches of an epoch of the training loader, counted by a run of the real loader: what
+    # a synthetic run replays when the loader has no len() (a webdataset pipeline)
+    epoch_batches: int | None = None
 
 
 def cpu_ids(cpus: int | None) -> tuple[int, ...] | None:
@@ -245,13 +248,15 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     limits, enforced = plan_limits(spec, ctx)
     cache_state = prepare_cache(spec, ctx.dataset, ctx.library_files, ctx.drop_caches_globally)
     env, threads = job_env(spec, run_dir)
+    if ctx.epoch_batches is not None:
+        env[rankenv.ENV_EPOCH_BATCHES] = str(ctx.epoch_batches)
     if limits.read_bps is not None and ctx.hierarchy is not None:
         env[rankenv.ENV_THROTTLE_GATE] = "1"  # the throttle comes on at the loader's start
     disk_before = diskstats_read_bytes(limits.device)
     started, t0 = time.time(), time.perf_counter()
     ex = execute(spec, ctx, limits, env, log_path, run_dir)
     disk_after = diskstats_read_bytes(limits.device)
-    ranks, rank_errors = _collect_ranks(run_dir, local_ranks(spec.job))
+    ranks, rank_errors = collect_ranks(run_dir, local_ranks(spec.job))
     status, error, failure = classify(spec, ex, ranks, rank_errors, log_path)
     io = IoRecord(
         cache_state=cache_state, resident_after_bytes=pagecache.resident_bytes(ctx.dataset.files),
@@ -395,6 +400,10 @@ def _environment(spec: RunSpec, ctx: LaunchContext, ex: Execution, threads: dict
     exit_code = script_exit_code(rank_errors)
     if exit_code is not None:
         environment["script_exit"] = {"code": exit_code, "lines": script_error_lines(log_path)}
+    first = next(iter(rank_errors.values()), None)
+    if first is not None:  # the first rank to fail: what it raised, how far its loader got
+        environment["first_failure"] = {"rank": first.rank, "exception": first.exception,
+                                        "batches": first.batches}
     return environment
 
 
@@ -457,7 +466,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _collect_ranks(run_dir: Path, expected: range
+def collect_ranks(run_dir: Path, expected: range
                    ) -> tuple[list[RankRecord], dict[int, rankenv.RankFailure]]:
     """This node's rank records, and the failures of crashed ranks, the first to crash first."""
     import json
@@ -502,6 +511,17 @@ def script_error_lines(log_path: Path, most: int = 4) -> list[str]:
         own = [ln for ln in lines if re.search(r"\berror\b", ln, re.I)
                and "torch.distributed" not in ln and "ChildFailedError" not in ln]
     return own[-most:]
+
+
+def usage_error(job: Job, lines: list[str], log_path: Path | str | None) -> ConfigError:
+    """The script stopped at once with its own usage error (argparse, exit 2): most often a
+    harness option written after the script, which the script was given instead."""
+    said = "; ".join(lines) or "no message"
+    args = " ".join(job.script_args)
+    return ConfigError(f"the script {Path(job.script or '').name} stopped at once with its own "
+                       f"usage error: {said} (its arguments: {args or 'none'}; options for the "
+                       "harness go before the script: python harness.py [options] SCRIPT "
+                       f"[script args]; log: {log_path})")
 
 
 def _failure_message(rc: int | None, rank_errors: dict[int, rankenv.RankFailure],

@@ -29,6 +29,7 @@ from conftest import harness
 
 from dsanalyze import app, store
 from dsanalyze.analysis import shards, stalls
+from dsanalyze.analysis.summary import summarize
 from dsanalyze.report import document
 from dsanalyze.report import shards as shard_report
 from dsanalyze.report.text import number
@@ -257,3 +258,25 @@ def test_webdataset_shards(tmp_path, shard_dir, world, given, capsys):
     if not given:  # and `dsanalyze report` writes it
         report = app.report(tmp_path / "r")[0].read_text()
         assert report.index("## Reads per shard") > report.index("## Stall breakdown")
+
+
+@pytest.mark.slow
+def test_webdataset_with_epochs_replays_the_epoch_the_real_loader_counted(tmp_path, shard_dir):
+    """An IterableDataset has no len(): the synthetic run used to fail ("pass --iters").
+    The cached run goes first, counts the epoch's batches, and synthetic replays that many."""
+    prefix = tmp_path / "r"
+    rc = harness("--data", shard_dir, "--prefix", prefix, "--epochs", 1, "--warmup", WARMUP,
+                 "--modes", "synthetic,cached", "--no-plots", "--no-advice",
+                 SCRIPTS / "train_webdataset.py", shard_dir / SHARDS, "-b", BATCH, "-j", 1,
+                 "--epochs", 1)
+    assert rc == 0
+    runs = {r.mode.value: r for r in store.load_runs(prefix)}
+    assert runs["synthetic"].ok and runs["cached"].ok, runs["synthetic"].error
+    # 96 samples in batches of BATCH per worker's shards: the cached run's own count
+    cached = runs["cached"].ranks[0]
+    seen = cached.extra["epoch_batches_seen"]
+    assert seen == len(cached.iter_s) and sum(cached.samples) == IMAGES
+    synthetic = runs["synthetic"].ranks[0]
+    assert len(synthetic.iter_s) == seen and synthetic.extra["batches_per_epoch"] == seen
+    assert runs["cached"].started_unix_s < runs["synthetic"].started_unix_s  # real loader first
+    assert summarize(list(runs.values())).configs[0].samples_per_epoch == seen * BATCH

@@ -64,6 +64,7 @@ class RunRate(PlainJson):
     rate_level: float | None = None
     repeat: int = 1
     others_cpu_pct: float | None = None  # CPU time of other processes on the run's CPUs
+    others_outside_pct: float | None = None  # ... on the CPUs the run was not given
     others_read_bytes: int | None = None  # bytes others read from the dataset's disk
     disturbed: tuple[str, ...] = ()  # Interference kinds beyond their threshold
 
@@ -212,6 +213,9 @@ def verdict(prep: StallInterval | None, fetch: StallInterval | None) -> str:
     if prep is None and fetch is None:
         return "unknown: no synthetic and cached runs to compare"
     stalls = {k: s for k, s in (("prep", prep), ("fetch", fetch)) if s is not None}
+    suspects = [k for k, s in stalls.items() if s.significance is Significance.SUSPECT]
+    if suspects and not any(s.significance is Significance.LIKELY for s in stalls.values()):
+        return f"unknown: the {suspects[0]} stall is suspect (see the note)"
     likely = sorted(((s.pct, k) for k, s in stalls.items()
                      if s.significance is Significance.LIKELY and s.pct > INPUT_BOUND_PCT),
                     reverse=True)
@@ -301,6 +305,8 @@ def _breakdown(anchor: RunResult, group: dict[Mode, list[RunResult]], level: flo
     total = t_d if t_d is not None else t_c
     prep = uncertainty.stall_interval(t_c, t_g, total, level) if t_c and t_g else None
     fetch = uncertainty.stall_interval(t_d, t_c, total, level) if t_d and t_c else None
+    prep = suspect(prep, boot.get(Mode.CACHED), boot.get(Mode.SYNTHETIC), level)
+    fetch = suspect(fetch, boot.get(Mode.DISK), boot.get(Mode.CACHED), level)
     res = anchor.spec.resources
     return Breakdown(
         key=res.key if anchor.mode is Mode.DISK else f"cpus{res.cpus or 'all'}",
@@ -314,6 +320,39 @@ def _breakdown(anchor: RunResult, group: dict[Mode, list[RunResult]], level: flo
         level=level)
 
 
+def suspect(stall: StallInterval | None, slower: RateSamples | None, faster: RateSamples | None,
+            level: float) -> StallInterval | None:
+    """An inverted stall whose two rate intervals do not even overlap (the mode that should be
+    slower measured faster beyond both intervals: a disk run faster than its cached run) is
+    `SUSPECT`: not noise, and not the data path either."""
+    if stall is None or stall.significance is not Significance.INVERTED or not slower or \
+            not faster:
+        return stall
+    if slower.interval(level).low_sps > faster.interval(level).high_sps:
+        return dataclasses.replace(stall, significance=Significance.SUSPECT)
+    return stall
+
+
+def suspect_note(kind: str, slow: RunRate, fast: RunRate) -> str:
+    """What a suspect inversion suspects: `slow` measured slower than `fast`, which should have
+    been the slower. More work outside the job during it (machine-wide, also on CPUs it was
+    not given), else drift between the runs."""
+    def load(r: RunRate) -> float | None:
+        shares = [p for p in (r.others_outside_pct, r.others_cpu_pct) if p is not None]
+        return max(shares) if shares else None
+    a, b = load(slow), load(fast)
+    if a is not None and (b is None or a > b + 10):
+        cause = (f"other work on the machine during the {slow.mode} run: {a:.0f}% of CPU "
+                 f"busy outside the job" + (f" ({b:.0f}% during the {fast.mode} run)"
+                                              if b is not None else ""))
+    else:
+        cause = (f"drift between the runs: no more outside work was recorded during the "
+                 f"{slow.mode} run")
+    return (f"{kind} stall suspect: the {fast.mode} run measured faster than the {slow.mode} run "
+            f"beyond both rate intervals ({fast.rate_sps:.1f} vs {slow.rate_sps:.1f} samples/s), "
+            f"which the data path cannot explain; suspected: {cause}; repeat with --repeats")
+
+
 def _warnings(anchor: RunResult, rates: dict[Mode, list[RunRate]], prep: StallInterval | None,
               fetch: StallInterval | None) -> list[str]:
     out = [f"{m.value}: iteration times spread widely (IQR {r.iter_iqr_pct:.0f}% of median)"
@@ -325,6 +364,8 @@ def _warnings(anchor: RunResult, rates: dict[Mode, list[RunRate]], prep: StallIn
             if (w := interference.warning(r.run_id, m, asdict(r))) is not None]
     for kind, slower, faster, stall in (("prep", "cached", "synthetic", prep),
                                         ("fetch", "disk", "cached", fetch)):
+        if stall is not None and stall.significance is Significance.SUSPECT:
+            out.append(suspect_note(kind, rates[Mode(faster)][0], rates[Mode(slower)][0]))
         if stall is not None and stall.significance is Significance.INVERTED:
             out.append(f"{kind} stall {stall.pct:.1f}% ±{stall.half_width_pct:.1f}: the {slower} "
                        f"run measured faster than the {faster} run beyond noise (drift or "

@@ -92,6 +92,9 @@ class Significance(str, enum.Enum):
     LIKELY = "likely"  # the whole interval is above 0
     WITHIN_NOISE = "within_noise"  # the interval contains 0
     INVERTED = "inverted"  # the whole interval is below 0: the slower mode measured faster
+    # inverted, and the two rates' intervals apart: no noise explains it, something disturbed
+    # one run (the summary's note names what it suspects); `stalls.suspect`
+    SUSPECT = "suspect"
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,7 @@ class Settings:
     discover: bool = False  # report the files the training loader reads (datafiles.py)
     until_ci_pct: float | None = None  # stop once the rate is within ± this (untilci.py)
     min_iters: int = 30  # ... after at least this many iterations in its window
+    epoch_batches: int | None = None  # synthetic, no len(): an epoch's length, counted earlier
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -111,7 +112,7 @@ class Settings:
         return cls(mode, num(rankenv.ENV_ITERS), num(rankenv.ENV_WARMUP) or 0,
                    num(rankenv.ENV_EPOCHS), num(rankenv.ENV_LOADER_INDEX), rankenv.rank(),
                    env.get(rankenv.ENV_DISCOVER) == "1", float(until) if until else None,
-                   num(rankenv.ENV_MIN_ITERS) or 30)
+                   num(rankenv.ENV_MIN_ITERS) or 30, num(rankenv.ENV_EPOCH_BATCHES))
 
 
 @dataclass
@@ -291,6 +292,7 @@ class Session:
         self.files_sink = filereads.sink_dir(rankenv.run_dir(), settings.rank)
         self.audit: datafiles.OpenAudit | None = None  # discovery run: files opened
         self.replay: Any = None  # synthetic mode: the device cache of the replayed batch
+        self.replay_length: int | None = None  # synthetic mode: batches replayed per epoch
         self.stop_reason = "the script ended"
         self._timed: TimedLoader | None = None
 
@@ -381,10 +383,13 @@ class Session:
         if self.settings.mode != "synthetic":
             return _Source(original)
         length = self.training.batches if self.training else None
+        length = length or self.settings.epoch_batches  # counted by a run of the real loader
         if length is None and self.settings.iters is None:
-            raise InstrumentError("synthetic mode: the training loader has no len(): "
-                                  "pass --iters to say how many batches to replay")
+            raise InstrumentError("synthetic mode: the training loader has no len() and no "
+                                  "run of the real loader counted an epoch's batches yet: "
+                                  "measure a cached run first, or pass --iters")
         replay = ReplayLoader(_Source(original), length or (1 << 62))
+        self.replay_length = length
         self.replay = DeviceCache(replay.batch, torch.Tensor)
         self.replay.install()
         return replay
@@ -417,7 +422,8 @@ class Session:
         if self.settings.mode != "synthetic":
             table = steps.finish(loader, self.sink)
         extra: dict[str, Any] = {
-            "batches_per_epoch": self.training.batches, "world_size": rankenv.world_size(),
+            "batches_per_epoch": self.training.batches or self._seen_epoch(),
+            "epoch_batches_seen": self._seen_epoch(), "world_size": rankenv.world_size(),
             "torch_threads": torch.get_num_threads(), "device": self._device(),
             "training_loader": self.training.index, "loader": self.training_settings,
             "stopped": self.stop_reason,
@@ -431,6 +437,14 @@ class Session:
             extra["data"] = {"declared": datafiles.declared(loader),
                              "opened": datafiles.opened(self.audit) if self.audit else []}
         return self.recorder.to_dict(), extra
+
+    def _seen_epoch(self) -> int | None:
+        """Batches of the first epoch the training loader ended on its own (a webdataset
+        pipeline has no len(): this is how its epoch's length is learned); in synthetic
+        mode, the length replayed."""
+        if self.settings.mode == "synthetic":
+            return self.replay_length
+        return self.recorder.epoch_lengths[0] if self.recorder.epoch_lengths else None
 
     def _device(self) -> str:
         if self.replay is not None and self.replay.device is not None:
@@ -468,11 +482,23 @@ def current_session() -> Session:
     return _SESSION if _SESSION is not None else start_session()
 
 
+_LAST_BATCHES: int | None = None  # batches the last session's training loader yielded
+
+
 def end_session() -> None:
-    global _SESSION
+    global _SESSION, _LAST_BATCHES
     if _SESSION is not None:
+        rec = _SESSION.recorder
+        _LAST_BATCHES = len(rec.iter_s) + (rec._open is not None)
         _SESSION.close()
     _SESSION = None
+
+
+def last_batches() -> int | None:
+    """Batches the ended session's training loader yielded (None: no session ended); a rank's
+    failure record says it, so that the harness tells a script that fails before its first
+    batch (the same in every mode) from one that fails later."""
+    return _LAST_BATCHES
 
 
 class InstrumentedLoader:

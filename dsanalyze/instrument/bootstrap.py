@@ -239,5 +239,5 @@ def _finish() -> None:
 
 
 if __name__ == "__main__":
-    rankenv.run_reporting_errors(main)
+    rankenv.run_reporting_errors(main, api.last_batches)
     _finish()

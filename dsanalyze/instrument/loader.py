@@ -74,6 +74,7 @@ class IterationRecorder:
         self.epoch: list[int] = []
         self.samples: list[int] = []
         self.epochs_started = 0
+        self.epoch_lengths: list[int] = []  # batches of each epoch the loader itself ended
         self.start_unix_s = 0.0
         self._open: tuple[float, float, int, int] | None = None  # start, wait, samples, epoch
 
@@ -146,6 +147,7 @@ class _TimedIterator:
         self._loader = loader
         self._it: Iterator[Any] | None = None
         self._rec = recorder
+        self._batches = 0
 
     def __iter__(self) -> _TimedIterator:
         return self
@@ -161,7 +163,9 @@ class _TimedIterator:
             batch = next(self._it)
         except StopIteration:
             rec.discard_open()
+            rec.epoch_lengths.append(self._batches)  # the loader ended its epoch: its length
             raise
+        self._batches += 1
         rec.open(start, rec.clock() - start, batch_size_of(batch))
         return batch
 

@@ -46,6 +46,8 @@ def _stall(cfg: ConfigSummary, kind: str) -> str:
         return f"within noise (±{half:.1f}%)"
     if significance == "inverted":  # the slower mode measured faster, beyond noise: see the notes
         return f"inverted (±{half:.1f}%)"
+    if significance == "suspect":  # ... beyond both rates' intervals: the note says what it suspects
+        return "suspect (see note)"
     return f"{number(s)}s {number(pct)}% ±{half:.1f}"
 
 
@@ -164,15 +166,17 @@ def render_markdown_table(summary: Summary) -> str:
 
 # ---- the report's content (blocks rendered by `report/document.py`) ---------------------------
 
-FIGURE_CAPTIONS = {
-    "stall_breakdown": "Seconds per epoch per configuration: compute, prep stall and fetch "
-                       "stall, labelled with each stall's share of the epoch.",
+FIGURE_CAPTIONS = {  # only what every figure of its kind draws: the legends name the rest
+    "stall_breakdown": "Seconds per epoch per configuration, each bar at the table's epoch time: "
+                       "compute, prep stall and fetch stall, with their intervals, labelled "
+                       "with each stall's share of the epoch as the table gives it.",
     "whatif_heatmap": "Predicted throughput over CPUs and page cache, a panel per storage "
-                      "bandwidth; dashed: measured, with its measured steady rate (a run of one "
-                      "cold epoch has none: not boxed), orange: the recommendation.",
-    "whatif_curves": "Predicted throughput against CPUs and against cache (lines), a row per "
-                     "storage bandwidth, with the measured configurations (circles).",
-    "validation": "The what-if model's predictions of held-out runs against their measurements.",
+                      "bandwidth, each cell with the half-width of its prediction interval.",
+    "whatif_curves": "Predicted throughput against CPUs and against cache (lines, with their "
+                     "prediction intervals), a row per storage bandwidth; lines alike are drawn "
+                     "as one.",
+    "validation": "The what-if model's predictions of held-out runs, by split, against their "
+                  "measurements, with each prediction's interval.",
     "timeline": "Per rank, every iteration's wait for data and compute, in wall time.",
     "transform_times": "Worker time per sample of each preprocessing step, in pipeline order.",
 }
