@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # types only: the measuring side is imported by the use cases
     from dsanalyze.whatif.validation import Validation as ModelValidation
 
 WHATIF_JSON, VALIDATION_JSON, SUMMARY_JSON = "whatif.json", "validation.json", "summary.json"
+ADAPTIVE_JSON = "adaptive.json"  # --adaptive: every decision, runs and seconds against the grid
 DEFAULT_CACHE_GRID = DEFAULT_CACHES  # `dsanalyze whatif --cache`, as the advice's grid
 
 
@@ -150,6 +151,8 @@ def profile(sweep: Sweep, dataset: DatasetInfo | None = None,
         outcome = run_sweep(sweep, progress=progress, dataset=dataset, lock_wait_s=lock_wait_s)
     finally:
         summary = _write_summary(Path(sweep.prefix))
+    if outcome.adaptive is not None:
+        store.write_json_atomic(Path(sweep.prefix) / ADAPTIVE_JSON, outcome.adaptive.to_dict())
     return ProfileOutcome(outcome, summary if summary is not None else summarize([]))
 
 

@@ -42,6 +42,11 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     w.add_argument("--iters", type=int, help="measured iterations per rank after warm-up (50)")
     w.add_argument("--epochs", type=int, help="measured whole epochs")
     g.add_argument("--warmup", type=int, help="iterations discarded first (5)")
+    g.add_argument("--until-ci", dest="until_ci_pct", type=config.parse_percent,
+                   help="stop each run once its steady rate is within ± this, e.g. 2%%; "
+                        "--iters / --epochs are then the most it runs")
+    g.add_argument("--min-iters", dest="min_iters", type=int,
+                   help="with --until-ci: measured iterations before it may stop (30)")
     g.add_argument("--device", choices=config.DEVICES, help="cuda, cpu or sim (sim)")
     g.add_argument("--sim-step-ms", dest="sim_step_ms", type=float,
                    help="sim device: milliseconds per training step (50)")
@@ -102,6 +107,10 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
                         "share of the epoch, e.g. 5%%; at least 2 runs each")
     g.add_argument("--max-repeats", dest="max_repeats", type=int,
                    help="most runs per configuration with --target-ci (5)")
+    g.add_argument("--adaptive", action="store_true", default=None,
+                   help="measure the grid's configurations one at a time, each where it could "
+                        "change the recommendation, until it is sure (within ±5%%)")
+    g.add_argument("--budget", help="with --adaptive: stop before the runs take longer, e.g. 10m")
     r = p.add_argument_group("data across a network")
     r.add_argument("--serve", choices=config.BACKENDS,
                    help="serve --data from an S3 (moto) or HTTP server behind a shaped link; "
@@ -145,6 +154,8 @@ def _harness(argv: list[str] | None) -> int:
         print(out.node_note)
     if out.recommendation is not None:
         print("\n".join(out.recommendation))
+    if out.profile.sweep.adaptive is not None:
+        print(_adaptive_text(out.profile.sweep.adaptive))
     print(f"results: {out.summary_path}")
     _print_figures(Path(out.sweep.prefix), list(out.figures))
     if out.failure is not None:
@@ -165,6 +176,14 @@ def _print_profile_notes(measured: app.ProfileOutcome) -> None:
         print(f"set aside {len(outcome.superseded)} repeat run(s) of an earlier sweep "
               f"({', '.join(outcome.superseded)}) to {outcome.superseded_dir}: measured afresh "
               "without --resume")
+
+
+def _adaptive_text(a: Any) -> str:
+    """The adaptive sweep's answer: its recommendation, and what it cost against the grid."""
+    d = a.final
+    return (f"Adaptive: {d.verdict.value} after {len(a.decisions)} decision(s): {d.reason}.\n"
+            f"  {a.runs} run(s), {a.seconds / 60:.1f} min of runs; the full grid: {a.grid_runs} "
+            f"run(s), about {a.grid_seconds / 60:.1f} min (at the measured runs' durations)")
 
 
 def _print_figures(prefix: Path, paths: list[Path]) -> None:

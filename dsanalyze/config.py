@@ -214,6 +214,10 @@ class Job:
     # data larger than memory: the share of it cached runs warm (resources/memroom.py)
     cached_subset: str = field(default="auto", compare=False)
     loader_index: int | None = None  # user script: its K-th loader created is the training one
+    # `--until-ci P%`: each run stops once its steady rate is within ± P% (instrument/untilci.py),
+    # after at least `min_iters` iterations; `iters` / `epochs` are then the most it runs
+    until_ci_pct: float | None = None
+    min_iters: int = 30
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "script_args", tuple(self.script_args))
@@ -232,6 +236,10 @@ class Job:
             raise ConfigError("--iters and --epochs must be at least 1")
         if self.sim_step_ms <= 0:
             raise ConfigError("--sim-step-ms must be positive")
+        if self.until_ci_pct is not None and not 0 < self.until_ci_pct < 100:
+            raise ConfigError(f"--until-ci must be between 0 and 100%, got {self.until_ci_pct:g}%")
+        if self.min_iters < 1:
+            raise ConfigError(f"--min-iters must be at least 1, got {self.min_iters}")
         if min(self.stall_timeout_s, self.startup_timeout_s) <= 0:
             raise ConfigError("--stall-timeout and --startup-timeout must be positive, got "
                               f"{self.stall_timeout_s} and {self.startup_timeout_s}")
@@ -247,6 +255,8 @@ class Job:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["script_args"] = list(self.script_args)
+        if self.until_ci_pct is None:  # old files unchanged: the early stop's settings if asked
+            del d["until_ci_pct"], d["min_iters"]
         for name in ("stall_timeout_s", "startup_timeout_s", "cached_subset"):  # when set: old
             if d[name] == Job.__dataclass_fields__[name].default:  # files read back unchanged
                 del d[name]
@@ -296,7 +306,7 @@ class RunSpec:
 
 SWEEP_KEYS = ("prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "use_cgroups",
               "drop_caches_globally", "plots", "repeats", "target_ci", "max_repeats", "serve",
-              "net_bw", "net_latency", "endpoint", "probe_budget")
+              "net_bw", "net_latency", "endpoint", "probe_budget", "adaptive", "budget")
 BACKENDS = ("s3", "http")
 
 
@@ -328,6 +338,8 @@ class Sweep:
     net_latency: tuple[str, ...] = ("0",)
     endpoint: str | None = None
     probe_budget: str = "8M"
+    adaptive: bool = False  # measure only the runs that change the recommendation (adaptive.py)
+    budget_s: float | None = None  # --adaptive: stop before the runs' durations pass this
 
     def __post_init__(self) -> None:
         if self.serve is not None and self.serve not in BACKENDS:
@@ -336,6 +348,8 @@ class Sweep:
             raise ConfigError("--serve needs --data DIR: the directory to serve")
         if self.repeats < 1 or self.max_repeats < 1:
             raise ConfigError("--repeats and --max-repeats must be at least 1")
+        if self.budget_s is not None and not self.adaptive:
+            raise ConfigError("--budget bounds an adaptive sweep: add --adaptive")
         if self.target_ci_pct is not None and self.target_ci_pct <= 0:
             raise ConfigError(f"--target-ci must be positive, got {self.target_ci_pct:g}%")
 
@@ -369,7 +383,9 @@ class Sweep:
         if "combos" in sw:
             kwargs["combos"] = tuple((c.get("cpus"), str(c.get("cache", "none")),
                                       str(c.get("storage_bw", "none"))) for c in sw["combos"])
-        for key in ("resume", "use_cgroups", "plots", "drop_caches_globally"):
+        if "budget" in sw:
+            kwargs["budget_s"] = parse_duration(sw["budget"])
+        for key in ("resume", "use_cgroups", "plots", "drop_caches_globally", "adaptive"):
             if key in sw:
                 kwargs[key] = bool(sw[key])
         for key in ("repeats", "max_repeats"):
@@ -413,10 +429,23 @@ class Sweep:
 
 def parse_target_ci(text: str | float) -> float:
     """`5%` or `5` -> 5.0: the half-width, in points of the epoch, each stall's interval must reach."""
+    return parse_percent(text, "--target-ci")
+
+
+def parse_duration(text: str | float) -> float:
+    """`10m`, `90s`, `1h`, `600` -> seconds."""
+    match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$", str(text).lower())
+    if not match or float(match.group(1)) <= 0:
+        raise ConfigError(f"cannot read --budget {text!r}: write a duration such as 10m, 90s or 1h")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def parse_percent(text: str | float, what: str = "--until-ci") -> float:
+    """`2%` or `2` -> 2.0."""
     try:
         return float(str(text).strip().rstrip("%"))
     except ValueError:
-        raise ConfigError(f"cannot read --target-ci {text!r}: write a percentage such as 5%") from None
+        raise ConfigError(f"cannot read {what} {text!r}: write a percentage such as 5%") from None
 
 
 def parse_cpus_list(text: str) -> tuple[int | None, ...]:

@@ -63,6 +63,7 @@ from dsanalyze.resources.throttle import ThrottleGate
 
 EVICT_TOLERANCE = 0.01  # fraction of the dataset allowed to stay resident before a disk run
 BUILTIN_JOB = "dsanalyze.jobs.image_classification"  # run under the bootstrap, as a script
+UNTIL_CI_MAX_ITERS = 1000  # the built-in job's most iterations with --until-ci and no --iters
 BUILTIN_ITERS = 50  # the built-in job's measured iterations when neither --iters nor --epochs
 NO_BLOCK_DEVICE = "the dataset is on a filesystem with no block device (overlay, tmpfs, NFS or FUSE)"
 BOOTSTRAP = "dsanalyze.instrument.bootstrap"
@@ -166,7 +167,11 @@ def job_env(spec: RunSpec, run_dir: Path) -> tuple[dict[str, str], dict[str, Any
     })
     iters = spec.job.iters
     if iters is None and spec.job.epochs is None and spec.job.script is None:
-        iters = BUILTIN_ITERS  # the built-in job trains until it is stopped
+        # the built-in job trains until it is stopped; --until-ci: at most UNTIL_CI_MAX_ITERS
+        iters = BUILTIN_ITERS if spec.job.until_ci_pct is None else UNTIL_CI_MAX_ITERS
+    if spec.job.until_ci_pct is not None:
+        env[rankenv.ENV_UNTIL_CI] = str(spec.job.until_ci_pct)
+        env[rankenv.ENV_MIN_ITERS] = str(spec.job.min_iters)
     if iters is not None:
         env[rankenv.ENV_ITERS] = str(iters)
     if spec.job.epochs is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dsanalyze import datafind, launch, nodes, store
+from dsanalyze import adaptive, datafind, launch, nodes, store
 from dsanalyze.analysis import measured as measured_window
 from dsanalyze.analysis import stalls
 from dsanalyze.config import Mode, RunSpec, Sweep
@@ -50,6 +51,7 @@ class SweepOutcome:
     unreadable: list[str] = field(default_factory=list)  # run files found truncated: measured again
     superseded: list[str] = field(default_factory=list)  # an earlier sweep's repeats, set aside
     superseded_dir: Path | None = None
+    adaptive: Any = None  # adaptive.AdaptiveAnswer, with --adaptive
 
     @property
     def failed(self) -> list[RunResult]:
@@ -168,7 +170,10 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
             if group is not None:
                 group.fail(str(e))
             raise
-        _measure_all(sweep, specs, measuring, progress)
+        if sweep.adaptive:
+            measuring.outcome.adaptive = _search(sweep, specs, measuring, dataset, progress)
+        else:
+            _measure_all(sweep, specs, measuring, progress)
     finally:
         if group is not None:
             group.close()
@@ -188,6 +193,8 @@ def _prepare(sweep: Sweep, specs: list[RunSpec], dataset: DatasetInfo, lock_wait
     fp = Fingerprint.of(dataset)
     unreadable = check_data(prefix, sweep, specs, fp)
     store.check_writable(prefix)
+    if sweep.adaptive:
+        adaptive.check(sweep)
     hierarchy, why = resolve_cgroups(sweep.use_cgroups)
     ctx = launch.LaunchContext(prefix, dataset, hierarchy, why,
                                drop_caches_globally=sweep.drop_caches_globally)
@@ -221,6 +228,27 @@ def _measure_all(sweep: Sweep, specs: list[RunSpec], measuring: _Measuring,
                                "harness with --resume")
         repeat += 1
         todo = next_repeat(sweep, specs, repeat, progress)
+
+
+def _search(sweep: Sweep, specs: list[RunSpec], measuring: _Measuring, dataset: DatasetInfo,
+            progress: Callable[[str], None] | None) -> adaptive.AdaptiveAnswer:
+    """`--adaptive`: the search picks the runs; each gets its progress line as it ends."""
+    t_start, count = time.monotonic(), [0]
+
+    def measure(spec: RunSpec) -> RunResult | None:
+        result = _measure(spec, measuring, count[0] + 1)
+        if result is None:
+            return None
+        count[0] += 1
+        if progress:
+            line = _progress_line(spec, result, count[0], time.monotonic() - t_start, 0)
+            progress(f"[adaptive run {count[0]}] {line.rsplit(', ETA', 1)[0]}")
+        _stop_on_usage_error(result, sweep)
+        return result
+
+    def cpu_count(cpus: int | None) -> int:
+        return len(launch.cpu_ids(cpus) or os.sched_getaffinity(0))
+    return adaptive.search(sweep, specs, measure, dataset.file_bytes, cpu_count, progress)
 
 
 def _run(spec: RunSpec, ctx: launch.LaunchContext, group: nodes.NodeGroup | None,

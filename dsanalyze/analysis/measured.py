@@ -38,6 +38,8 @@ def short_run(result: RunResult) -> ShortRun | None:
     if not result.ok or not result.ranks or job.script is None:
         return None
     rank = result.ranks[0]
+    if (rank.extra.get("until_ci") or {}).get("stopped"):
+        return None  # --until-ci ended it, sure of its rate: not the script
     measured = max(0, len(rank.iter_s) - rank.warmup)
     if job.iters is not None and measured < job.iters:
         return ShortRun(result.run_id, job.iters, len(rank.iter_s), measured, "iterations",

@@ -18,7 +18,8 @@ What the training loader does, in each harness mode (`DSANALYZE_MODE`):
 
 - every mode: each `next()` is timed (`wait_s`, `iter_s`: see `loader.py`);
   after `DSANALYZE_WARMUP` + `DSANALYZE_ITERS` iterations, or at the start of
-  epoch `DSANALYZE_EPOCHS` + 1, its `next()` raises `StopProfiling`, which the
+  epoch `DSANALYZE_EPOCHS` + 1, or once rank 0 finds the rate within
+  ±`DSANALYZE_UNTIL_CI`% (`untilci.py`), its `next()` raises `StopProfiling`, which the
   bootstrap catches to end the script (every rank stops at the same
   iteration, since DDP ranks iterate equally many batches). With
   `DSANALYZE_EPOCHS`, the warm-up is at most the first epoch less one
@@ -66,6 +67,7 @@ from dsanalyze.instrument import datafiles, filereads, subset
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.instrument import transforms as steps
 from dsanalyze.instrument.loader import DeviceCache, IterationRecorder, ReplayLoader, TimedLoader
+from dsanalyze.instrument.untilci import RankStop
 
 MODES = ("synthetic", "cached", "disk", "loader")
 
@@ -92,6 +94,8 @@ class Settings:
     loader_index: int | None = None
     rank: int = 0
     discover: bool = False  # report the files the training loader reads (datafiles.py)
+    until_ci_pct: float | None = None  # stop once the rate is within ± this (untilci.py)
+    min_iters: int = 30  # ... after at least this many iterations in its window
     epoch_batches: int | None = None  # synthetic, no len(): an epoch's length, counted earlier
 
     @classmethod
@@ -104,9 +108,11 @@ class Settings:
         mode = env.get(rankenv.ENV_MODE, "cached")
         if mode not in MODES:
             raise InstrumentError(f"{rankenv.ENV_MODE}={mode!r}: use one of {', '.join(MODES)}")
+        until = env.get(rankenv.ENV_UNTIL_CI)
         return cls(mode, num(rankenv.ENV_ITERS), num(rankenv.ENV_WARMUP) or 0,
                    num(rankenv.ENV_EPOCHS), num(rankenv.ENV_LOADER_INDEX), rankenv.rank(),
-                   env.get(rankenv.ENV_DISCOVER) == "1", num(rankenv.ENV_EPOCH_BATCHES))
+                   env.get(rankenv.ENV_DISCOVER) == "1", float(until) if until else None,
+                   num(rankenv.ENV_MIN_ITERS) or 30, num(rankenv.ENV_EPOCH_BATCHES))
 
 
 @dataclass
@@ -269,8 +275,13 @@ class Session:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.until: RankStop | None = None
+        if settings.until_ci_pct is not None and settings.mode != "loader":
+            self.until = RankStop(settings.until_ci_pct, settings.min_iters, settings.mode,
+                                  settings.rank, rankenv.world_size(), rankenv.run_dir())
         self.recorder = IterationRecorder(settings.rank, settings.warmup, settings.iters,
-                                          sync=cuda_sync, heartbeat=progress.Heartbeat.open(
+                                          sync=cuda_sync, stopper=self.until,
+                                          heartbeat=progress.Heartbeat.open(
                                               rankenv.run_dir(), settings.rank))
         self.loaders: list[LoaderInfo] = []  # in creation order
         self._by_id: dict[int, LoaderInfo] = {}
@@ -402,7 +413,10 @@ class Session:
         """The rank's `RankRecord` and its `extra`, once the script has stopped."""
         if self.training is None:
             raise InstrumentError(self._no_training_message())
-        if self.recorder.done:
+        if self.recorder.stopped:
+            self.stop_reason = (f"rate within ±{self.settings.until_ci_pct:g}% (--until-ci) "
+                                f"after {len(self.recorder.iter_s)} iterations")
+        elif self.recorder.done:
             self.stop_reason = f"{self.settings.iters} iterations measured"
         self.recorder.finish()
         table: list[dict[str, Any]] = []
@@ -418,6 +432,8 @@ class Session:
             "loaders": [i.to_dict() for i in self.loaders], "transforms": table}
         if self.narrowing is not None:
             extra["subset"] = self.narrowing.to_dict()
+        if self.until is not None:
+            extra["until_ci"] = {**self.until.record(), "stopped": self.recorder.stopped}
         files = filereads.table(self.files_sink)
         if files:
             extra["files"] = files

@@ -30,6 +30,8 @@ ENV_THREADS = "DSANALYZE_THREADS"  # the CPU budget's thread count for this rank
 ENV_EPOCHS = "DSANALYZE_EPOCHS"  # user scripts: stop after this many training epochs
 ENV_LOADER_INDEX = "DSANALYZE_LOADER_INDEX"  # user scripts: the training loader, by creation
 ENV_DISCOVER = "DSANALYZE_DISCOVER"  # "1": report the files the training loader reads
+ENV_UNTIL_CI = "DSANALYZE_UNTIL_CI"  # stop once the rate is within ± this many percent
+ENV_MIN_ITERS = "DSANALYZE_MIN_ITERS"  # ... but not before this many measured iterations
 # synthetic mode, a training loader with no len(): batches per epoch, as an earlier run of the
 # real loader counted them (its record's `epoch_batches_seen`)
 ENV_EPOCH_BATCHES = "DSANALYZE_EPOCH_BATCHES"
