@@ -5,9 +5,18 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DATA := results/demo/data
 
-.PHONY: demo test test-gpu test-extended lint install clean
+SERVE_DIR ?= $(DEMO_DATA)
+SERVE_BACKEND ?= http
 
-$(STAMP): setup.cfg pyproject.toml
+.PHONY: demo test test-gpu test-extended lint install clean servers system-packages
+
+# The remote-data runs need ip and tc (iproute2) for their namespaces and links, and curl
+# for webdataset's http:// shards.
+system-packages:
+	command -v ip >/dev/null && command -v tc >/dev/null && command -v curl >/dev/null || \
+		(apt-get update -q && apt-get install -y -q iproute2 curl)
+
+$(STAMP): setup.cfg pyproject.toml | system-packages
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
@@ -18,6 +27,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	test -d $(DEMO_DATA) || $(PY) -m dsanalyze.cli make-dataset $(DEMO_DATA) --images 512 --classes 8 --size 500x375 --size-jitter 0.3 --seed 0
 	$(PY) harness.py --config configs/demo.toml
+
+# A directory served behind a shaped link until Ctrl-C: prints the endpoint a job needs.
+# make servers SERVE_DIR=DIR SERVE_BACKEND=s3 NET_BW=4M NET_LATENCY=20ms
+servers: $(STAMP)
+	$(PY) -m dsanalyze.remote $(SERVE_DIR) --backend $(SERVE_BACKEND) \
+		--net-bw $(or $(NET_BW),none) --net-latency $(or $(NET_LATENCY),0)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

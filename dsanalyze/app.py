@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # types only: the measuring side is imported by the use cases
     from dsanalyze.whatif.validation import Validation as ModelValidation
 
 WHATIF_JSON, VALIDATION_JSON, SUMMARY_JSON = "whatif.json", "validation.json", "summary.json"
+ADAPTIVE_JSON = "adaptive.json"  # --adaptive: every decision, runs and seconds against the grid
 
 
 # ---- measuring ------------------------------------------------------------------------------
@@ -137,8 +138,12 @@ def _failure(outcome: SweepOutcome) -> RunFailed | None:
 def find_data(sweep: Sweep) -> tuple[DatasetInfo, str]:
     """The sweep's dataset and a line saying where it came from ("" when `--data` named it)."""
     from dsanalyze.datafind import dataset_for
+    from dsanalyze.sweep import before_meeting, check_cpus
 
-    return dataset_for(sweep.job, Path(sweep.prefix))
+    def find() -> tuple[Any, str]:
+        check_cpus(sweep)  # before the scan or the discovery run: they can take minutes
+        return dataset_for(sweep.job, Path(sweep.prefix))
+    return before_meeting(sweep, find)
 
 
 def profile(sweep: Sweep, dataset: DatasetInfo | None = None,
@@ -153,6 +158,8 @@ def profile(sweep: Sweep, dataset: DatasetInfo | None = None,
         outcome = run_sweep(sweep, progress=progress, dataset=dataset, lock_wait_s=lock_wait_s)
     finally:
         summary = _write_summary(Path(sweep.prefix))
+    if outcome.adaptive is not None:
+        store.write_json_atomic(Path(sweep.prefix) / ADAPTIVE_JSON, outcome.adaptive.to_dict())
     return ProfileOutcome(outcome, summary if summary is not None else summarize([]))
 
 

@@ -42,6 +42,11 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     w.add_argument("--iters", type=int, help="measured iterations per rank after warm-up (50)")
     w.add_argument("--epochs", type=int, help="measured whole epochs")
     g.add_argument("--warmup", type=int, help="iterations discarded first (5)")
+    g.add_argument("--until-ci", dest="until_ci_pct", type=config.parse_percent,
+                   help="stop each run once its steady rate is within ± this, e.g. 2%%; "
+                        "--iters / --epochs are then the most it runs")
+    g.add_argument("--min-iters", dest="min_iters", type=int,
+                   help="with --until-ci: measured iterations before it may stop (30)")
     g.add_argument("--device", choices=config.DEVICES, help="cuda, cpu or sim (sim)")
     g.add_argument("--sim-step-ms", dest="sim_step_ms", type=float,
                    help="sim device: milliseconds per training step (50)")
@@ -54,6 +59,9 @@ def _job_options(p: argparse.ArgumentParser) -> None:
                         "iteration (120)")
     g.add_argument("--startup-timeout", dest="startup_timeout_s", type=float,
                    help="... or without its first iteration: imports, data scan, workers (600)")
+    g.add_argument("--cached-subset", dest="cached_subset",
+                   help="data larger than memory: the part cached runs warm and read, 40%%, "
+                        "2G, off or auto (auto: what fits the page cache's room, with headroom)")
     g.add_argument("--loader-index", dest="loader_index", type=int,
                    help="user script: time its K-th loader created (0-based) as the training "
                         "loader (default: the first shuffled loader iterated)")
@@ -69,7 +77,8 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sweep")
     g.add_argument("--config", help="TOML file with [job] and [sweep] tables")
     g.add_argument("--prefix", help="results directory (results/run)")
-    g.add_argument("--modes", help="comma list of synthetic,cached,disk,loader")
+    g.add_argument("--modes", help="comma list of synthetic,cached,disk,loader (remote: the "
+                   "disk mode of --serve)")
     g.add_argument("--cpus", help="CPU counts, e.g. 1,2,4")
     g.add_argument("--cache", help="page-cache budgets for disk runs: 0,50%%,2G,none "
                    "(none: unlimited)")
@@ -101,6 +110,22 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
                         "share of the epoch, e.g. 5%%; at least 2 runs each")
     g.add_argument("--max-repeats", dest="max_repeats", type=int,
                    help="most runs per configuration with --target-ci (5)")
+    g.add_argument("--adaptive", action="store_true", default=None,
+                   help="measure the grid's configurations one at a time, each where it could "
+                        "change the recommendation, until it is sure (within ±5%%)")
+    g.add_argument("--budget", help="with --adaptive: stop before the runs take longer, e.g. 10m")
+    r = p.add_argument_group("data across a network")
+    r.add_argument("--serve", choices=config.BACKENDS,
+                   help="serve --data from an S3 (moto) or HTTP server behind a shaped link; "
+                        "disk runs become remote runs; the script finds the server at "
+                        "{endpoint} in its arguments, or AWS_ENDPOINT_URL")
+    r.add_argument("--net-bw", dest="net_bw", help="the link's bandwidths: 100M,1G,none")
+    r.add_argument("--net-latency", dest="net_latency",
+                   help="latency added to each request: 0,20ms")
+    r.add_argument("--endpoint", help="the data's own endpoint (s3://bucket/prefix, http://"
+                   "host/shard-{000..099}.tar): checked and probed before the runs")
+    r.add_argument("--probe-budget", dest="probe_budget",
+                   help="bytes the endpoint probe reads at each concurrency (8M)")
 
 
 def harness_parser() -> argparse.ArgumentParser:
@@ -135,6 +160,8 @@ def _harness(argv: list[str] | None) -> int:
         print("\n".join(out.recommendation))
     if out.verified is not None:
         print(out.verified)
+    if out.profile.sweep.adaptive is not None:
+        print(_adaptive_text(out.profile.sweep.adaptive))
     print(f"results: {out.summary_path}")
     _print_figures(Path(out.sweep.prefix), list(out.figures))
     if out.failure is not None:
@@ -163,6 +190,14 @@ def _cmd_verify(ns: argparse.Namespace) -> int:
         print("\n".join(app.advice_docs(v.advice).recommendation))
     print(v.text)
     return 0
+
+
+def _adaptive_text(a: Any) -> str:
+    """The adaptive sweep's answer: its recommendation, and what it cost against the grid."""
+    d = a.final
+    return (f"Adaptive: {d.verdict.value} after {len(a.decisions)} decision(s): {d.reason}.\n"
+            f"  {a.runs} run(s), {a.seconds / 60:.1f} min of runs; the full grid: {a.grid_runs} "
+            f"run(s), about {a.grid_seconds / 60:.1f} min (at the measured runs' durations)")
 
 
 def _print_figures(prefix: Path, paths: list[Path]) -> None:

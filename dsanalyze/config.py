@@ -35,6 +35,10 @@ class Mode(str, enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> Mode:
+        """A mode's name; `remote` is the disk mode of served data (its runs read across the
+        link: `Resources.remote`)."""
+        if text.strip().lower() == "remote":
+            return cls.DISK
         try:
             return cls(text.strip().lower())
         except ValueError:
@@ -105,14 +109,29 @@ class CacheBudget:
         return self.spec if self.spec.endswith("%") else format_bytes(self.cache_bytes)
 
 
-def parse_bandwidth(text: str | int | None) -> int | None:
+def parse_bandwidth(text: str | int | None, what: str = "storage bandwidth") -> int | None:
     """`none` -> None; `40M` -> bytes per second."""
     if text is None or str(text).strip().lower() in _NONE_WORDS:
         return None
-    bps = parse_bytes(text, "storage bandwidth")
+    bps = parse_bytes(text, what)
     if bps <= 0:
-        raise ConfigError(f"storage bandwidth {text!r} must be positive, or none")
+        raise ConfigError(f"{what} {text!r} must be positive, or none")
     return bps
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e[-+]?\d+)?)\s*(us|ms|s)?\s*$", re.IGNORECASE)
+_DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}
+
+
+def parse_duration_s(text: str | float, what: str = "network latency") -> float:
+    """`20ms`, `0.5s`, `0` -> seconds."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    match = _DURATION_RE.match(str(text))
+    if not match:
+        raise ConfigError(f"cannot read {what} {text!r}: write a time such as 0, 20ms or 0.1s")
+    number, unit = match.groups()
+    return float(number) * _DURATION_UNITS[unit.lower() if unit else None]
 
 
 def unlimited_last(x: float | None) -> float:
@@ -123,31 +142,45 @@ def unlimited_last(x: float | None) -> float:
 
 @dataclass(frozen=True)
 class Resources:
-    """One resource configuration: CPUs, page-cache budget, storage read bandwidth."""
+    """One resource configuration: CPUs, page-cache budget, storage read bandwidth; and for
+    data across a network (`Sweep.serve`), the link's download bandwidth and added latency.
+
+    `net_latency_s` None: the data is local (no link); a number (0 too): a remote
+    configuration, whose disk run reads across the link (`remote`)."""
 
     cpus: int | None = None  # None: every CPU the harness may use
     cache: CacheBudget = field(default_factory=CacheBudget)
     storage_read_bps: int | None = None
+    net_bw_bps: int | None = None  # None: unshaped
+    net_latency_s: float | None = None  # None: not remote
+
+    @property
+    def remote(self) -> bool:
+        return self.net_latency_s is not None
 
     @property
     def key(self) -> str:
-        """Stable label used in run ids and tables: `cpus2-cache25%-bw40M`."""
+        """Stable label used in run ids and tables: `cpus2-cache25%-bw40M`, and for a remote
+        configuration `-net100M-lat20ms` after it."""
         cpus = "all" if self.cpus is None else str(self.cpus)
         bw = "none" if self.storage_read_bps is None else format_bytes(self.storage_read_bps)
-        return f"cpus{cpus}-cache{self.cache.label}-bw{bw}"
+        key = f"cpus{cpus}-cache{self.cache.label}-bw{bw}"
+        if self.remote:
+            net = "none" if self.net_bw_bps is None else format_bytes(self.net_bw_bps)
+            key += f"-net{net}-lat{(self.net_latency_s or 0) * 1000:g}ms"
+        return key
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "cpus": self.cpus,
-            "cache_spec": self.cache.spec,
-            "cache_bytes": self.cache.cache_bytes,
-            "storage_read_bps": self.storage_read_bps,
-        }
+        d = {"cpus": self.cpus, "cache_spec": self.cache.spec,
+             "cache_bytes": self.cache.cache_bytes, "storage_read_bps": self.storage_read_bps}
+        if self.remote:  # local configurations' files unchanged
+            d.update(net_bw_bps=self.net_bw_bps, net_latency_s=self.net_latency_s)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Resources:
         return cls(d.get("cpus"), CacheBudget(d.get("cache_spec", "none"), d.get("cache_bytes")),
-                   d.get("storage_read_bps"))
+                   d.get("storage_read_bps"), d.get("net_bw_bps"), d.get("net_latency_s"))
 
 
 @dataclass(frozen=True)
@@ -178,7 +211,13 @@ class Job:
     # no iteration for this long (before the first: startup_timeout_s): stopped as stalled
     stall_timeout_s: float = field(default=120.0, compare=False)
     startup_timeout_s: float = field(default=600.0, compare=False)
+    # data larger than memory: the share of it cached runs warm (resources/memroom.py)
+    cached_subset: str = field(default="auto", compare=False)
     loader_index: int | None = None  # user script: its K-th loader created is the training one
+    # `--until-ci P%`: each run stops once its steady rate is within ± P% (instrument/untilci.py),
+    # after at least `min_iters` iterations; `iters` / `epochs` are then the most it runs
+    until_ci_pct: float | None = None
+    min_iters: int = 30
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "script_args", tuple(self.script_args))
@@ -197,9 +236,15 @@ class Job:
             raise ConfigError("--iters and --epochs must be at least 1")
         if self.sim_step_ms <= 0:
             raise ConfigError("--sim-step-ms must be positive")
+        if self.until_ci_pct is not None and not 0 < self.until_ci_pct < 100:
+            raise ConfigError(f"--until-ci must be between 0 and 100%, got {self.until_ci_pct:g}%")
+        if self.min_iters < 1:
+            raise ConfigError(f"--min-iters must be at least 1, got {self.min_iters}")
         if min(self.stall_timeout_s, self.startup_timeout_s) <= 0:
             raise ConfigError("--stall-timeout and --startup-timeout must be positive, got "
                               f"{self.stall_timeout_s} and {self.startup_timeout_s}")
+        if self.cached_subset not in ("auto", "off"):
+            CacheBudget.parse(self.cached_subset)  # a bad size: its one-line error
         if self.loader_index is not None and self.loader_index < 0:
             raise ConfigError(f"--loader-index must be 0 or more, got {self.loader_index}")
 
@@ -210,8 +255,10 @@ class Job:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["script_args"] = list(self.script_args)
-        for name in ("stall_timeout_s", "startup_timeout_s"):  # only when set: old files
-            if d[name] == Job.__dataclass_fields__[name].default:  # read back unchanged
+        if self.until_ci_pct is None:  # old files unchanged: the early stop's settings if asked
+            del d["until_ci_pct"], d["min_iters"]
+        for name in ("stall_timeout_s", "startup_timeout_s", "cached_subset"):  # when set: old
+            if d[name] == Job.__dataclass_fields__[name].default:  # files read back unchanged
                 del d[name]
         return d
 
@@ -242,7 +289,8 @@ class RunSpec:
         if self.mode.cache_independent:
             base = f"{self.mode.value}-cpus{cpus}"
         else:
-            base = f"{self.mode.value}-{self.resources.key}".replace("%", "pct")
+            mode = "remote" if self.resources.remote else self.mode.value
+            base = f"{mode}-{self.resources.key}".replace("%", "pct")
         return base if self.repeat == 1 else f"{base}-r{self.repeat}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -257,7 +305,9 @@ class RunSpec:
 
 
 SWEEP_KEYS = ("prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "use_cgroups",
-              "drop_caches_globally", "plots", "repeats", "target_ci", "max_repeats")
+              "drop_caches_globally", "plots", "repeats", "target_ci", "max_repeats", "serve",
+              "net_bw", "net_latency", "endpoint", "probe_budget", "adaptive", "budget")
+BACKENDS = ("s3", "http")
 
 
 @dataclass(frozen=True)
@@ -279,10 +329,27 @@ class Sweep:
     repeats: int = 1  # every run this many times, interleaved: all modes, then again
     target_ci_pct: float | None = None  # or repeat until each stall is within ± this many points
     max_repeats: int = 5  # the bound on --target-ci's repeats
+    # Data across a network: `serve` ("s3", "http") serves --data from a server behind a
+    # shaped link, and disk runs become remote runs at each `net_bw` x `net_latency`;
+    # `endpoint` names the data's own endpoint (s3://bucket/prefix, http://...), checked
+    # and probed before the runs (`probe_budget` bytes per concurrency level).
+    serve: str | None = None
+    net_bw: tuple[str, ...] = ("none",)
+    net_latency: tuple[str, ...] = ("0",)
+    endpoint: str | None = None
+    probe_budget: str = "8M"
+    adaptive: bool = False  # measure only the runs that change the recommendation (adaptive.py)
+    budget_s: float | None = None  # --adaptive: stop before the runs' durations pass this
 
     def __post_init__(self) -> None:
+        if self.serve is not None and self.serve not in BACKENDS:
+            raise ConfigError(f"unknown --serve {self.serve!r}: use one of {', '.join(BACKENDS)}")
+        if self.serve is not None and self.job.data_dir is None:
+            raise ConfigError("--serve needs --data DIR: the directory to serve")
         if self.repeats < 1 or self.max_repeats < 1:
             raise ConfigError("--repeats and --max-repeats must be at least 1")
+        if self.budget_s is not None and not self.adaptive:
+            raise ConfigError("--budget bounds an adaptive sweep: add --adaptive")
         if self.target_ci_pct is not None and self.target_ci_pct <= 0:
             raise ConfigError(f"--target-ci must be positive, got {self.target_ci_pct:g}%")
 
@@ -307,13 +374,18 @@ class Sweep:
             kwargs["modes"] = tuple(Mode.parse(m) for m in split_list(sw["modes"]))
         if "cpus" in sw:
             kwargs["cpus"] = parse_cpus_list(",".join(split_list(sw["cpus"])))
-        for key in ("cache", "storage_bw"):
+        for key in ("cache", "storage_bw", "net_bw", "net_latency"):
             if key in sw:
                 kwargs[key] = split_list(sw[key])
+        for key in ("serve", "endpoint", "probe_budget"):
+            if sw.get(key) is not None:
+                kwargs[key] = str(sw[key])
         if "combos" in sw:
             kwargs["combos"] = tuple((c.get("cpus"), str(c.get("cache", "none")),
                                       str(c.get("storage_bw", "none"))) for c in sw["combos"])
-        for key in ("resume", "use_cgroups", "plots", "drop_caches_globally"):
+        if "budget" in sw:
+            kwargs["budget_s"] = parse_duration(sw["budget"])
+        for key in ("resume", "use_cgroups", "plots", "drop_caches_globally", "adaptive"):
             if key in sw:
                 kwargs[key] = bool(sw[key])
         for key in ("repeats", "max_repeats"):
@@ -330,11 +402,20 @@ class Sweep:
         for cpus, cache, bw in triples:
             if cpus is not None and int(cpus) < 1:
                 raise ConfigError(f"--cpus values must be at least 1, got {cpus}")
-            res = Resources(None if cpus is None else int(cpus),
-                            CacheBudget.parse(cache, dataset_bytes), parse_bandwidth(bw))
-            if res not in grid:
-                grid.append(res)
+            local = Resources(None if cpus is None else int(cpus),
+                              CacheBudget.parse(cache, dataset_bytes), parse_bandwidth(bw))
+            for res in self._links(local):
+                if res not in grid:
+                    grid.append(res)
         return grid
+
+    def _links(self, local: Resources) -> list[Resources]:
+        """`local` at every link of `net_bw` x `net_latency` when the data is served."""
+        if self.serve is None:
+            return [local]
+        return [dataclasses.replace(local, net_bw_bps=parse_bandwidth(bw, "network bandwidth"),
+                                    net_latency_s=parse_duration_s(lat))
+                for bw, lat in itertools.product(self.net_bw, self.net_latency)]
 
     def run_specs(self, dataset_bytes: int) -> list[RunSpec]:
         """The runs to do, in order, each once (shared runs are not repeated)."""
@@ -348,10 +429,23 @@ class Sweep:
 
 def parse_target_ci(text: str | float) -> float:
     """`5%` or `5` -> 5.0: the half-width, in points of the epoch, each stall's interval must reach."""
+    return parse_percent(text, "--target-ci")
+
+
+def parse_duration(text: str | float) -> float:
+    """`10m`, `90s`, `1h`, `600` -> seconds."""
+    match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$", str(text).lower())
+    if not match or float(match.group(1)) <= 0:
+        raise ConfigError(f"cannot read --budget {text!r}: write a duration such as 10m, 90s or 1h")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def parse_percent(text: str | float, what: str = "--until-ci") -> float:
+    """`2%` or `2` -> 2.0."""
     try:
         return float(str(text).strip().rstrip("%"))
     except ValueError:
-        raise ConfigError(f"cannot read --target-ci {text!r}: write a percentage such as 5%") from None
+        raise ConfigError(f"cannot read {what} {text!r}: write a percentage such as 5%") from None
 
 
 def parse_cpus_list(text: str) -> tuple[int | None, ...]:
@@ -394,9 +488,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     bad = set(data.get("job", {})) - job_fields
     if bad:
         raise ConfigError(f"{path}: unknown [job] key(s) {sorted(bad)}")
-    sweep_keys = {"prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "plots",
-                  "use_cgroups", "drop_caches_globally", "repeats", "target_ci", "max_repeats"}
-    bad = set(data.get("sweep", {})) - sweep_keys
+    bad = set(data.get("sweep", {})) - set(SWEEP_KEYS)
     if bad:
         raise ConfigError(f"{path}: unknown [sweep] key(s) {sorted(bad)}")
     return data

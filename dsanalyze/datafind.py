@@ -107,11 +107,22 @@ def discover(job: Job, prefix: Path) -> dict[str, Any]:
         rc = _run(launch.job_argv(spec), env, log_path, job.timeout_s)
         record = run_dir / "rank0.json"
         if rc != 0 or not record.is_file():
-            raise DatasetError(f"could not find the training data: the discovery run of the "
-                               f"script failed (exit {rc}, log: {log_path}): pass --data")
+            raise _discovery_failed(job, rc, run_dir, log_path)
         return json.loads(record.read_text())["extra"].get("data") or {}
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _discovery_failed(job: Job, rc: int | None, run_dir: Path, log_path: Path) -> Exception:
+    """Why the discovery run failed, as a sweep's run would say it: the script's own usage
+    error (a harness option after the script) names that; anything else points at the log."""
+    _, errors = launch.collect_ranks(run_dir, range(1))
+    if launch.script_exit_code(errors) == 2:
+        return launch.usage_error(job, launch.script_error_lines(log_path), log_path)
+    first = next(iter(errors.values()), None)
+    said = f": {first.line}" if first is not None else ""
+    return DatasetError(f"could not find the training data: the discovery run of the script "
+                        f"failed (exit {rc}{said}; log: {log_path}): fix it or pass --data")
 
 
 def _run(argv: list[str], env: dict[str, str], log_path: Path, timeout_s: float) -> int | None:

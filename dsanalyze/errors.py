@@ -59,6 +59,11 @@ class NodeLost(RunFailed):
     """Another node's harness stopped responding, or never joined, in a multi-node sweep."""
 
 
+class EndpointError(ConfigError):
+    """The data's endpoint cannot be used: unreachable, no credentials, no such bucket or
+    object. Found before any run starts."""
+
+
 class Interrupted(BaseException):
     """SIGTERM, turned into an exception so that cleanup code runs (a BaseException, as
     KeyboardInterrupt is: no `except Exception` swallows it). The CLI exits 143."""

@@ -54,7 +54,8 @@ from dsanalyze.records import (
     Status,
     ThrottleStart,
 )
-from dsanalyze.resources import cgroups, libmaps, pagecache, storage
+from dsanalyze.remote.runlink import RemoteData
+from dsanalyze.resources import cgroups, libmaps, memroom, pagecache, storage
 from dsanalyze.resources.datacache import DatasetCacheLimiter
 from dsanalyze.resources.libmaps import MapsRecorder, tree_pids
 from dsanalyze.resources.lifeline import Lifeline
@@ -62,6 +63,7 @@ from dsanalyze.resources.throttle import ThrottleGate
 
 EVICT_TOLERANCE = 0.01  # fraction of the dataset allowed to stay resident before a disk run
 BUILTIN_JOB = "dsanalyze.jobs.image_classification"  # run under the bootstrap, as a script
+UNTIL_CI_MAX_ITERS = 1000  # the built-in job's most iterations with --until-ci and no --iters
 BUILTIN_ITERS = 50  # the built-in job's measured iterations when neither --iters nor --epochs
 NO_BLOCK_DEVICE = "the dataset is on a filesystem with no block device (overlay, tmpfs, NFS or FUSE)"
 BOOTSTRAP = "dsanalyze.instrument.bootstrap"
@@ -84,9 +86,15 @@ class LaunchContext:
     # runs, returning why it must stop (another node lost or failed) or None.
     start_gate: Callable[[], None] | None = None
     should_abort: Callable[[], str | None] | None = None
+    job_memory_seen_bytes: int | None = None  # the largest job memory of any run so far
     # the machine's parallel efficiency (`records.CpuScaling`), measured once per sweep
     # (`resources/cpuscale.py`) and stored with every run
     cpu_scaling: dict[str, Any] | None = None
+    # data across a network (`remote/runlink.py`): shaped per run, counted, recorded
+    remote: RemoteData | None = None
+    # batches of an epoch of the training loader, counted by a run of the real loader: what
+    # a synthetic run replays when the loader has no len() (a webdataset pipeline)
+    epoch_batches: int | None = None
 
 
 def cpu_ids(cpus: int | None) -> tuple[int, ...] | None:
@@ -159,7 +167,11 @@ def job_env(spec: RunSpec, run_dir: Path) -> tuple[dict[str, str], dict[str, Any
     })
     iters = spec.job.iters
     if iters is None and spec.job.epochs is None and spec.job.script is None:
-        iters = BUILTIN_ITERS  # the built-in job trains until it is stopped
+        # the built-in job trains until it is stopped; --until-ci: at most UNTIL_CI_MAX_ITERS
+        iters = BUILTIN_ITERS if spec.job.until_ci_pct is None else UNTIL_CI_MAX_ITERS
+    if spec.job.until_ci_pct is not None:
+        env[rankenv.ENV_UNTIL_CI] = str(spec.job.until_ci_pct)
+        env[rankenv.ENV_MIN_ITERS] = str(spec.job.min_iters)
     if iters is not None:
         env[rankenv.ENV_ITERS] = str(iters)
     if spec.job.epochs is not None:
@@ -192,18 +204,30 @@ def versions() -> dict[str, str]:
 def prepare_cache(spec: RunSpec, dataset: DatasetInfo, library_files: tuple[str, ...] = (),
                   drop_globally: bool = False) -> dict[str, Any]:
     """Warm (cached modes) or evict (disk) the dataset; record what stayed resident. Before
-    a disk run, the job's libraries evicted since an earlier run are read back."""
+    a disk run, the job's libraries evicted since an earlier run are read back. A remote
+    run's data is warm on the server's side: the link is what it reads across."""
     t0 = time.perf_counter()
-    if spec.mode is not Mode.DISK:
+    if spec.mode is not Mode.DISK or spec.resources.remote:
         pagecache.warm(dataset.files)
         return {"action": pagecache.CacheAction.WARMED.value, "prepare_s": time.perf_counter() - t0,
-                "resident_before_bytes": pagecache.resident_bytes(dataset.files)}
+                "resident_before_bytes": pagecache.resident_bytes(dataset.files),
+                "warmed_bytes": dataset.total_bytes}
     device = storage.probe(dataset.files)  # the device's own speed, for the what-if model
     state = pagecache.evict_dataset(dataset.files, int(EVICT_TOLERANCE * dataset.total_bytes),
                                     drop_globally)
     libs, lib_bytes = libmaps.warm_missing(library_files, dataset.files)
     return {**state, "prepare_s": time.perf_counter() - t0, "storage_device": device,
             "libraries_warmed_files": libs, "libraries_warmed_bytes": lib_bytes}
+
+
+def subset_for(spec: RunSpec, ctx: LaunchContext, run_dir: Path) -> memroom.Subset | None:
+    """Data larger than the page cache's room: the files a run of another mode than disk
+    warms (and, cached and loader runs, reads alone), listed in the run's directory."""
+    if spec.mode is Mode.DISK:
+        return None
+    job_memory = ctx.job_memory_seen_bytes or memroom.UNKNOWN_JOB_MEMORY_BYTES
+    return memroom.subset(ctx.dataset, memroom.page_cache_room(), job_memory,
+                          spec.job.cached_subset, run_dir)
 
 
 def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, Enforcement]:
@@ -238,15 +262,30 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     log_path = ctx.prefix / "logs" / f"{spec.run_id}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     limits, enforced = plan_limits(spec, ctx)
-    cache_state = prepare_cache(spec, ctx.dataset, ctx.library_files, ctx.drop_caches_globally)
+    subset = subset_for(spec, ctx, run_dir)
+    cache_state = prepare_cache(spec, subset.dataset if subset else ctx.dataset,
+                                ctx.library_files, ctx.drop_caches_globally)
+    shape = ctx.remote.prepare(spec) if ctx.remote is not None else None
     env, threads = job_env(spec, run_dir)
+    env.update(ctx.remote.env() if ctx.remote is not None else {})
+    if ctx.epoch_batches is not None:
+        env[rankenv.ENV_EPOCH_BATCHES] = str(ctx.epoch_batches)
+    if subset is not None:
+        cache_state["subset"] = subset.to_dict()
+        if spec.mode in (Mode.CACHED, Mode.LOADER):  # prep measured on the subset alone
+            env[rankenv.ENV_SUBSET] = str(subset.list_path)
     if limits.read_bps is not None and ctx.hierarchy is not None:
         env[rankenv.ENV_THROTTLE_GATE] = "1"  # the throttle comes on at the loader's start
     disk_before = diskstats_read_bytes(limits.device)
+    link_before = ctx.remote.counts() if ctx.remote is not None else {}
     started, t0 = time.time(), time.perf_counter()
     ex = execute(spec, ctx, limits, env, log_path, run_dir)
+    ctx.job_memory_seen_bytes = max(ctx.job_memory_seen_bytes or 0,
+                                    _job_memory_peak(ex.monitor.samples) or 0) or None
     disk_after = diskstats_read_bytes(limits.device)
-    ranks, rank_errors = _collect_ranks(run_dir, local_ranks(spec.job))
+    link = ctx.remote.record(shape, link_before) if ctx.remote is not None and shape is not None \
+        else None
+    ranks, rank_errors = collect_ranks(run_dir, local_ranks(spec.job))
     status, error, failure = classify(spec, ex, ranks, rank_errors, log_path)
     io = IoRecord(
         cache_state=cache_state, resident_after_bytes=pagecache.resident_bytes(ctx.dataset.files),
@@ -263,7 +302,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
         dataset=ctx.dataset.record(), enforced=enforced,
         environment=_environment(spec, ctx, ex, threads, ranks, rank_errors, log_path), io=io,
         monitor=tuple(ex.monitor.samples), started_unix_s=started,
-        duration_s=time.perf_counter() - t0, log_path=str(log_path), stall=ex.stall)
+        duration_s=time.perf_counter() - t0, log_path=str(log_path), stall=ex.stall, link=link)
     shutil.rmtree(run_dir, ignore_errors=True)
     with contextlib.suppress(OSError):  # no empty tmp/ left in the prefix (kept if not empty)
         run_dir.parent.rmdir()
@@ -307,7 +346,8 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
         limiter = stack.enter_context(cache_limiter(spec, ctx))  # watching before the job opens
         probe = InterferenceProbe(limits.cpus, limits.device, cg.dirs.get("cpuacct") if cg else None)
         probe.start()
-        proc = subprocess.Popen(_wrapper(cg, limits, line) + job_argv(spec), stdout=log,
+        argv = job_argv(spec) if ctx.remote is None else ctx.remote.argv(job_argv(spec))
+        proc = subprocess.Popen(_wrapper(cg, limits, line) + argv, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
         line.watch_group(proc.pid)
@@ -390,6 +430,10 @@ def _environment(spec: RunSpec, ctx: LaunchContext, ex: Execution, threads: dict
     exit_code = script_exit_code(rank_errors)
     if exit_code is not None:
         environment["script_exit"] = {"code": exit_code, "lines": script_error_lines(log_path)}
+    first = next(iter(rank_errors.values()), None)
+    if first is not None:  # the first rank to fail: what it raised, how far its loader got
+        environment["first_failure"] = {"rank": first.rank, "exception": first.exception,
+                                        "batches": first.batches}
     return environment
 
 
@@ -452,7 +496,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _collect_ranks(run_dir: Path, expected: range
+def collect_ranks(run_dir: Path, expected: range
                    ) -> tuple[list[RankRecord], dict[int, rankenv.RankFailure]]:
     """This node's rank records, and the failures of crashed ranks, the first to crash first."""
     import json
@@ -497,6 +541,17 @@ def script_error_lines(log_path: Path, most: int = 4) -> list[str]:
         own = [ln for ln in lines if re.search(r"\berror\b", ln, re.I)
                and "torch.distributed" not in ln and "ChildFailedError" not in ln]
     return own[-most:]
+
+
+def usage_error(job: Job, lines: list[str], log_path: Path | str | None) -> ConfigError:
+    """The script stopped at once with its own usage error (argparse, exit 2): most often a
+    harness option written after the script, which the script was given instead."""
+    said = "; ".join(lines) or "no message"
+    args = " ".join(job.script_args)
+    return ConfigError(f"the script {Path(job.script or '').name} stopped at once with its own "
+                       f"usage error: {said} (its arguments: {args or 'none'}; options for the "
+                       "harness go before the script: python harness.py [options] SCRIPT "
+                       f"[script args]; log: {log_path})")
 
 
 def _failure_message(rc: int | None, rank_errors: dict[int, rankenv.RankFailure],

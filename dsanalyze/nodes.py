@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -44,6 +46,7 @@ LOST_AFTER_S = 10.0
 CLOCK_PINGS = 8
 POLL_S = 0.1
 STORE_PORT_OFFSET = 1  # the harnesses' store: master_port + 1; torchrun uses master_port
+FAIL_LINGER_S = 15.0  # a node 0 that fails before the others read it keeps its store this long
 
 
 def plan_key(specs: Sequence[RunSpec]) -> str:
@@ -91,11 +94,19 @@ class NodeGroup:
                              wait_for_workers=False)
             beat = TCPStore(host, port, job.nnodes, False, timedelta(seconds=lost_after_s))
         except (RuntimeError, OSError) as e:
-            what = "host" if job.node_rank == 0 else "reach"
-            raise NodeLost(f"node {job.node_rank} cannot {what} the harnesses' store at "
-                           f"{host}:{port} ({str(e).splitlines()[0]}): start every node's "
-                           "harness with the same --master_addr/--master_port") from None
+            if job.node_rank == 0:
+                raise NodeLost(f"node 0 cannot host the harnesses' store at {host}:{port} "
+                               f"({str(e).splitlines()[0]}): pick another --master_port"
+                               ) from None
+            raise NodeLost(f"node {job.node_rank} cannot reach the harnesses' store at "
+                           f"{host}:{port} within {timeout_s:.0f} s: node 0's harness hosts "
+                           "it; is it running, or did it stop with an error (see its output)? "
+                           "Every node needs the same --master_addr/--master_port") from None
         group = cls(job, store, beat, lost_after_s)
+        reason = group.abort_reason()  # a node that failed before this one came
+        if reason is not None:
+            group.close()
+            raise NodeLost(f"{reason}; this node stops too") from None
         group._start_heartbeat()
         group._check_plan(plan_key(specs), timeout_s)
         try:
@@ -135,6 +146,13 @@ class NodeGroup:
 
     def abort_reason(self) -> str | None:
         """Why the run in progress must stop, or None: for `LaunchContext.should_abort`."""
+        for n in self.others:  # a node that stopped with an error before or between runs
+            try:
+                if self.store.check([f"failed/{n}"]):
+                    self.store.set(f"seen/{self.node}", "1")
+                    return f"node {n} stopped: {self.store.get(f'failed/{n}').decode()}"
+            except (RuntimeError, OSError):
+                return "node 0 stopped responding: its harness was killed or lost its network"
         n = self.lost_node()
         if n is not None:
             return (f"node {n} stopped responding (no heartbeat for {self.lost_after_s:.0f} s): "
@@ -167,6 +185,37 @@ class NodeGroup:
                 raise NodeLost(f"timed out after {timeout_s:.0f} s {what}: "
                                "start every node's harness, with the same options")
             time.sleep(POLL_S)
+
+    def fail(self, reason: str) -> None:
+        """This node stops with `reason` before the runs are done: every other node stops at
+        once with it (`abort_reason`). Node 0, which hosts the store, waits until each has
+        read it (at most FAIL_LINGER_S)."""
+        try:
+            self.store.set(f"failed/{self.node}", reason)
+        except (RuntimeError, OSError):
+            return
+        _linger_until_seen(self.store, self.node, self.others)
+
+    def meet(self, data_root: str, timeout_s: float) -> None:
+        """Every node says which host it runs on and which data it reads. Two nodes on one
+        host over one dataset are refused on every node at once: they would share one page
+        cache (one node's disk run evicts what another's cached run warmed), and only one
+        harness may measure a dataset (`resources/datalock.py`)."""
+        here = {"host": socket.gethostname(), "data": os.path.realpath(data_root)}
+        self.store.set(f"where/{self.node}", json.dumps(here))
+        keys = [f"where/{n}" for n in range(self.job.nnodes)]
+        self._wait(keys, timeout_s, "waiting for every node to say where it runs")
+        seen: dict[tuple[str, str], int] = {}
+        for n in range(self.job.nnodes):
+            w = json.loads(self.store.get(keys[n]))
+            first = seen.setdefault((w["host"], w["data"]), n)
+            if first != n:
+                raise ConfigError(
+                    f"nodes {first} and {n} run on one host ({w['host']}) over the same data "
+                    f"({w['data']}): they would share one page cache (one node's disk run "
+                    "evicts what another's cached run warmed) and one harness measures a "
+                    "dataset at a time: run one node per host, or give each node its own copy "
+                    "of the data (--data)")
 
     # -- join -----------------------------------------------------------------
     def _check_plan(self, plan: str, timeout_s: float) -> None:
@@ -249,3 +298,36 @@ class NodeGroup:
 
     def close(self) -> None:
         self._stop.set()
+
+
+def _linger_until_seen(store: Any, node: int, others: Sequence[int]) -> None:
+    """Node 0 keeps its store up until every other node has read its failure."""
+    if node != 0:
+        return
+    deadline = time.monotonic() + FAIL_LINGER_S
+    while time.monotonic() < deadline:
+        try:
+            if all(store.check([f"seen/{n}"]) for n in others):
+                return
+        except (RuntimeError, OSError):
+            return
+        time.sleep(POLL_S)
+
+
+def announce_failure(job: Job, reason: str, connect_s: float = 5.0) -> None:
+    """A node that fails before joining (its data missing, --cpus beyond its machine) tells
+    the others, so that they stop at once with its reason rather than wait for it: node 0
+    hosts the store for them to read it; another node leaves it in node 0's store, if
+    that is up within `connect_s`. Best effort: nothing is raised."""
+    from torch.distributed import TCPStore
+
+    host = job.master_addr or "127.0.0.1"
+    port = (job.master_port or 29500) + STORE_PORT_OFFSET
+    wait = timedelta(seconds=FAIL_LINGER_S if job.node_rank == 0 else connect_s)
+    try:
+        store = TCPStore(host, port, job.nnodes, job.node_rank == 0, wait,
+                         wait_for_workers=False)
+        store.set(f"failed/{job.node_rank}", reason)
+    except (RuntimeError, OSError):
+        return
+    _linger_until_seen(store, job.node_rank, [n for n in range(job.nnodes) if n != job.node_rank])

@@ -19,6 +19,7 @@ from typing import Any
 
 from dsanalyze.config import Mode, RunSpec
 from dsanalyze.errors import FailureKind
+from dsanalyze.linkrecords import LinkRecord
 
 SCHEMA_VERSION = 2  # 2: typed dataset, enforcement and io records (1 still loads)
 
@@ -465,6 +466,7 @@ class RunResult:
     started_unix_s: float = 0.0
     duration_s: float = 0.0
     log_path: str | None = None
+    link: LinkRecord | None = None  # data across a network: the link and what crossed it
     stall: StallRecord | None = None  # status stalled: what the job was doing
 
     def __post_init__(self) -> None:
@@ -502,6 +504,7 @@ class RunResult:
             "io": self.io.to_dict(),
             "ranks": [r.to_dict() for r in self.ranks],
             "monitor": list(self.monitor),
+            **({"link": self.link.to_dict()} if self.link is not None else {}),
             **({"stall": self.stall.to_dict()} if self.stall else {}),
         }
 
@@ -521,5 +524,6 @@ class RunResult:
             started_unix_s=float(d.get("started_unix_s", 0.0)),
             duration_s=float(d.get("duration_s", 0.0)),
             log_path=d.get("log_path"),
+            link=LinkRecord.from_dict(d["link"]) if d.get("link") else None,
             stall=StallRecord.from_dict(d["stall"]) if d.get("stall") else None,
         )

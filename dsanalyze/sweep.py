@@ -11,7 +11,9 @@ file (`<run id>-r<N>`) and resumes like the others.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -19,21 +21,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dsanalyze import datafind, launch, nodes, store
+from dsanalyze import adaptive, datafind, launch, nodes, store
 from dsanalyze.analysis import measured as measured_window
 from dsanalyze.analysis import stalls
-from dsanalyze.config import RunSpec, Sweep
+from dsanalyze.config import Mode, RunSpec, Sweep
 from dsanalyze.dataset import DatasetInfo
 from dsanalyze.errors import (
     ConfigError,
     DatasetError,
+    DsAnalyzeError,
     FailureKind,
     Interrupted,
     NodeLost,
     ResourceError,
+    RunFailed,
 )
 from dsanalyze.fingerprint import Fingerprint, check_resumable, check_unchanged
-from dsanalyze.records import CpuScaling, RunResult
+from dsanalyze.records import CpuScaling, RunResult, Status
+from dsanalyze.remote.runlink import RemoteData
 from dsanalyze.resources import cgroups, cpuscale
 from dsanalyze.resources.datalock import DataLock
 
@@ -46,6 +51,7 @@ class SweepOutcome:
     unreadable: list[str] = field(default_factory=list)  # run files found truncated: measured again
     superseded: list[str] = field(default_factory=list)  # an earlier sweep's repeats, set aside
     superseded_dir: Path | None = None
+    adaptive: Any = None  # adaptive.AdaptiveAnswer, with --adaptive
 
     @property
     def failed(self) -> list[RunResult]:
@@ -108,21 +114,87 @@ def check_data(prefix: Path, sweep: Sweep, specs: list[RunSpec], fp: Fingerprint
     return unreadable
 
 
+def check_cpus(sweep: Sweep) -> None:
+    """Refuse `--cpus` beyond the machine before anything slow: the dataset's scan, a
+    discovery run, the first run."""
+    asked = [c for c, _, _ in sweep.combos] if sweep.combos else list(sweep.cpus)
+    for cpus in asked:
+        launch.cpu_ids(None if cpus is None else int(cpus))
+
+
+def find_dataset(sweep: Sweep) -> DatasetInfo:
+    check_cpus(sweep)  # before the scan or the discovery run: they can take minutes
+    return datafind.dataset_for(sweep.job, Path(sweep.prefix))[0]
+
+
+def _specs(sweep: Sweep, dataset: DatasetInfo) -> list[RunSpec]:
+    if sweep.job.nnodes > 1 and sweep.target_ci_pct is not None:
+        # each node would judge its own ranks' intervals: they could disagree
+        raise ConfigError("--target-ci needs one node: with several, give --repeats N")
+    return sweep.run_specs(dataset.total_bytes)
+
+
+def before_meeting(sweep: Sweep, step: Callable[[], Any]) -> Any:
+    """`step()`; a node that fails in it, before the nodes meet, tells the others (they stop
+    at once with its reason instead of waiting for it: `nodes.announce_failure`)."""
+    try:
+        return step()
+    except DsAnalyzeError as e:
+        if sweep.job.nnodes > 1:
+            nodes.announce_failure(sweep.job, str(e))
+        raise
+
+
 def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
               dataset: DatasetInfo | None = None, lock_wait_s: float = 0.0) -> SweepOutcome:
     """Measure every run of the sweep that is not already complete (`app.profile` writes
     summary.json from them).
 
-    The dataset stays locked against other harnesses for the whole sweep."""
+    The dataset stays locked against other harnesses for the whole sweep. With several
+    nodes, they meet before any other check: a node whose check fails stops every node at
+    once with its reason (`nodes.NodeGroup.fail`)."""
+    dataset = dataset or before_meeting(sweep, lambda: find_dataset(sweep))
+    specs = real_loader_first(before_meeting(sweep, lambda: _specs(sweep, dataset)))
+    group = nodes.NodeGroup.join(sweep.job, specs) if sweep.job.nnodes > 1 else None
+    old = signal.signal(signal.SIGTERM, _sigterm)
+    lock = None
+    stack = contextlib.ExitStack()
+    try:
+        try:
+            if group is not None:
+                group.meet(dataset.root, sweep.job.timeout_s)
+            measuring, lock = _prepare(sweep, specs, dataset, lock_wait_s, group)
+            # served data: its servers start (and a user's endpoint is checked) before any run
+            measuring.ctx.remote = stack.enter_context(RemoteData.open(sweep, dataset))
+        except DsAnalyzeError as e:
+            if group is not None:
+                group.fail(str(e))
+            raise
+        if sweep.adaptive:
+            measuring.outcome.adaptive = _search(sweep, specs, measuring, dataset, progress)
+        else:
+            _measure_all(sweep, specs, measuring, progress)
+    finally:
+        if group is not None:
+            group.close()
+        stack.close()  # the servers of served data stop, their namespace goes
+        signal.signal(signal.SIGTERM, old)
+        if lock is not None:
+            lock.release()
+    return measuring.outcome
+
+
+def _prepare(sweep: Sweep, specs: list[RunSpec], dataset: DatasetInfo, lock_wait_s: float,
+             group: nodes.NodeGroup | None) -> tuple[_Measuring, DataLock]:
+    """The checks before the first run (prefix, data, cgroups, the dataset's lock) and what
+    every run shares."""
     prefix = Path(sweep.prefix)
-    dataset = dataset or datafind.dataset_for(sweep.job, prefix)[0]
-    specs = sweep.run_specs(dataset.total_bytes)
-    for spec in specs:
-        launch.cpu_ids(spec.resources.cpus)  # fail early on --cpus beyond the machine
     check_prefix(prefix, sweep)
     fp = Fingerprint.of(dataset)
     unreadable = check_data(prefix, sweep, specs, fp)
     store.check_writable(prefix)
+    if sweep.adaptive:
+        adaptive.check(sweep)
     hierarchy, why = resolve_cgroups(sweep.use_cgroups)
     ctx = launch.LaunchContext(prefix, dataset, hierarchy, why,
                                drop_caches_globally=sweep.drop_caches_globally)
@@ -130,21 +202,7 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
     lock = DataLock.acquire(dataset.root, lock_wait_s)
     if not sweep.resume and sweep.job.node_rank == 0:
         outcome.superseded, outcome.superseded_dir = set_aside_stale_repeats(prefix, specs)
-    old = signal.signal(signal.SIGTERM, _sigterm)
-    group = None
-    try:
-        if sweep.job.nnodes > 1:
-            if sweep.target_ci_pct is not None:
-                # each node would judge its own ranks' intervals: they could disagree
-                raise ConfigError("--target-ci needs one node: with several, give --repeats N")
-            group = nodes.NodeGroup.join(sweep.job, specs)
-        _measure_all(sweep, specs, _Measuring(ctx, outcome, sweep.resume, fp, group), progress)
-    finally:
-        if group is not None:
-            group.close()
-        signal.signal(signal.SIGTERM, old)
-        lock.release()
-    return outcome
+    return _Measuring(ctx, outcome, sweep.resume, fp, group), lock
 
 
 def _measure_all(sweep: Sweep, specs: list[RunSpec], measuring: _Measuring,
@@ -164,11 +222,33 @@ def _measure_all(sweep: Sweep, specs: list[RunSpec], measuring: _Measuring,
                                       len(todo) - i)
                 progress(f"[{i}/{len(todo)}] {line}{_repeat_tag(sweep, repeat)}")
             _stop_on_usage_error(result, sweep)
+            _stop_on_crash_at_start(result)
             if measuring.group is not None and measuring.group.lost_node() is not None:
                 raise NodeLost(f"{spec.run_id}: {result.error}; restart every node's "
                                "harness with --resume")
         repeat += 1
         todo = next_repeat(sweep, specs, repeat, progress)
+
+
+def _search(sweep: Sweep, specs: list[RunSpec], measuring: _Measuring, dataset: DatasetInfo,
+            progress: Callable[[str], None] | None) -> adaptive.AdaptiveAnswer:
+    """`--adaptive`: the search picks the runs; each gets its progress line as it ends."""
+    t_start, count = time.monotonic(), [0]
+
+    def measure(spec: RunSpec) -> RunResult | None:
+        result = _measure(spec, measuring, count[0] + 1)
+        if result is None:
+            return None
+        count[0] += 1
+        if progress:
+            line = _progress_line(spec, result, count[0], time.monotonic() - t_start, 0)
+            progress(f"[adaptive run {count[0]}] {line.rsplit(', ETA', 1)[0]}")
+        _stop_on_usage_error(result, sweep)
+        return result
+
+    def cpu_count(cpus: int | None) -> int:
+        return len(launch.cpu_ids(cpus) or os.sched_getaffinity(0))
+    return adaptive.search(sweep, specs, measure, dataset.file_bytes, cpu_count, progress)
 
 
 def _run(spec: RunSpec, ctx: launch.LaunchContext, group: nodes.NodeGroup | None,
@@ -191,13 +271,21 @@ def _stop_on_usage_error(result: RunResult, sweep: Sweep) -> None:
     exit_info = result.environment.get("script_exit") or {}
     if result.ok or result.ranks or exit_info.get("code") != 2:
         return
-    said = "; ".join(exit_info.get("lines") or []) or "no message"
-    args = " ".join(sweep.job.script_args)
-    raise ConfigError(f"the script {Path(sweep.job.script or '').name} stopped at once with its "
-                      f"own usage error: {said} (its arguments: {args or 'none'}; options for "
-                      "the harness go before the script: python harness.py [options] SCRIPT [script "
-                      f"args]; log: "
-                      f"{result.log_path})")
+    raise launch.usage_error(sweep.job, exit_info.get("lines") or [], result.log_path)
+
+
+def _stop_on_crash_at_start(result: RunResult) -> None:
+    """A script that raised before its training loader's first batch (the same code in every
+    mode, before any of them differ) would crash the same way in every run: stop the sweep
+    after the first, with its error. A crash later, an OOM, a timeout or a lost node may
+    belong to the mode or the limits: the sweep goes on."""
+    first = result.environment.get("first_failure") or {}
+    if (result.status is not Status.FAILED or result.failure is not FailureKind.CRASH
+            or result.ranks or first.get("batches") != 0):
+        return
+    raise RunFailed(f"{result.run_id}: {result.error}; the script failed before its first "
+                    "batch, as it would in every mode: the sweep stops here (fix the script, "
+                    f"then run again; log: {result.log_path})")
 
 
 @dataclass
@@ -221,6 +309,7 @@ def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
     if done is not None:
         outcome.skipped.append(spec.run_id)
         _remember_libraries(ctx, done)
+        _remember_epoch(ctx, done)
         return None
     check_unchanged(datafind.rescan(spec.job, ctx.dataset), fp)
     if ctx.cpu_scaling is None:
@@ -231,6 +320,7 @@ def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
     store.write_run(ctx.prefix, result)
     outcome.results.append(result)
     _remember_libraries(ctx, result)
+    _remember_epoch(ctx, result)
     if result.failure is FailureKind.CORRUPT_SAMPLE:
         # every other run would read the same file: stop here
         raise DatasetError(result.error)
@@ -283,6 +373,28 @@ def _repeat_tag(sweep: Sweep, repeat: int) -> str:
     if sweep.target_ci_pct is not None:
         return f", repeat {repeat} (at most {sweep.max_repeats}, until stalls ±{sweep.target_ci_pct:g}%)"
     return f", repeat {repeat}/{sweep.repeats}" if sweep.repeats > 1 else ""
+
+
+def _remember_epoch(ctx: launch.LaunchContext, result: RunResult) -> None:
+    """An epoch's batches as a run of the real loader counted them: the synthetic runs of a
+    loader with no len() replay that many."""
+    seen = result.ranks[0].extra.get("epoch_batches_seen") if result.ranks else None
+    if seen and result.mode is not Mode.SYNTHETIC and ctx.epoch_batches is None:
+        ctx.epoch_batches = int(seen)
+
+
+def real_loader_first(specs: list[RunSpec]) -> list[RunSpec]:
+    """A script measured in whole epochs: its synthetic runs after the first run of the real
+    loader, which counts an epoch's batches for them to replay (an IterableDataset, as a
+    webdataset pipeline, has no len()). Otherwise the order of --modes."""
+    job = specs[0].job if specs else None
+    if job is None or job.script is None or job.epochs is None:
+        return specs
+    first = next((i for i, s in enumerate(specs) if s.mode is not Mode.SYNTHETIC), None)
+    if first is None:
+        return specs
+    early = [s for s in specs[:first] if s.mode is Mode.SYNTHETIC]
+    return [s for s in specs[:first + 1] if s not in early] + early + specs[first + 1:]
 
 
 def _remember_libraries(ctx: launch.LaunchContext, result: RunResult) -> None:

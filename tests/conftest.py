@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -65,6 +67,22 @@ def small_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("dataset") / "data"
     make_dataset(root, images=96, classes=4, size=(500, 375), size_jitter=0.2, seed=1)
     return root
+
+
+def write_shards(images: Path, out: Path, n: int = 8) -> Path:
+    """An ImageFolder's JPEGs as `n` webdataset shards `shard-000000.tar`...: `<key>.jpg` and
+    `<key>.cls` (the class index) per sample."""
+    files = sorted(images.glob("*/*.jpg"))
+    classes = sorted(p.name for p in images.iterdir())
+    for s in range(n):
+        with tarfile.open(out / f"shard-{s:06d}.tar", "w") as tar:
+            for f in files[s::n]:
+                tar.add(f, arcname=f"{f.stem}.jpg")
+                label = str(classes.index(f.parent.name)).encode()
+                info = tarfile.TarInfo(f"{f.stem}.cls")
+                info.size = len(label)
+                tar.addfile(info, io.BytesIO(label))
+    return out
 
 
 def copy_of(name: str, tmp_path: Path) -> Path:

@@ -20,15 +20,14 @@ code paths a default test or test_bootstrap.py also takes:
 
 from __future__ import annotations
 
-import io
-import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import harness
+from conftest import harness, write_shards
 
 from dsanalyze import app, store
 from dsanalyze.analysis import shards, stalls
+from dsanalyze.analysis.summary import summarize
 from dsanalyze.report import document
 from dsanalyze.report import shards as shard_report
 from dsanalyze.report.text import number
@@ -54,18 +53,7 @@ def one_thread_per_rank(monkeypatch):
 @pytest.fixture(scope="session")
 def shard_dir(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The 96 JPEGs as 8 webdataset shards: `<key>.jpg` and `<key>.cls` per sample."""
-    out = tmp_path_factory.mktemp("shards")
-    files = sorted(small_dataset.glob("*/*.jpg"))
-    classes = sorted(p.name for p in small_dataset.iterdir())
-    for s in range(8):
-        with tarfile.open(out / f"shard-{s:06d}.tar", "w") as tar:
-            for f in files[s::8]:
-                tar.add(f, arcname=f"{f.stem}.jpg")
-                label = str(classes.index(f.parent.name)).encode()
-                info = tarfile.TarInfo(f"{f.stem}.cls")
-                info.size = len(label)
-                tar.addfile(info, io.BytesIO(label))
-    return out
+    return write_shards(small_dataset, tmp_path_factory.mktemp("shards"))
 
 
 SHARDS = "shard-{000000..000007}.tar"
@@ -257,3 +245,25 @@ def test_webdataset_shards(tmp_path, shard_dir, world, given, capsys):
     if not given:  # and `dsanalyze report` writes it
         report = app.report(tmp_path / "r")[0].read_text()
         assert report.index("## Reads per shard") > report.index("## Stall breakdown")
+
+
+@pytest.mark.slow
+def test_webdataset_with_epochs_replays_the_epoch_the_real_loader_counted(tmp_path, shard_dir):
+    """An IterableDataset has no len(): the synthetic run used to fail ("pass --iters").
+    The cached run goes first, counts the epoch's batches, and synthetic replays that many."""
+    prefix = tmp_path / "r"
+    rc = harness("--data", shard_dir, "--prefix", prefix, "--epochs", 1, "--warmup", WARMUP,
+                 "--modes", "synthetic,cached", "--no-plots", "--no-advice",
+                 SCRIPTS / "train_webdataset.py", shard_dir / SHARDS, "-b", BATCH, "-j", 1,
+                 "--epochs", 1)
+    assert rc == 0
+    runs = {r.mode.value: r for r in store.load_runs(prefix)}
+    assert runs["synthetic"].ok and runs["cached"].ok, runs["synthetic"].error
+    # 96 samples in batches of BATCH per worker's shards: the cached run's own count
+    cached = runs["cached"].ranks[0]
+    seen = cached.extra["epoch_batches_seen"]
+    assert seen == len(cached.iter_s) and sum(cached.samples) == IMAGES
+    synthetic = runs["synthetic"].ranks[0]
+    assert len(synthetic.iter_s) == seen and synthetic.extra["batches_per_epoch"] == seen
+    assert runs["cached"].started_unix_s < runs["synthetic"].started_unix_s  # real loader first
+    assert summarize(list(runs.values())).configs[0].samples_per_epoch == seen * BATCH

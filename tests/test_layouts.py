@@ -20,6 +20,7 @@ from dsanalyze.report.advice import advice_text
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif import pipeline
 from dsanalyze.whatif.advice import advise
+from dsanalyze.whatif.heldout import HeldOut
 from dsanalyze.whatif.model import _misses, mean_rates, run_config, run_layout
 
 DATA = Path(__file__).parent / "data"
@@ -58,7 +59,7 @@ def test_hit_rate_of_a_sharded_dataset_follows_the_cache_share(model, share: flo
     same model's over as many small files, and never exceeds the share of the data cached."""
     big, layout = sharded(model, 16, 1000, 1 << 24)
     small = replace(big, file_bytes=((1 << 24) // 1000,) * 16000)
-    cfg = run_config(model, store.load_runs(DATA / "whatif_prep")[0])
+    cfg = run_config(model, HeldOut.of(store.load_runs(DATA / "whatif_prep")[0]))
 
     def hit(m: whatif.Model) -> float:
         return mean_rates(m, cfg, layout, Mode.DISK, share * m.dataset_bytes).hit_rate

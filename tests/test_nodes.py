@@ -276,3 +276,48 @@ def test_harness_options_come_from_a_pytorchjob_pod(monkeypatch, small_dataset):
     # an option given on the command line wins over the environment
     sweep = sweep_of(["--data", str(small_dataset), "--node_rank", "0"])
     assert sweep.job.node_rank == 0
+
+
+def _start(tmp_path: Path, port: int, data: dict[int, Path], *extra: object) -> list:
+    procs = []
+    for node in (0, 1):
+        log = open(tmp_path / f"node{node}.log", "w")
+        argv = _node_argv(node, data[node], tmp_path / f"p{node}", port, "--modes", "synthetic",
+                          "--iters", 5, "--no-cgroups", "--no-advice", *extra)
+        procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
+    return procs
+
+
+@pytest.mark.slow
+def test_two_nodes_on_one_host_over_one_dataset_are_refused_at_once(small_dataset, tmp_path):
+    """A common first check of a multi-node set-up: both nodes on 127.0.0.1, one --data. Node 0
+    was refused by the dataset's lock and node 1 waited 300 s, then blamed the store's address;
+    now both stop at once with the reason."""
+    t0 = time.monotonic()
+    procs = _start(tmp_path, _free_port_pair(), {0: small_dataset, 1: small_dataset})
+    rcs = [p.wait(timeout=120) for p in procs]
+    assert time.monotonic() - t0 < 90  # no 300 s wait
+    assert rcs == [2, 2] or (0 not in rcs and 2 in rcs), rcs
+    for node in (0, 1):
+        log = _log(tmp_path, node)
+        assert "nodes 0 and 1 run on one host" in log and "share one page cache" in log, log
+        assert "cannot reach the harnesses' store" not in log
+    assert not (tmp_path / "p0" / "runs").exists() and not (tmp_path / "p1" / "runs").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("failing", [0, 1])
+def test_a_node_that_fails_before_the_nodes_meet_stops_the_other_at_once(
+        node_data, tmp_path, failing):
+    """One node's --data does not exist: it stops with that error, and the other stops at
+    once naming it, whichever of the two hosts the store."""
+    data = {n: node_data / f"d{n}" for n in (0, 1)}
+    data[failing] = tmp_path / "missing-data"
+    t0 = time.monotonic()
+    procs = _start(tmp_path, _free_port_pair(), data)
+    rcs = [p.wait(timeout=120) for p in procs]
+    assert time.monotonic() - t0 < 60, (_log(tmp_path, 0), _log(tmp_path, 1))
+    assert all(rc != 0 for rc in rcs)
+    other = 1 - failing
+    said = _log(tmp_path, other)
+    assert f"node {failing} stopped:" in said and "missing-data" in said, said

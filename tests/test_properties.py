@@ -88,10 +88,14 @@ def test_the_split_scales_with_time_and_its_shares_do_not(g, c_extra, d_extra, k
 @given(times, st.floats(0.05, 0.9))
 def test_a_faster_slower_mode_is_clamped_to_no_stall(g, shrink):
     """A cached run faster than the synthetic one: the stall drawn is 0, never negative, and
-    never called likely (inverted, or within noise when the runs are noisy)."""
+    never called likely (inverted, or within noise when the runs are noisy, or suspect when
+    the two rates' intervals are apart)."""
     (b,) = breakdowns([_run(Mode.SYNTHETIC, g), _run(Mode.CACHED, [t * shrink for t in g])])
     assert b.prep_stall_s == 0.0 and b.prep_stall_pct == 0.0
-    assert b.prep_stall_significance in ("inverted", "within_noise")
+    assert b.prep_stall_significance in ("inverted", "within_noise", "suspect")
+    synthetic, cached = b.modes["synthetic"], b.modes["cached"]
+    apart = cached.rate_sps_low > synthetic.rate_sps_high
+    assert (b.prep_stall_significance == "suspect") == (apart and b.prep_stall_s_high < 0)
 
 
 # ---- the cache simulator against a brute-force LRU ---------------------------------------------

@@ -6,7 +6,16 @@ the CPU seconds spent on the run's CPUs by processes outside its cgroup
 and the bytes others read from the dataset's disk (/proc/diskstats minus the
 cgroup's blkio counters), over the run's wall time. A run is disturbed when
 others took more than `CPU_PCT` of its CPUs' capacity, or (a disk run) read
-more than `READ_SHARE` of what it read itself.
+more than `READ_SHARE` of what it read itself, or kept the CPUs it was not
+given more than `MACHINE_PCT` busy (`Interference.MACHINE`).
+
+That last check is why a cached run 2.5x slower than its disk run went
+unflagged: with `--cpus 1` of 2 the check looked at the run's own CPU only,
+while a process on the other core competes for the memory bandwidth, the
+shared cache and the kernel's work for the job. Without a cgroup (`--no-cgroups`
+or none writable) there were no figures at all: the run's own CPU time is
+then its process tree's (the monitor's `tree_cpu_s`), against the machine's
+busy time, from the monitor samples.
 
 A disturbed mode's rate is off, and so is every figure computed from it:
 synthetic -> compute and prep stall; cached -> prep and fetch stall;
@@ -23,6 +32,9 @@ from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 
 CPU_PCT = 10.0  # others' share of the run's CPU capacity above which it is disturbed
+# others' share of the CPUs the run was not given: the harness's monitor and limiter and the
+# kernel's I/O for the job take a few percent there; a busy neighbour takes most of a core
+MACHINE_PCT = 40.0
 READ_SHARE = 0.10  # others' reads on the dataset's disk, as a share of the run's own
 READ_FLOOR_BYTES = 4 << 20  # below this, reads by others do not matter
 
@@ -33,21 +45,57 @@ AFFECTS = {Mode.SYNTHETIC: ("compute", "prep stall"), Mode.CACHED: ("prep stall"
 class Interference(str, enum.Enum):
     CPU = "cpu"  # other processes ran on the run's CPUs
     IO = "io"  # other processes read from the dataset's disk
+    MACHINE = "machine"  # other processes kept the CPUs the run was not given busy
+
+
+def others_pct(result: RunResult) -> tuple[float | None, float | None]:
+    """(others' share of the run's CPUs, others' share of the CPUs it was not given), in %.
+
+    From the probe's cgroup figures; without them (no cgroup) from the monitor samples:
+    the machine's busy time less the job's process tree, over the whole machine."""
+    probe = result.io.interference or {}
+    machine = probe.get("machine_cpus")
+    own_cpus = len(probe.get("cpus") or ()) or machine
+    window_s = probe.get("window_s") or 0.0
+    if probe.get("others_cpu_pct") is not None:
+        outside_s = (probe.get("machine_others_cpu_s") or 0.0) - probe["others_cpu_s"]
+        free = (machine or 0) - (own_cpus or 0)
+        rest = 100 * max(0.0, outside_s) / (window_s * free) if free > 0 and window_s else None
+        return probe["others_cpu_pct"], rest
+    found = _from_samples(result, machine)
+    return (found, None) if found is not None else (None, None)
+
+
+def _from_samples(result: RunResult, machine: int | None) -> float | None:
+    """Others' share of the whole machine (%) from the first and last monitor samples."""
+    rows = [m for m in result.monitor if "machine_busy_s" in m and "tree_cpu_s" in m]
+    if len(rows) < 2 or not machine:
+        return None
+    a, b = rows[0], rows[-1]
+    span = b.get("unix_s", 0.0) - a.get("unix_s", 0.0)
+    if span <= 0:
+        return None
+    others = (b["machine_busy_s"] - a["machine_busy_s"]) - (b["tree_cpu_s"] - a["tree_cpu_s"])
+    return 100 * max(0.0, others) / (span * machine)
 
 
 def of_run(result: RunResult) -> dict[str, Any]:
-    """`others_cpu_pct`, `others_read_bytes` and `disturbed` (Interference values) of one run."""
+    """`others_cpu_pct`, `others_outside_pct`, `others_read_bytes` and `disturbed`
+    (Interference values) of one run."""
     probe = result.io.interference or {}
-    cpu_pct = probe.get("others_cpu_pct")
+    cpu_pct, outside_pct = others_pct(result)
     read = probe.get("others_read_bytes")
     disturbed = []
     if cpu_pct is not None and cpu_pct > CPU_PCT:
         disturbed.append(Interference.CPU.value)
+    if outside_pct is not None and outside_pct > MACHINE_PCT:
+        disturbed.append(Interference.MACHINE.value)
     own = result.io.read_bytes or 0
     if (result.mode is Mode.DISK and read is not None and read > READ_FLOOR_BYTES
             and read > READ_SHARE * own):
         disturbed.append(Interference.IO.value)
-    return {"others_cpu_pct": cpu_pct, "others_read_bytes": read, "disturbed": tuple(disturbed)}
+    return {"others_cpu_pct": cpu_pct, "others_outside_pct": outside_pct,
+            "others_read_bytes": read, "disturbed": tuple(disturbed)}
 
 
 def warning(run_id: str, mode: Mode, found: dict[str, Any]) -> str | None:
@@ -58,6 +106,10 @@ def warning(run_id: str, mode: Mode, found: dict[str, Any]) -> str | None:
     what = []
     if Interference.CPU.value in kinds:
         what.append(f"other processes used {found['others_cpu_pct']:.0f}% of its CPUs")
+    if Interference.MACHINE.value in kinds:
+        what.append(f"other processes kept the CPUs it was not given "
+                    f"{found['others_outside_pct']:.0f}% busy (memory bandwidth and caches "
+                    "are shared)")
     if Interference.IO.value in kinds:
         what.append(f"others read {found['others_read_bytes'] / 2**20:.0f} MiB from its disk")
     return (f"{mode.value} run {run_id} disturbed: {' and '.join(what)}; affects "

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsanalyze.analysis.jobrun import JobAsRun, job_as_run
+from dsanalyze.config import Mode
 from dsanalyze.plain import PlainJson
 from dsanalyze.records import RunResult
 
@@ -37,6 +38,8 @@ def short_run(result: RunResult) -> ShortRun | None:
     if not result.ok or not result.ranks or job.script is None:
         return None
     rank = result.ranks[0]
+    if (rank.extra.get("until_ci") or {}).get("stopped"):
+        return None  # --until-ci ended it, sure of its rate: not the script
     measured = max(0, len(rank.iter_s) - rank.warmup)
     if job.iters is not None and measured < job.iters:
         return ShortRun(result.run_id, job.iters, len(rank.iter_s), measured, "iterations",
@@ -76,6 +79,57 @@ def job_device(results: list[RunResult]) -> str:
     return ",".join(sorted(used)) if used else "unknown (no completed run)"
 
 
+RESIDENT_SHARE = 0.95  # of the warmed bytes: less resident when a cached run starts, not cached
+
+
+@dataclass(frozen=True)
+class CachedSubset(PlainJson):
+    """A cached or loader run of data larger than memory: the subset it measured prep on
+    (`io.cache_state["subset"]`, `resources/memroom.py`) and the room that sized it."""
+
+    run_id: str
+    files: int
+    bytes: int
+    of_files: int
+    of_bytes: int
+    room_bytes: int
+    room_why: str
+    narrowed: bool  # the ranks' dataset kept the subset alone (a torchvision DatasetFolder)
+
+
+@dataclass(frozen=True)
+class NotCached(PlainJson):
+    """A cached run that was not cached: its prep stall includes fetch time."""
+
+    run_id: str
+    resident_pct: float  # of the bytes warmed, resident when it started
+    narrowed: bool | None = None  # False: a subset was warmed, the dataset not narrowed to it
+
+
+def cached_subset(result: RunResult) -> CachedSubset | None:
+    sub = (result.io.cache_state or {}).get("subset")
+    if not result.ok or sub is None or result.mode not in (Mode.CACHED, Mode.LOADER):
+        return None
+    kept = sum((r.extra.get("subset") or {}).get("kept", 0) for r in result.ranks)
+    return CachedSubset(result.run_id, sub["files"], sub["bytes"], sub["of_files"],
+                        sub["of_bytes"], sub["room_bytes"], sub["room_why"], kept > 0)
+
+
+def not_cached(result: RunResult) -> NotCached | None:
+    """Under RESIDENT_SHARE of what the harness warmed was resident when the cached run
+    started (the warm did not fit), or its dataset was not narrowed to the subset warmed."""
+    state = result.io.cache_state or {}
+    if not result.ok or result.mode is not Mode.CACHED or "resident_before_bytes" not in state:
+        return None
+    warmed = state.get("warmed_bytes") or result.io.dataset_bytes or 0
+    share = state["resident_before_bytes"] / warmed if warmed else 1.0
+    sub = cached_subset(result)
+    if share < RESIDENT_SHARE or (sub is not None and not sub.narrowed):
+        return NotCached(result.run_id, round(100 * share, 1), None if sub is None else
+                         sub.narrowed)
+    return None
+
+
 @dataclass(frozen=True)
 class MeasuredWindow(PlainJson):
     """The `measured` entry of `summary.json`: device, iterations per run, short runs, and
@@ -85,6 +139,8 @@ class MeasuredWindow(PlainJson):
     iters_per_run: int | None = None
     short_runs: tuple[ShortRun, ...] = ()
     job_as_run: JobAsRun | None = None
+    subsets: tuple[CachedSubset, ...] = ()  # data larger than memory: prep on a subset
+    not_cached: tuple[NotCached, ...] = ()  # cached runs that were not cached
 
 
 def window_summary(results: list[RunResult]) -> MeasuredWindow:
@@ -92,4 +148,6 @@ def window_summary(results: list[RunResult]) -> MeasuredWindow:
     ran = next((r for r in results if r.ok and r.ranks), None)
     return MeasuredWindow(job_device(results), measured_iters(results),
                           tuple(s for r in results if (s := short_run(r)) is not None),
-                          job_as_run(ran) if ran is not None else None)
+                          job_as_run(ran) if ran is not None else None,
+                          tuple(s for r in results if (s := cached_subset(r)) is not None),
+                          tuple(s for r in results if (s := not_cached(r)) is not None))

@@ -75,6 +75,7 @@ class RunRate(PlainJson):
     rate_level: float | None = None
     repeat: int = 1
     others_cpu_pct: float | None = None  # CPU time of other processes on the run's CPUs
+    others_outside_pct: float | None = None  # ... on the CPUs the run was not given
     others_read_bytes: int | None = None  # bytes others read from the dataset's disk
     disturbed: tuple[str, ...] = ()  # Interference kinds beyond their threshold
 
@@ -206,6 +207,8 @@ class Breakdown(PlainJson):
     fetch_stall_pct_high: float | None = None
     fetch_stall_significance: str | None = None
     level: float = uncertainty.DEFAULT_LEVEL
+    net_bw_bps: int | None = None  # a remote configuration's link (None: unshaped)
+    net_latency_s: float | None = None  # None: the data is local
 
     def widest_pct(self) -> float | None:
         """The larger half-width of the two stall intervals (points of the epoch)."""
@@ -233,6 +236,8 @@ def bound(prep: StallInterval | None, fetch: StallInterval | None) -> Bound:
     likely = _likely(stalls)
     if likely:
         return Bound(likely[0][1])
+    if any(s.significance is Significance.SUSPECT for s in stalls.values()):
+        return Bound.UNKNOWN  # as the verdict: a suspect stall is no finding either way
     if all(s.pct_high <= INPUT_BOUND_PCT for s in stalls.values()):
         return Bound.COMPUTE
     return Bound.NOISE
@@ -243,6 +248,9 @@ def verdict(prep: StallInterval | None, fetch: StallInterval | None) -> str:
     if prep is None and fetch is None:
         return "unknown: no synthetic and cached runs to compare"
     stalls = {k: s for k, s in (("prep", prep), ("fetch", fetch)) if s is not None}
+    suspects = [k for k, s in stalls.items() if s.significance is Significance.SUSPECT]
+    if suspects and not any(s.significance is Significance.LIKELY for s in stalls.values()):
+        return f"unknown: the {suspects[0]} stall is suspect (see the note)"
     likely = _likely(stalls)
     if likely:
         (pct, kind), *rest = likely
@@ -323,13 +331,16 @@ def _breakdown(anchor: RunResult, group: dict[Mode, list[RunResult]], level: flo
     rates = {m: [run_rate(r) for r in runs] for m, runs in group.items()}
     ok = {m: [r for r in runs if r.ok] for m, runs in group.items()}
     boot = {m: uncertainty.combined_samples(runs) for m, runs in ok.items()}
-    n = next((r.samples_per_epoch for rs in rates.values() for r in rs if r.samples_per_epoch),
-             None)
+    # the whole dataset's: a cached run of data larger than memory ran on a subset
+    n = max((r.samples_per_epoch for rs in rates.values() for r in rs if r.samples_per_epoch),
+            default=None)
     times = {m: uncertainty.epoch_time(n, b) for m, b in boot.items() if b is not None and n}
     t_g, t_c, t_d = (times.get(m) for m in (Mode.SYNTHETIC, Mode.CACHED, Mode.DISK))
     total = t_d if t_d is not None else t_c
     prep = uncertainty.stall_interval(t_c, t_g, total, level) if t_c and t_g else None
     fetch = uncertainty.stall_interval(t_d, t_c, total, level) if t_d and t_c else None
+    prep = suspect(prep, boot.get(Mode.CACHED), boot.get(Mode.SYNTHETIC), level)
+    fetch = suspect(fetch, boot.get(Mode.DISK), boot.get(Mode.CACHED), level)
     res = anchor.spec.resources
     return Breakdown(
         key=res.key if anchor.mode is Mode.DISK else f"cpus{res.cpus or 'all'}",
@@ -341,7 +352,40 @@ def _breakdown(anchor: RunResult, group: dict[Mode, list[RunResult]], level: flo
         **_stall_fields("prep", prep), **_stall_fields("fetch", fetch),
         verdict=verdict(prep, fetch), bound=bound(prep, fetch).value,
         warnings=tuple(_warnings(anchor, rates, prep, fetch)),
-        level=level)
+        level=level, net_bw_bps=res.net_bw_bps, net_latency_s=res.net_latency_s)
+
+
+def suspect(stall: StallInterval | None, slower: RateSamples | None, faster: RateSamples | None,
+            level: float) -> StallInterval | None:
+    """An inverted stall whose two rate intervals do not even overlap (the mode that should be
+    slower measured faster beyond both intervals: a disk run faster than its cached run) is
+    `SUSPECT`: not noise, and not the data path either."""
+    if stall is None or stall.significance is not Significance.INVERTED or not slower or \
+            not faster:
+        return stall
+    if slower.interval(level).low_sps > faster.interval(level).high_sps:
+        return dataclasses.replace(stall, significance=Significance.SUSPECT)
+    return stall
+
+
+def suspect_note(kind: str, slow: RunRate, fast: RunRate) -> str:
+    """What a suspect inversion suspects: `slow` measured slower than `fast`, which should have
+    been the slower. More work outside the job during it (machine-wide, also on CPUs it was
+    not given), else drift between the runs."""
+    def load(r: RunRate) -> float | None:
+        shares = [p for p in (r.others_outside_pct, r.others_cpu_pct) if p is not None]
+        return max(shares) if shares else None
+    a, b = load(slow), load(fast)
+    if a is not None and (b is None or a > b + 10):
+        cause = (f"other work on the machine during the {slow.mode} run: {a:.0f}% of CPU "
+                 f"busy outside the job" + (f" ({b:.0f}% during the {fast.mode} run)"
+                                              if b is not None else ""))
+    else:
+        cause = (f"drift between the runs: no more outside work was recorded during the "
+                 f"{slow.mode} run")
+    return (f"{kind} stall suspect: the {fast.mode} run measured faster than the {slow.mode} run "
+            f"beyond both rate intervals ({fast.rate_sps:.1f} vs {slow.rate_sps:.1f} samples/s), "
+            f"which the data path cannot explain; suspected: {cause}; repeat with --repeats")
 
 
 def _warnings(anchor: RunResult, rates: dict[Mode, list[RunRate]], prep: StallInterval | None,
@@ -355,6 +399,8 @@ def _warnings(anchor: RunResult, rates: dict[Mode, list[RunRate]], prep: StallIn
             if (w := interference.warning(r.run_id, m, asdict(r))) is not None]
     for kind, slower, faster, stall in (("prep", "cached", "synthetic", prep),
                                         ("fetch", "disk", "cached", fetch)):
+        if stall is not None and stall.significance is Significance.SUSPECT:
+            out.append(suspect_note(kind, rates[Mode(faster)][0], rates[Mode(slower)][0]))
         if stall is not None and stall.significance is Significance.INVERTED:
             out.append(f"{kind} stall {stall.pct:.1f}% ±{stall.half_width_pct:.1f}: the {slower} "
                        f"run measured faster than the {faster} run beyond noise (drift or "

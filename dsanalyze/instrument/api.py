@@ -18,7 +18,8 @@ What the training loader does, in each harness mode (`DSANALYZE_MODE`):
 
 - every mode: each `next()` is timed (`wait_s`, `iter_s`: see `loader.py`);
   after `DSANALYZE_WARMUP` + `DSANALYZE_ITERS` iterations, or at the start of
-  epoch `DSANALYZE_EPOCHS` + 1, its `next()` raises `StopProfiling`, which the
+  epoch `DSANALYZE_EPOCHS` + 1, or once rank 0 finds the rate within
+  ±`DSANALYZE_UNTIL_CI`% (`untilci.py`), its `next()` raises `StopProfiling`, which the
   bootstrap catches to end the script (every rank stops at the same
   iteration, since DDP ranks iterate equally many batches). With
   `DSANALYZE_EPOCHS`, the warm-up is at most the first epoch less one
@@ -62,10 +63,11 @@ import torch
 
 from dsanalyze import progress
 from dsanalyze.errors import DsAnalyzeError
-from dsanalyze.instrument import datafiles, filereads
+from dsanalyze.instrument import datafiles, filereads, subset
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.instrument import transforms as steps
 from dsanalyze.instrument.loader import DeviceCache, IterationRecorder, ReplayLoader, TimedLoader
+from dsanalyze.instrument.untilci import RankStop
 
 MODES = ("synthetic", "cached", "disk", "loader")
 
@@ -92,6 +94,9 @@ class Settings:
     loader_index: int | None = None
     rank: int = 0
     discover: bool = False  # report the files the training loader reads (datafiles.py)
+    until_ci_pct: float | None = None  # stop once the rate is within ± this (untilci.py)
+    min_iters: int = 30  # ... after at least this many iterations in its window
+    epoch_batches: int | None = None  # synthetic, no len(): an epoch's length, counted earlier
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -103,9 +108,11 @@ class Settings:
         mode = env.get(rankenv.ENV_MODE, "cached")
         if mode not in MODES:
             raise InstrumentError(f"{rankenv.ENV_MODE}={mode!r}: use one of {', '.join(MODES)}")
+        until = env.get(rankenv.ENV_UNTIL_CI)
         return cls(mode, num(rankenv.ENV_ITERS), num(rankenv.ENV_WARMUP) or 0,
                    num(rankenv.ENV_EPOCHS), num(rankenv.ENV_LOADER_INDEX), rankenv.rank(),
-                   env.get(rankenv.ENV_DISCOVER) == "1")
+                   env.get(rankenv.ENV_DISCOVER) == "1", float(until) if until else None,
+                   num(rankenv.ENV_MIN_ITERS) or 30, num(rankenv.ENV_EPOCH_BATCHES))
 
 
 @dataclass
@@ -268,8 +275,13 @@ class Session:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.until: RankStop | None = None
+        if settings.until_ci_pct is not None and settings.mode != "loader":
+            self.until = RankStop(settings.until_ci_pct, settings.min_iters, settings.mode,
+                                  settings.rank, rankenv.world_size(), rankenv.run_dir())
         self.recorder = IterationRecorder(settings.rank, settings.warmup, settings.iters,
-                                          sync=cuda_sync, heartbeat=progress.Heartbeat.open(
+                                          sync=cuda_sync, stopper=self.until,
+                                          heartbeat=progress.Heartbeat.open(
                                               rankenv.run_dir(), settings.rank))
         self.loaders: list[LoaderInfo] = []  # in creation order
         self._by_id: dict[int, LoaderInfo] = {}
@@ -280,8 +292,11 @@ class Session:
         self.files_sink = filereads.sink_dir(rankenv.run_dir(), settings.rank)
         self.audit: datafiles.OpenAudit | None = None  # discovery run: files opened
         self.replay: Any = None  # synthetic mode: the device cache of the replayed batch
+        self.replay_length: int | None = None  # synthetic mode: batches replayed per epoch
         self.stop_reason = "the script ended"
         self._timed: TimedLoader | None = None
+        listed = os.environ.get(rankenv.ENV_SUBSET)  # data larger than memory (subset.py)
+        self.narrowing = subset.Narrowing(listed) if listed else None
 
     def info(self, loader: Any, kind: str | None = None) -> LoaderInfo:
         """The loader's record, registering it (next creation index) if new."""
@@ -370,10 +385,13 @@ class Session:
         if self.settings.mode != "synthetic":
             return _Source(original)
         length = self.training.batches if self.training else None
+        length = length or self.settings.epoch_batches  # counted by a run of the real loader
         if length is None and self.settings.iters is None:
-            raise InstrumentError("synthetic mode: the training loader has no len(): "
-                                  "pass --iters to say how many batches to replay")
+            raise InstrumentError("synthetic mode: the training loader has no len() and no "
+                                  "run of the real loader counted an epoch's batches yet: "
+                                  "measure a cached run first, or pass --iters")
         replay = ReplayLoader(_Source(original), length or (1 << 62))
+        self.replay_length = length
         self.replay = DeviceCache(replay.batch, torch.Tensor)
         self.replay.install()
         return replay
@@ -395,7 +413,10 @@ class Session:
         """The rank's `RankRecord` and its `extra`, once the script has stopped."""
         if self.training is None:
             raise InstrumentError(self._no_training_message())
-        if self.recorder.done:
+        if self.recorder.stopped:
+            self.stop_reason = (f"rate within ±{self.settings.until_ci_pct:g}% (--until-ci) "
+                                f"after {len(self.recorder.iter_s)} iterations")
+        elif self.recorder.done:
             self.stop_reason = f"{self.settings.iters} iterations measured"
         self.recorder.finish()
         table: list[dict[str, Any]] = []
@@ -403,11 +424,16 @@ class Session:
         if self.settings.mode != "synthetic":
             table = steps.finish(loader, self.sink)
         extra: dict[str, Any] = {
-            "batches_per_epoch": self.training.batches, "world_size": rankenv.world_size(),
+            "batches_per_epoch": self.training.batches or self._seen_epoch(),
+            "epoch_batches_seen": self._seen_epoch(), "world_size": rankenv.world_size(),
             "torch_threads": torch.get_num_threads(), "device": self._device(),
             "training_loader": self.training.index, "loader": self.training_settings,
             "stopped": self.stop_reason,
             "loaders": [i.to_dict() for i in self.loaders], "transforms": table}
+        if self.narrowing is not None:
+            extra["subset"] = self.narrowing.to_dict()
+        if self.until is not None:
+            extra["until_ci"] = {**self.until.record(), "stopped": self.recorder.stopped}
         files = filereads.table(self.files_sink)
         if files:
             extra["files"] = files
@@ -415,6 +441,14 @@ class Session:
             extra["data"] = {"declared": datafiles.declared(loader),
                              "opened": datafiles.opened(self.audit) if self.audit else []}
         return self.recorder.to_dict(), extra
+
+    def _seen_epoch(self) -> int | None:
+        """Batches of the first epoch the training loader ended on its own (a webdataset
+        pipeline has no len(): this is how its epoch's length is learned); in synthetic
+        mode, the length replayed."""
+        if self.settings.mode == "synthetic":
+            return self.replay_length
+        return self.recorder.epoch_lengths[0] if self.recorder.epoch_lengths else None
 
     def _device(self) -> str:
         if self.replay is not None and self.replay.device is not None:
@@ -452,11 +486,23 @@ def current_session() -> Session:
     return _SESSION if _SESSION is not None else start_session()
 
 
+_LAST_BATCHES: int | None = None  # batches the last session's training loader yielded
+
+
 def end_session() -> None:
-    global _SESSION
+    global _SESSION, _LAST_BATCHES
     if _SESSION is not None:
+        rec = _SESSION.recorder
+        _LAST_BATCHES = len(rec.iter_s) + (rec._open is not None)
         _SESSION.close()
     _SESSION = None
+
+
+def last_batches() -> int | None:
+    """Batches the ended session's training loader yielded (None: no session ended); a rank's
+    failure record says it, so that the harness tells a script that fails before its first
+    batch (the same in every mode) from one that fails later."""
+    return _LAST_BATCHES
 
 
 class InstrumentedLoader:

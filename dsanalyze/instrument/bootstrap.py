@@ -62,7 +62,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from dsanalyze.instrument import api, filereads
+from dsanalyze.instrument import api, filereads, subset
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.instrument.loader import patch_attr
 
@@ -133,6 +133,9 @@ def install(session: api.Session) -> Callable[[], None]:
         filereads.patch_gopen(module, session.files_sink))
     patches[filereads.WEBDATASET_CACHE] = lambda module: restore.append(
         filereads.patch_streaming_open(module, session.files_sink))
+    if session.narrowing is not None:  # data larger than memory: the warmed subset alone
+        patches[subset.FOLDER_MODULE] = lambda module: restore.append(
+            session.narrowing.patch_folder(module))
     hooks = []
     for name, patch in patches.items():
         if name in sys.modules:
@@ -239,5 +242,5 @@ def _finish() -> None:
 
 
 if __name__ == "__main__":
-    rankenv.run_reporting_errors(main)
+    rankenv.run_reporting_errors(main, api.last_batches)
     _finish()

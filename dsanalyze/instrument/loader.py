@@ -50,6 +50,8 @@ class IterationRecorder:
     """Collects per-iteration timings of one rank.
 
     `max_iters`: stop after `warmup + max_iters` iterations (None: never).
+    `stopper`: called with the recorder after each closed iteration; once it
+    returns True the window is complete (`--until-ci`, `untilci.RankStop`).
     `clock` is injectable so tests can control time. `heartbeat` (`progress.Heartbeat`) is
     told the iterations completed at every boundary: the harness's progress watchdog.
     """
@@ -57,6 +59,7 @@ class IterationRecorder:
     def __init__(self, rank: int = 0, warmup: int = 0, max_iters: int | None = None,
                  sync: Callable[[], None] | None = None,
                  clock: Callable[[], float] = time.perf_counter,
+                 stopper: Callable[[IterationRecorder], bool] | None = None,
                  heartbeat: Callable[[int], None] | None = None) -> None:
         self.heartbeat = heartbeat
         self.rank = rank
@@ -64,17 +67,21 @@ class IterationRecorder:
         self.max_iters = max_iters
         self.sync = sync
         self.clock = clock
+        self.stopper = stopper
+        self.stopped = False  # the stopper ended the window
         self.wait_s: list[float] = []
         self.iter_s: list[float] = []
         self.epoch: list[int] = []
         self.samples: list[int] = []
         self.epochs_started = 0
+        self.epoch_lengths: list[int] = []  # batches of each epoch the loader itself ended
         self.start_unix_s = 0.0
         self._open: tuple[float, float, int, int] | None = None  # start, wait, samples, epoch
 
     @property
     def done(self) -> bool:
-        return self.max_iters is not None and len(self.iter_s) >= self.warmup + self.max_iters
+        return self.stopped or (self.max_iters is not None
+                                and len(self.iter_s) >= self.warmup + self.max_iters)
 
     def boundary(self) -> float:
         """Mark an iteration boundary now; close the open iteration, if any."""
@@ -88,6 +95,8 @@ class IterationRecorder:
             self.samples.append(samples)
             self.epoch.append(epoch)
             self._open = None
+            if self.stopper is not None and not self.stopped:
+                self.stopped = self.stopper(self)
         elif not self.iter_s:
             self.start_unix_s = time.time()
         if self.heartbeat is not None:
@@ -138,6 +147,7 @@ class _TimedIterator:
         self._loader = loader
         self._it: Iterator[Any] | None = None
         self._rec = recorder
+        self._batches = 0
 
     def __iter__(self) -> _TimedIterator:
         return self
@@ -153,7 +163,9 @@ class _TimedIterator:
             batch = next(self._it)
         except StopIteration:
             rec.discard_open()
+            rec.epoch_lengths.append(self._batches)  # the loader ended its epoch: its length
             raise
+        self._batches += 1
         rec.open(start, rec.clock() - start, batch_size_of(batch))
         return batch
 

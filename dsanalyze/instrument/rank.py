@@ -30,6 +30,12 @@ ENV_THREADS = "DSANALYZE_THREADS"  # the CPU budget's thread count for this rank
 ENV_EPOCHS = "DSANALYZE_EPOCHS"  # user scripts: stop after this many training epochs
 ENV_LOADER_INDEX = "DSANALYZE_LOADER_INDEX"  # user scripts: the training loader, by creation
 ENV_DISCOVER = "DSANALYZE_DISCOVER"  # "1": report the files the training loader reads
+ENV_UNTIL_CI = "DSANALYZE_UNTIL_CI"  # stop once the rate is within ± this many percent
+ENV_MIN_ITERS = "DSANALYZE_MIN_ITERS"  # ... but not before this many measured iterations
+# synthetic mode, a training loader with no len(): batches per epoch, as an earlier run of the
+# real loader counted them (its record's `epoch_batches_seen`)
+ENV_EPOCH_BATCHES = "DSANALYZE_EPOCH_BATCHES"
+ENV_SUBSET = "DSANALYZE_SUBSET"  # a file listing the dataset's files a cached run reads alone
 # "1": a throttled disk run; the rank waits at its training loader's first iteration until
 # the harness has turned the read throttle on (`resources/throttle.py`)
 ENV_THROTTLE_GATE = "DSANALYZE_THROTTLE_GATE"
@@ -75,6 +81,7 @@ class RankFailure:
     exception: str  # the exception's type name, e.g. "RuntimeError"
     message: str  # its one-line message
     traceback: str
+    batches: int | None = None  # batches the training loader had yielded (None: not known)
 
     @property
     def line(self) -> str:
@@ -82,12 +89,12 @@ class RankFailure:
 
     def to_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "kind": self.kind.value, "exception": self.exception,
-                "message": self.message, "traceback": self.traceback}
+                "message": self.message, "traceback": self.traceback, "batches": self.batches}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RankFailure:
         return cls(int(d["rank"]), FailureKind(d["kind"]), d["exception"], d["message"],
-                   d["traceback"])
+                   d["traceback"], d.get("batches"))
 
 
 def write_error(failure: RankFailure) -> None:
@@ -109,18 +116,22 @@ def failure_message(e: BaseException) -> str:
     return re.sub(rf"^[\w.]*\b{type(e).__name__}: ", "", lines[-1] if lines else "")
 
 
-def run_reporting_errors(main: Callable[[], Any]) -> Any:
-    """Call `main`; on an exception write its failure record for the harness, re-raise."""
+def run_reporting_errors(main: Callable[[], Any],
+                         batches: Callable[[], int | None] = lambda: None) -> Any:
+    """Call `main`; on an exception write its failure record for the harness, re-raise.
+
+    `batches()`: how many batches the training loader had yielded when it failed
+    (0: the script failed before its first, the same way in every mode)."""
     try:
         return main()
     except SystemExit as e:
         if e.code not in (0, None):
             write_error(RankFailure(rank(), FailureKind.CRASH, "SystemExit", str(e.code),
-                                    f"SystemExit: {e.code}\n"))
+                                    f"SystemExit: {e.code}\n", batches()))
         raise
     except BaseException as e:
         write_error(RankFailure(rank(), FailureKind.of(e), type(e).__name__, failure_message(e),
-                                traceback.format_exc()))
+                                traceback.format_exc(), batches()))
         sys.stderr.flush()
         raise
 

@@ -10,7 +10,6 @@ every figure of a prefix, the what-if ones of `report/whatif_plots.py` too;
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,84 +20,20 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from dsanalyze.analysis import stalls  # noqa: E402
 from dsanalyze.analysis import transforms as step_timing  # noqa: E402
-from dsanalyze.config import unlimited_last  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
-from dsanalyze.report import trace, whatif_plots  # noqa: E402
-from dsanalyze.report.text import config_label, knob_text  # noqa: E402
+from dsanalyze.report import probe_plots, stall_figure, trace, validation_figure, whatif_plots  # noqa: E402
 from dsanalyze.report.whatif_docs import WhatIfDocs  # noqa: E402
 
-# Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
-COLORS = {"compute": "#999999", "prep stall": "#E69F00", "fetch stall": "#0072B2"}
+# Okabe-Ito colours (stall_figure.py): distinguishable with common colour-vision deficiencies.
+COLORS = stall_figure.COLORS
 WAIT_COLOR, COMPUTE_COLOR = "#D55E00", "#999999"
 DPI = 150
 FORMATS = ("png", "svg")
 
 
-# ---- stall breakdown ------------------------------------------------------------------------
+# ---- stall breakdown: report/stall_figure.py ---------------------------------------------
 
-_KNOBS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "cpus": lambda c: c["cpus"],
-    "cache": lambda c: c["cache_bytes"],
-    "bw": lambda c: c["storage_read_bps"],
-}
-
-
-def ordered_configs(configs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Configurations so that a trend shows, and the knobs that vary among them.
-
-    The knob with the most distinct values varies fastest; each knob runs
-    from the least resource to the most (unlimited last), so within a group
-    the stall should shrink from left to right.
-    """
-    distinct = {k: len({f(c) for c in configs}) for k, f in _KNOBS.items()}
-    varying = sorted((k for k, n in distinct.items() if n > 1), key=lambda k: distinct[k])
-    ordered = sorted(configs, key=lambda c: tuple(unlimited_last(_KNOBS[k](c)) for k in varying))
-    return ordered, varying
-
-
-def stall_breakdown(summary: dict[str, Any]) -> Figure:
-    """Stacked bars per configuration: compute, prep stall, fetch stall (s per epoch).
-
-    Heights are the summary's `compute_s`, `prep_stall_s`, `fetch_stall_s`;
-    each bar is labelled with its `prep_stall_pct` and `fetch_stall_pct`. A
-    black tick marks a disk run's cold first epoch (`epoch1_s`) where it has one.
-    """
-    configs, varying = ordered_configs(summary["configs"])
-    fig = Figure(figsize=(max(6.0, 1.15 * len(configs) + 2.5), 4.8), layout="constrained")
-    ax = fig.subplots()
-    x = list(range(len(configs)))
-    bottom = [0.0] * len(configs)
-    for name, key in (("compute", "compute_s"), ("prep stall", "prep_stall_s"),
-                      ("fetch stall", "fetch_stall_s")):
-        heights = [c[key] or 0.0 for c in configs]
-        ax.bar(x, heights, 0.62, bottom=bottom, label=name, color=COLORS[name])
-        bottom = [b + h for b, h in zip(bottom, heights)]
-    for xi, top, cfg in zip(x, bottom, configs):
-        ax.annotate(_stall_label(cfg), (xi, top), xytext=(0, 3), textcoords="offset points",
-                    ha="center", va="bottom", fontsize=8.5)
-    cold = [(xi, c["modes"]["disk"]["epoch1_s"]) for xi, c in zip(x, configs)
-            if c["modes"].get("disk", {}).get("epoch1_s") is not None]
-    if cold:
-        ax.scatter(*zip(*cold), marker="_", s=500, color="black", zorder=3,
-                   label="cold 1st epoch (disk)")
-    ax.set_xticks(x, ["\n".join(knob_text(k, c) for k in varying) or config_label(c)
-                      for c in configs], fontsize=8.5)
-    ax.set_ylabel("seconds per epoch")
-    ax.set_ymargin(0.18)
-    n = configs[0]["samples_per_epoch"] if configs else None
-    fixed = [knob_text(k, configs[0]) for k in _KNOBS if k not in varying and configs]
-    ax.set_title("Where each epoch's time goes" + (f" ({n} samples)" if n else "")
-                 + ("\n" + ", ".join(fixed) if fixed else ""), fontsize=11)
-    ax.grid(axis="y", alpha=0.3)
-    ax.set_axisbelow(True)
-    fig.legend(loc="outside lower center", ncol=4, frameon=False, fontsize=9)
-    return fig
-
-
-def _stall_label(cfg: dict[str, Any]) -> str:
-    parts = [f"{kind} {cfg[f'{kind}_stall_pct']:.0f}%" for kind in ("prep", "fetch")
-             if cfg[f"{kind}_stall_pct"] is not None]
-    return "\n".join(parts) or "no stall data"
+stall_breakdown, ordered_configs = stall_figure.stall_breakdown, stall_figure.ordered_configs
 
 
 # ---- timeline --------------------------------------------------------------------------------
@@ -204,7 +139,8 @@ def timeline_run(summary: dict[str, Any], runs: list[RunResult]) -> RunResult | 
 def figures(summary: dict[str, Any], runs: list[RunResult], docs: WhatIfDocs,
             run_id: str | None = None) -> dict[str, Figure]:
     """Every figure of a prefix, by file name: the stall breakdown; the timeline of `run_id`,
-    or of the run that waited most for data; the per-transform times; and, when `docs` holds
+    or of the run that waited most for data; the per-transform times; the endpoint probe's
+    throughput curve (remote data); and, when `docs` holds
     a what-if grid and its validation, their heatmap, curves and validation plot."""
     out: dict[str, Figure] = {}
     if any(c["total_s"] is not None for c in summary["configs"]):  # no figure from no data
@@ -217,9 +153,11 @@ def figures(summary: dict[str, Any], runs: list[RunResult], docs: WhatIfDocs,
     if steps_run is not None:
         out["transform_times"] = transform_times(step_timing.run_table(steps_run),
                                                  steps_run.run_id)
+    if (curve := probe_plots.probe_curve(runs)) is not None:
+        out["endpoint_probe"] = curve
     if docs.rows:
         out["whatif_heatmap"] = whatif_plots.whatif_heatmap(docs.rows)
         out["whatif_curves"] = whatif_plots.whatif_curves(docs.rows, summary)
     if docs.validation and docs.validation.get("runs"):
-        out["validation"] = whatif_plots.validation(docs.validation)
+        out["validation"] = validation_figure.validation(docs.validation)
     return out

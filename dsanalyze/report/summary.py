@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dsanalyze.analysis import jobrun
-from dsanalyze.analysis.measured import short_text
+from dsanalyze.analysis.measured import MeasuredWindow, short_text
 from dsanalyze.analysis.summary import ConfigSummary, Summary
 from dsanalyze.config import Job, format_bytes
 from dsanalyze.report.document import Block, render_markdown
@@ -22,10 +22,16 @@ from dsanalyze.report.text import (
     fixed_width,
     knob_text,
     number,
+    storage_word,
 )
 
 COLUMNS = ("config", "synthetic/s", "cached/s", "disk/s", "epoch s", "compute s",
            "prep stall", "fetch stall", "verdict")
+
+
+def columns(summary: Summary) -> list[str]:
+    """The table's header: `remote/s` for the third mode where the data is remote."""
+    return [f"{storage_word(summary)}/s" if c == "disk/s" else c for c in COLUMNS]
 
 
 def _num(x: float | None, fmt: str = "{:.1f}") -> str:
@@ -46,6 +52,8 @@ def _stall(cfg: ConfigSummary, kind: str) -> str:
         return f"within noise (±{half:.1f}%)"
     if significance == "inverted":  # the slower mode measured faster, beyond noise: see the notes
         return f"inverted (±{half:.1f}%)"
+    if significance == "suspect":  # ... beyond both rates' intervals: the note says what it suspects
+        return "suspect (see note)"
     return f"{number(s)}s {number(pct)}% ±{half:.1f}"
 
 
@@ -123,6 +131,21 @@ def _window_notes(summary: Summary) -> list[str]:
     n_runs = len(summary.runs)
     out += [f"{text} ({'every run' if len(ids) == n_runs else ', '.join(ids)})"
             for text, ids in said.items()]
+    return out + _cache_notes(summary.measured)
+
+
+def _cache_notes(measured: MeasuredWindow) -> list[str]:
+    """Data larger than memory: the subset a cached run measured prep on; cached runs that
+    were not cached."""
+    out = [f"{s.run_id} measured prep on a subset: {s.files} of {s.of_files} files "
+           f"({format_bytes(s.bytes)} of {format_bytes(s.of_bytes)}); the page cache has "
+           f"room for {format_bytes(s.room_bytes)} ({s.room_why}); the table is per epoch "
+           "of the whole dataset" for s in measured.subsets]
+    for n in measured.not_cached:
+        why = "its dataset could not be narrowed to the warmed subset (not a torchvision " \
+              "DatasetFolder)" if n.narrowed is False else \
+              f"only {n.resident_pct:g}% of the files warmed were resident at its start"
+        out.append(f"{n.run_id} was NOT cached: {why}; its prep stall includes fetch time")
     return out
 
 
@@ -140,7 +163,7 @@ def render_table(summary: Summary) -> str:
     n = summary.samples_per_epoch
     device = f" on device {_device_text(summary)}" if summary.job else ""
     lines = [f"Stall breakdown per epoch ({n} samples){device}; rates in samples/s" if n else
-             "Stall breakdown", *fixed_width(COLUMNS, table_rows(summary), left=frozenset({0, 8}))]
+             "Stall breakdown", *fixed_width(columns(summary), table_rows(summary), left=frozenset({0, 8}))]
     lines += node_lines(summary)
     lines += [f"note: {n_}" for n_ in notes(summary)]
     return "\n".join(lines)
@@ -159,20 +182,22 @@ def node_lines(summary: Summary) -> list[str]:
 
 
 def render_markdown_table(summary: Summary) -> str:
-    return render_markdown([("table", list(COLUMNS), table_rows(summary))]).strip()
+    return render_markdown([("table", columns(summary), table_rows(summary))]).strip()
 
 
 # ---- the report's content (blocks rendered by `report/document.py`) ---------------------------
 
-FIGURE_CAPTIONS = {
-    "stall_breakdown": "Seconds per epoch per configuration: compute, prep stall and fetch "
-                       "stall, labelled with each stall's share of the epoch.",
+FIGURE_CAPTIONS = {  # only what every figure of its kind draws: the legends name the rest
+    "stall_breakdown": "Seconds per epoch per configuration, each bar at the table's epoch time: "
+                       "compute, prep stall and fetch stall, with their intervals, labelled "
+                       "with each stall's share of the epoch as the table gives it.",
     "whatif_heatmap": "Predicted throughput over CPUs and page cache, a panel per storage "
-                      "bandwidth; dashed: measured, with its measured steady rate (a run of one "
-                      "cold epoch has none: not boxed), orange: the recommendation.",
-    "whatif_curves": "Predicted throughput against CPUs and against cache (lines), a row per "
-                     "storage bandwidth, with the measured configurations (circles).",
-    "validation": "The what-if model's predictions of held-out runs against their measurements.",
+                      "bandwidth, each cell with the half-width of its prediction interval.",
+    "whatif_curves": "Predicted throughput against CPUs and against cache (lines, with their "
+                     "prediction intervals), a row per storage bandwidth; lines alike are drawn "
+                     "as one.",
+    "validation": "The what-if model's predictions of held-out runs, by split, against their "
+                  "measurements, with each prediction's interval.",
     "timeline": "Per rank, every iteration's wait for data and compute, in wall time.",
     "transform_times": "Worker time per sample of each preprocessing step, in pipeline order.",
 }
@@ -294,7 +319,7 @@ def report_blocks(summary: Summary, figures: Sequence[str] = (),
                            ("h2", "Stall breakdown"),
                            ("p", f"Per epoch of {n} samples: rates in samples/s, times in "
                                  "seconds; a stall's percentage is its share of the epoch."),
-                           ("table", list(COLUMNS), table_rows(summary))]
+                           ("table", columns(summary), table_rows(summary))]
     if notes(summary):
         blocks.append(("ul", [f"note: {line}" for line in notes(summary)]))
     blocks += [("h2", "Verdict"), *_headline(summary), ("ul", _verdict_lines(summary))]

@@ -5,6 +5,7 @@ figures and the what-if output name a resource configuration the same way.
     cache_text("2G", 2 << 30)    -> "2G"          as asked
     cache_text("none", None)     -> "unlimited"   no memory limit
     bandwidth_text(8 << 20)      -> "8M/s"
+    remote_text(cfg)             -> "remote (100M/s, 20 ms)"  data across a network link
     number(-0.001, "{:.2f}")     -> "0.00"        never a negative zero
 """
 
@@ -59,14 +60,32 @@ def enforcement_text(knob: str, how: KnobHold) -> str:
 def _field(cfg: Any, name: str) -> Any:
     """A configuration's knob: a typed `ConfigSummary`, or a row of the figures' documents
     (the what-if rows and `Summary.to_dict()`'s configurations are still dicts)."""
-    return cfg.get(name) if isinstance(cfg, Mapping) else getattr(cfg, name)
+    return cfg.get(name) if isinstance(cfg, Mapping) else getattr(cfg, name, None)
+
+
+def remote_text(cfg: Any) -> str | None:
+    """A remote configuration's link, where a local one says "disk": `remote (100M/s, 20 ms)`;
+    None for local data."""
+    latency_s = _field(cfg, "net_latency_s")
+    if latency_s is None:
+        return None
+    return f"remote ({bandwidth_text(_field(cfg, 'net_bw_bps'), 'unshaped')}, {latency_s * 1000:g} ms)"
+
+
+def storage_word(summary: Any) -> str:
+    """What the table's third mode is called: `remote` when every configuration's data is."""
+    configs = _field(summary, "configs") or []
+    return "remote" if configs and all(remote_text(c) for c in configs) else "disk"
 
 
 def config_label(cfg: Any) -> str:
-    """A configuration of the summary in one token per knob: `cpus=1 cache=25% (44M) bw=8M/s`."""
+    """A configuration of the summary in one token per knob: `cpus=1 cache=25% (44M) bw=8M/s`;
+    a remote one `cpus=1 remote (100M/s, 20 ms)`."""
     cpus = "all" if _field(cfg, "cpus") is None else _field(cfg, "cpus")
     parts = [f"cpus={cpus}"]
-    if "disk" in _field(cfg, "modes"):
+    if (remote := remote_text(cfg)) is not None:
+        parts.append(remote)
+    elif "disk" in _field(cfg, "modes"):
         parts += [f"cache={cache_text(_field(cfg, 'cache_spec'), _field(cfg, 'cache_bytes'))}",
                   f"bw={bandwidth_text(_field(cfg, 'storage_read_bps'))}"]
     return " ".join(parts)
@@ -81,6 +100,10 @@ def knob_text(knob: str, cfg: Any) -> str:
         if _field(cfg, "cache_bytes") is None:
             return "cache unlimited"
         return f"cache {cache_text(_field(cfg, 'cache_spec'), _field(cfg, 'cache_bytes'))}"
+    if knob == "net_bw":
+        return f"remote {bandwidth_text(_field(cfg, 'net_bw_bps'), 'unshaped')}"
+    if knob == "net_latency":
+        return f"latency {(_field(cfg, 'net_latency_s') or 0) * 1000:g} ms"
     return f"disk {bandwidth_text(_field(cfg, 'storage_read_bps'), 'unthrottled')}"
 
 

@@ -1,5 +1,5 @@
 """The what-if figures: the predicted-throughput heatmap, the curves against CPUs
-and against cache, and the validation of held-out runs.
+and against cache (the validation of held-out runs: `report/validation_figure.py`).
 
 Drawn from the what-if grid (`whatif.json`: one row per combination) and the
 validation document (`validation.json`), with matplotlib's object-oriented API
@@ -84,20 +84,48 @@ def heatmap_grid(rows: list[dict[str, Any]], metric: str = "rate_sps"
     return cpus, caches, grid
 
 
+def half_width(row: dict[str, Any]) -> float | None:
+    """Half the width of a row's prediction interval (samples/s); None without one."""
+    lo, hi = row.get("rate_sps_low"), row.get("rate_sps_high")
+    return (hi - lo) / 2 if lo is not None and hi is not None and hi > 0 else None
+
+
+def interval_level(rows: list[dict[str, Any]]) -> float:
+    """The prediction intervals' level (0.9), as the rows say."""
+    return next((r["interval_level"] for r in rows if r.get("interval_level")), 0.9)
+
+
+MAX_WIDTH_IN = 12.8  # 1920 px at the saved 150 dpi: a screen's width
+PANEL_COLS = 2  # panels a row when one row would be wider than a screen
+
+
+def panel_layout(n_panels: int, n_cache: int) -> tuple[int, int, float]:
+    """(rows, columns, panel width in inches) for `n_panels` heatmap panels of `n_cache`
+    columns: one row while it fits a screen, else PANEL_COLS a row."""
+    width = 0.78 * n_cache + 0.9
+    cols = n_panels if width * n_panels + 1.6 <= MAX_WIDTH_IN else min(PANEL_COLS, n_panels)
+    return -(-n_panels // max(1, cols)), max(1, cols), width
+
+
 def whatif_heatmap(rows: list[dict[str, Any]], metric: str = "rate_sps") -> Figure:
     """Predicted `metric` over CPUs (rows) x cache (columns), one panel per storage bandwidth.
 
-    One colour scale from 0 for every panel, each cell labelled with its value;
-    dashed: a measured configuration, with its measured figure of the same kind
+    One colour scale from 0 for every panel, each cell labelled with its value
+    and (throughput) the half-width of its prediction interval, `±h`; dashed:
+    a measured configuration, with its measured figure of the same kind
     (`measured_sps`, the steady state: a run of one cold epoch has none and is
-    not boxed); orange: the recommendation.
+    not boxed); a thick orange box: the recommendation, when there is one.
     """
     planes = whatif_planes(rows)
     n_cache = max((len(_cache_axis(p)[0]) for _, p in planes), default=1)
     n_cpu = max((len({r["cpus"] for r in p}) for _, p in planes), default=1)
-    fig = Figure(figsize=(max(5.5, (0.72 * n_cache + 0.6) * len(planes) + 1.6),
-                          max(3.6, 0.55 * n_cpu + 2.4)), layout="constrained")
-    axes = fig.subplots(1, max(1, len(planes)), sharey=True, squeeze=False)[0]
+    n_rows, n_cols, panel_w = panel_layout(len(planes), n_cache)
+    fig = Figure(figsize=(min(MAX_WIDTH_IN, max(5.5, panel_w * n_cols + 1.6)),
+                          n_rows * max(2.6, 0.62 * n_cpu + 1.6) + 1.0), layout="constrained")
+    grid_axes = fig.subplots(n_rows, n_cols, sharey=True, squeeze=False)
+    axes = [ax for row in grid_axes for ax in row]
+    for ax in axes[len(planes):]:
+        ax.set_visible(False)
     values = [r[metric] for _, p in planes for r in p if r.get(metric) is not None]
     norm = Normalize(0.0, max(values, default=1.0) or 1.0)
     styles = {"measured": dict(edgecolor="white", linestyle="--", linewidth=1.6),
@@ -106,16 +134,24 @@ def whatif_heatmap(rows: list[dict[str, Any]], metric: str = "rate_sps") -> Figu
     for ax, (fixed, plane) in zip(axes, planes):
         im = _heatmap_panel(ax, plane, metric, norm, styles, drawn)
         ax.set_title(_slice_title(fixed, "\n"), fontsize=9)  # one knob a line: panels are narrow
-    axes[0].set_ylabel("CPUs")
+    for row in grid_axes:
+        row[0].set_ylabel("CPUs")
     if planes:
-        fig.colorbar(im, ax=list(axes), label=METRIC_LABELS.get(metric, metric))
-    fig.suptitle(f"What-if: {METRIC_LABELS.get(metric, metric)}", fontsize=11)
+        fig.colorbar(im, ax=[ax for ax in axes if ax.get_visible()],
+                     label=METRIC_LABELS.get(metric, metric))
+    spread = f"; ±: half its {interval_level(rows):.0%} interval" if metric == "rate_sps" else ""
+    fig.suptitle(f"What-if: {METRIC_LABELS.get(metric, metric)}{spread}", fontsize=11)
     handles = [Patch(fill=False, label=k, **{**v, "edgecolor": "black"} if k == "measured" else v)
                for k, v in styles.items() if k in drawn]
     if handles:
         fig.legend(handles=handles, loc="outside lower center", ncol=2, frameon=False,
                    fontsize=9)
     return fig
+
+
+def _cell_text(value: float, half: float | None, measured: float | None) -> str:
+    text = f"{value:.0f}" + (f" ±{half:.0f}" if half is not None else "")
+    return text + (f"\nmeas. {measured:.0f}" if measured is not None else "")
 
 
 def _heatmap_panel(ax: Any, plane: list[dict[str, Any]], metric: str, norm: Normalize,
@@ -126,12 +162,14 @@ def _heatmap_panel(ax: Any, plane: list[dict[str, Any]], metric: str, norm: Norm
     key = MEASURED_OF.get(metric, "")
     seen = {index[(r["cpus"], r["cache_bytes"])]: r[key] for r in plane
             if r.get(key) is not None}
+    halves = {index[(r["cpus"], r["cache_bytes"])]: half_width(r) for r in plane
+              if metric == "rate_sps"}
     for i, row in enumerate(grid):
         for j, v in enumerate(row):
             if v == v:  # not NaN
-                text = f"{v:.0f}" + (f"\nmeas. {seen[(j, i)]:.0f}" if (j, i) in seen else "")
-                ax.text(j, i, text, ha="center", va="center", fontsize=8 if (j, i) not in seen
-                        else 7, color="white" if norm(v) < 0.55 else "black")
+                ax.text(j, i, _cell_text(v, halves.get((j, i)), seen.get((j, i))),
+                        ha="center", va="center", fontsize=8,
+                        color="white" if norm(v) < 0.55 else "black")
     for label, pick in (("measured", lambda r: r.get(key) is not None),
                         ("recommended", is_recommended)):
         for r in plane:
@@ -160,34 +198,91 @@ def measured_rate(summary: dict[str, Any] | None, cpus: Any, cache_bytes: Any,
     return None
 
 
+FOLD_SHARE = 0.005  # series apart by less than this share of the panel's top: drawn as one
+
+
+def fold_series(labels: list[str], series: list[list[float]]) -> list[tuple[str, list[int]]]:
+    """Series that differ at every point by less than FOLD_SHARE of the largest value drawn
+    (under 1.5 px on a 300 px panel: one line on the page), folded into one: (legend label,
+    members). The label names the members' range in axis order (`25% to unlimited`), or
+    lists them when they are not neighbours; a lone series keeps its own label.
+    """
+    top = max((abs(v) for ys in series for v in ys if v == v), default=0.0)
+    groups: list[list[int]] = []
+    for k, ys in enumerate(series):
+        for g in groups:
+            if all((a != a and b != b) or abs(a - b) <= FOLD_SHARE * top
+                   for a, b in zip(ys, series[g[0]])):
+                g.append(k)
+                break
+        else:
+            groups.append([k])
+    out = []
+    for g in groups:
+        if len(g) == 1:
+            out.append((labels[g[0]], g))
+        elif g == list(range(g[0], g[-1] + 1)):
+            out.append((f"{labels[g[0]]} to {labels[g[-1]]} (alike)", g))
+        else:
+            out.append((", ".join(labels[k] for k in g) + " (alike)", g))
+    return out
+
+
 def whatif_curves(rows: list[dict[str, Any]], summary: dict[str, Any] | None = None) -> Figure:
     """Predicted throughput vs CPUs (a line per cache) and vs cache (a line per CPU count).
 
     One row of two panels per storage bandwidth (as the heatmap's panels).
-    Circles: the measured rate of every row marked measured (the row's
-    `measured_sps`, else the summary's), in the colour of the line it belongs on.
+    Lines alike (FOLD_SHARE) are one line whose legend names their range;
+    each point's prediction interval is an error bar. Circles: the measured
+    rate of every row marked measured (the row's `measured_sps`, else the
+    summary's), in the colour of the line it belongs on.
     """
     planes = whatif_planes(rows)
-    fig = Figure(figsize=(10, 0.6 + 3.7 * max(1, len(planes))), layout="constrained")
+    fig = Figure(figsize=(10, 0.6 + 3.3 * max(1, len(planes))), layout="constrained")
     axes = fig.subplots(max(1, len(planes)), 2, sharey=True, squeeze=False)
     for (ax_cpu, ax_cache), (fixed, plane) in zip(axes, planes):
         _curves_row(ax_cpu, ax_cache, plane, fixed, summary)
     axes[0][0].set_ylim(bottom=0)
-    fig.suptitle("What-if: predicted throughput (lines), measured (circles)", fontsize=11)
+    fig.suptitle(f"What-if: predicted throughput (lines, with {interval_level(rows):.0%} "
+                 "intervals), measured (circles)", fontsize=11)
     return fig
+
+
+def _lines(ax: Any, xs: list[int], labels: list[str], series: list[list[float]],
+           bands: list[tuple[list[float], list[float]]]) -> list[Any]:
+    """Draw the folded series, each point with its interval as an error bar (dodged a little
+    sideways per line, so that bars of nearby lines stay apart); returns, per original
+    series, its line."""
+    line_of: list[Any] = [None] * len(series)
+    folded = fold_series(labels, series)
+    for n, (label, members) in enumerate(folded):
+        ys, (lo, hi) = series[members[0]], bands[members[0]]
+        (line,) = ax.plot(xs, ys, marker=".", label=label)
+        for k in members:
+            line_of[k] = line
+        dodge = (n - (len(folded) - 1) / 2) * min(0.06, 0.3 / len(folded))
+        if all(v != v for v in (*lo, *hi)):  # no interval in these rows (an older whatif.json)
+            continue
+        ax.errorbar([x + dodge for x in xs], ys, yerr=[[y - a for y, a in zip(ys, lo)],
+                                                       [b - y for y, b in zip(ys, hi)]],
+                    fmt="none", ecolor=line.get_color(), elinewidth=0.9, capsize=2, alpha=0.7,
+                    label=f"_{label} interval")
+    return line_of
 
 
 def _curves_row(ax_cpu: Any, ax_cache: Any, plane: list[dict[str, Any]], fixed: dict[str, Any],
                 summary: dict[str, Any] | None) -> None:
     cpus, caches, grid = heatmap_grid(plane, "rate_sps")
+    lows, highs = (heatmap_grid(plane, k)[2] for k in ("rate_sps_low", "rate_sps_high"))
     _, cache_labels = _cache_axis(plane)
     cpu_x = list(range(len(cpus)))
-    cache_lines = [ax_cpu.plot(cpu_x, [g[j] for g in grid], marker=".",
-                               label=label.replace("\n", " "))[0]
-                   for j, label in enumerate(cache_labels)]
-    cpu_lines = [ax_cache.plot(range(len(caches)), grid[i], marker=".",
-                               label=f"{knob_text('cpus', {'cpus': c})}")[0]
-                 for i, c in enumerate(cpus)]
+    cache_lines = _lines(ax_cpu, cpu_x, [c.replace("\n", " ") for c in cache_labels],
+                         [[g[j] for g in grid] for j in range(len(caches))],
+                         [([g[j] for g in lows], [g[j] for g in highs])
+                          for j in range(len(caches))])
+    cpu_lines = _lines(ax_cache, list(range(len(caches))),
+                       [knob_text("cpus", {"cpus": c}) for c in cpus], grid,
+                       list(zip(lows, highs)))
     # the steady state, as the lines: a run of one cold epoch has no point (measured_sps None)
     pts = [(r, r["measured_sps"] if "measured_sps" in r else
             measured_rate(summary, r["cpus"], r["cache_bytes"], fixed.get("storage_read_bps")))
@@ -212,38 +307,3 @@ def _curves_row(ax_cpu: Any, ax_cache: Any, plane: list[dict[str, Any]], fixed: 
     ax_cache.set(xlabel="page cache", title=f"{where}\nvs cache (a line per CPU count)")
     for ax in (ax_cpu, ax_cache):
         ax.title.set_fontsize(10)
-
-
-def validation(doc: dict[str, Any]) -> Figure:
-    """Predicted vs measured throughput of the held-out runs, with the identity line.
-
-    Each point holds its number; the numbers are listed under the axes with the
-    run id and its error. The axes span the points (not from zero) so that
-    a few percent of error stays visible.
-    """
-    runs = doc["runs"]
-    fig = Figure(figsize=(5.8, 5.4 + 0.17 * len(runs)), layout="constrained")
-    ax = fig.subplots()
-    measured = [r["measured_sps"] for r in runs]
-    predicted = [r["predicted_sps"] for r in runs]
-    lo, hi = min([*measured, *predicted]) * 0.85, max([*measured, *predicted]) * 1.1
-    ax.plot([lo, hi], [lo, hi], color="black", linewidth=1, label="predicted = measured")
-    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="#999999",
-                    alpha=0.2, label="within 10%")
-    ax.scatter(measured, predicted, s=150, color="#0072B2", alpha=0.85, zorder=3,
-               label="held-out run")
-    for i, r in enumerate(runs, 1):  # the number inside its own marker: no doubt which is which
-        ax.annotate(str(i), (r["measured_sps"], r["predicted_sps"]), ha="center", va="center",
-                    fontsize=7, color="white", fontweight="bold", zorder=4)
-        ax.plot([], [], " ", label=f"{i}: {r['run_id']} ({r['error_pct']:+.1f}%)")
-    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="measured (samples/s)",
-           ylabel="predicted (samples/s)", aspect="equal")
-    ax.set_title(f"What-if model validation: {len(runs)} held-out runs\nmedian |error| "
-                 f"{doc['median_abs_error_pct']:.1f}%, max |error| "
-                 f"{doc['max_abs_error_pct']:.1f}%", fontsize=11)
-    ax.grid(alpha=0.3)
-    handles, labels = ax.get_legend_handles_labels()
-    ax.legend(handles[:3], labels[:3], loc="upper left", fontsize=8, frameon=False)
-    fig.legend(handles[3:], labels[3:], loc="outside lower center", fontsize=7.5, frameon=False,
-               handlelength=0, ncol=1)
-    return fig

@@ -13,7 +13,8 @@ to watch as lines; when it ends normally it writes `done`. If instead the pipe
 reaches end-of-file with no `done` (the harness was killed with SIGKILL, by
 the OOM killer, a lost SSH session or a scheduler), the reaper SIGKILLs the
 job's process group and every process in the run's cgroups until none is
-left, removes the cgroups, and exits: the last process standing cleans up.
+left, removes the cgroups, runs the undo commands it was given (`undo_with`:
+a network namespace to delete), and exits: the last process standing cleans up.
 `cgroups.clean_stale` at the next start remains the fallback for a reaper
 that was itself killed. The reaper imports nothing heavy.
 """
@@ -21,6 +22,7 @@ that was itself killed. The reaper imports nothing heavy.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -63,6 +65,10 @@ class Lifeline:
 
     def watch_group(self, pgid: int) -> None:
         self._send(f"pgid {pgid}")
+
+    def undo_with(self, argv: list[str]) -> None:
+        """A command the reaper runs after its kills (a network namespace to delete)."""
+        self._send(f"run {json.dumps(argv)}")
 
     def release(self) -> None:
         """The harness cleaned up itself: let the reaper go without touching anything."""
@@ -144,12 +150,20 @@ def reap(pgids: list[int], dirs: list[str], timeout_s: float = REAP_TIMEOUT_S) -
     return not left
 
 
+def undo(commands: list[list[str]]) -> None:
+    """Run each command once, whatever the others do."""
+    for argv in commands:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+
+
 def main() -> int:
     # Ctrl-C and a hang-up reach the harness, which cleans up and says `done`.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     pgids: list[int] = []
     dirs: list[str] = []
+    commands: list[list[str]] = []
     for line in sys.stdin:
         word, _, value = line.strip().partition(" ")
         if word == DONE:
@@ -158,7 +172,11 @@ def main() -> int:
             pgids.append(int(value))
         elif word == "cgroup":
             dirs.append(value)
-    return 0 if reap(pgids, dirs) else 1
+        elif word == "run":
+            commands.append(json.loads(value))
+    reaped = reap(pgids, dirs)
+    undo(commands)
+    return 0 if reaped else 1
 
 
 if __name__ == "__main__":

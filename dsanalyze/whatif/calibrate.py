@@ -577,8 +577,9 @@ def _job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] 
     the step's params, then samples per epoch, dataset bytes and sample bytes."""
     job, ran = base[0].spec.job, job_as_run(base[0])
     file_bytes, size_param = file_sizes(base[0], sizes)
-    n_samples = stalls.samples_per_epoch(base[0]) or len(file_bytes)
-    batches = run_layout(base[0]).batches
+    # the whole dataset's epoch: a cached run of data larger than memory ran on a subset
+    n_samples = max(stalls.samples_per_epoch(r) or 0 for r in base) or len(file_bytes)
+    batches = max(run_layout(r).batches for r in base)
     epochs = max([3] + [run_layout(r).epochs for r in _by_mode(base, Mode.DISK)])
     # a cold epoch, then steady ones
     layout = pipeline.Layout(epochs, batches, epochs * batches, min(job.warmup, batches - 1))

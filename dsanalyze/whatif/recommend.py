@@ -21,12 +21,21 @@ from dataclasses import replace
 from typing import Any
 
 from dsanalyze.analysis.summary import summarize
-from dsanalyze.config import Mode, unlimited_last
+from dsanalyze.config import Mode, format_bytes, unlimited_last
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
 from dsanalyze.whatif.api import Prediction, predict
 from dsanalyze.whatif.calibrate import base_runs
-from dsanalyze.whatif.decision import MAX_STALL_PCT, Decision, Facts, decide, measured_epochs
+from dsanalyze.whatif.decision import (
+    MAX_STALL_PCT,
+    TOLERANCE,
+    Decision,
+    Facts,
+    decide,
+    measured_epochs,
+    predicted_option,
+)
+from dsanalyze.whatif.decision import cost as decision_cost
 from dsanalyze.whatif.model import Config, HeldOut, Model, run_config, run_cpus
 
 WORKER_CHOICES = (1, 2, 4, 8, 16)
@@ -93,3 +102,33 @@ def recommend(model: Model, preds: Sequence[Prediction], results: Sequence[RunRe
 def pick_of(d: Decision | None) -> Config | None:
     """The predicted configuration a decision recommends (None: a measured one, or none)."""
     return d.prediction.config if d is not None and d.prediction is not None else None
+
+
+# ---- for --adaptive (`nextrun.py`): the decision's cost order and tie rule over predictions ----
+
+def cost(p: Prediction) -> tuple:
+    """A prediction's place in the one cost order (`decision.cost`)."""
+    return decision_cost(predicted_option(p, 1))
+
+
+def rank(preds: Sequence[Prediction], max_stall_pct: float, epochs: int,
+         tolerance: float = TOLERANCE) -> tuple[Prediction | None, Prediction | None]:
+    """(the cheapest prediction under the budget, or None; that one, else the cheapest within
+    `tolerance` of the shortest job): the decision's rules over predictions alone."""
+    if not preds:
+        return None, None
+    ok = [p for p in preds if p.job_stall_pct(epochs) <= max_stall_pct]
+    chosen = min(ok, key=cost) if ok else None
+    best = min(p.job_s(epochs) for p in preds)
+    return chosen, chosen or min((p for p in preds if p.job_s(epochs) <= best * (1 + tolerance)),
+                                 key=cost)
+
+
+def config_text(c: Config, loader: str) -> str:
+    """`2 CPUs, page cache 50M, storage 8M/s, 2 DataLoader workers per rank`."""
+    cache = "unlimited" if c.cache_bytes is None else format_bytes(c.cache_bytes)
+    bw = "the measured device" if c.storage_read_bps is None else \
+        f"{format_bytes(c.storage_read_bps)}/s"
+    word = "DALI threads" if loader == "dali" else "DataLoader workers"
+    return (f"{c.cpus} CPU{'s' if c.cpus > 1 else ''}, page cache {cache}, storage {bw}, "
+            f"{c.workers} {word[:-1] if c.workers == 1 else word} per rank")

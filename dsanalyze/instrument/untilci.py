@@ -1,0 +1,152 @@
+"""`--until-ci P%`: a run stops once its steady rate is known within ±P%.
+
+Rank 0 decides at every iteration boundary, from its own iteration times
+(ranks advance together through DDP's all-reduce); every rank stops at the
+same iteration (`RankStop`). The rule, over rank 0's window:
+
+- **window**: the iterations after the warm-up; in disk mode, only those of
+  the second epoch on, so that the cold first epoch is measured whole (the
+  disk figures report it on its own, `analysis/coldepoch.py`): a disk run
+  that never reaches its second epoch runs to its maximum.
+- **at least `min_iters`** iterations in the window.
+- **periods**: a stall is an iteration longer than `STALL_FACTOR` x the
+  window's median. The longest gap between two consecutive stalls (with a
+  single stall, its distance from the window's start: the period is at least
+  that) is the period of the slowest recurring stall seen: a stall every K
+  batches, an epoch boundary, a periodic checkpoint.
+- **batch means**: blocks of m = max(the block bootstrap's block length
+  (`blockstats.block_length`, the rule the run's reported interval uses),
+  the period + 1) consecutive iterations; the last k = n // m of the window,
+  k at least `MIN_BLOCKS`: the window spans several periods of any stall
+  seen, so a stall that has not yet recurred cannot end the run.
+- **interval**: per block, seconds per sample; the 95% half-width t_{k-1}
+  s / sqrt(k) relative to their mean (t/z as `blockstats.small_sample_factor`).
+  The run stops once it is at most P%. The run's reported interval is still
+  the circular block bootstrap's, computed later over the same window.
+
+Pure (numpy, no torch): `estimate` takes the series and returns a value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dsanalyze.blockstats import DEFAULT_LEVEL, block_length, small_sample_factor
+
+STALL_FACTOR = 2.0  # an iteration this many times the median is a stall
+MIN_BLOCKS = 5  # batch means: at least this many blocks, each longer than a stall period
+LEAD_ITERS = 3  # several ranks: rank 0 names an iteration this far ahead, all stop there
+STOP_FILE = "stop-at.json"
+Z95 = 1.959964
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The rule's reading of a window: its rate, the interval's half-width, and why."""
+
+    iters: int  # in the window
+    rate_sps: float
+    half_width_pct: float  # 95%, relative to the rate; inf while too few blocks
+    block: int  # iterations per batch-means block
+    blocks: int
+    period: int  # longest gap between recurring stalls seen (0: none)
+    stop: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["half_width_pct"] = None if math.isinf(self.half_width_pct) else self.half_width_pct
+        return d
+
+
+def stall_period(iter_s: np.ndarray) -> int:
+    """The longest gap, in iterations, between consecutive stalls (iterations over
+    STALL_FACTOR x the median); one stall: its index (the period is at least that); 0: none."""
+    stalls = np.flatnonzero(iter_s > STALL_FACTOR * float(np.median(iter_s)))
+    if len(stalls) == 0:
+        return 0
+    if len(stalls) == 1:
+        return int(stalls[0]) + 1
+    return int(np.diff(stalls).max())
+
+
+def estimate(iter_s: Any, samples: Any, target_pct: float, min_iters: int) -> Estimate:
+    """The batch-means interval of the window's rate (samples / second) and whether it is
+    within ±`target_pct`% (see the module's docstring)."""
+    x, s = np.asarray(iter_s, dtype=float), np.asarray(samples, dtype=float)
+    n = len(x)
+    rate = float(s.sum() / x.sum()) if n and x.sum() > 0 else 0.0
+    if n < max(min_iters, MIN_BLOCKS, 4):
+        return Estimate(n, rate, math.inf, 0, 0, 0, False)
+    period = stall_period(x)
+    m = max(block_length(x), period + 1 if period else 1)
+    k = n // m
+    if k < MIN_BLOCKS:
+        return Estimate(n, rate, math.inf, m, k, period, False)
+    tail_x, tail_s = x[n - k * m:].reshape(k, m), s[n - k * m:].reshape(k, m)
+    per_sample = tail_x.sum(axis=1) / tail_s.sum(axis=1)
+    t = Z95 * small_sample_factor(k, DEFAULT_LEVEL)
+    half = 100 * t * float(per_sample.std(ddof=1)) / math.sqrt(k) / float(per_sample.mean())
+    return Estimate(n, rate, half, m, k, period, half <= target_pct)
+
+
+def window_start(epoch: list[int], warmup: int, mode: str) -> int | None:
+    """Index of the window's first iteration; None while a disk run is in its first epoch."""
+    if mode != "disk":
+        return warmup
+    for i in range(warmup, len(epoch)):
+        if epoch[i] >= 1:
+            return i
+    return None
+
+
+class RankStop:
+    """The stopper of one rank (`IterationRecorder.stopper`): rank 0 applies the rule; with
+    several ranks it writes the iteration to stop at (`LEAD_ITERS` ahead) to the run's
+    directory, and every rank stops there."""
+
+    def __init__(self, target_pct: float, min_iters: int, mode: str, rank: int,
+                 world_size: int, run_dir: Path | None) -> None:
+        self.target_pct, self.min_iters, self.mode = target_pct, min_iters, mode
+        self.rank, self.world_size = rank, world_size
+        self.path = run_dir / STOP_FILE if run_dir is not None and world_size > 1 else None
+        self.stop_at: int | None = None
+        self.last: Estimate | None = None  # rank 0's latest reading
+
+    def __call__(self, rec: Any) -> bool:
+        done = len(rec.iter_s)
+        if self.stop_at is None:
+            if self.rank == 0:
+                self._decide(rec)
+            elif self.path is not None and self.path.exists():
+                self.stop_at = int(json.loads(self.path.read_text())["iteration"])
+        return self.stop_at is not None and done >= self.stop_at
+
+    def _decide(self, rec: Any) -> None:
+        start = window_start(rec.epoch, rec.warmup, self.mode)
+        if start is None:
+            return
+        n = len(rec.iter_s) - start
+        if n < self.min_iters or n % max(1, n // 50):
+            return  # past 50 iterations, read the window every n/50 iterations
+        self.last = estimate(rec.iter_s[start:], rec.samples[start:], self.target_pct,
+                             self.min_iters)
+        if not self.last.stop:
+            return
+        self.stop_at = len(rec.iter_s) + (LEAD_ITERS if self.path is not None else 0)
+        if self.path is not None:
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"iteration": self.stop_at}))
+            os.replace(tmp, self.path)
+
+    def record(self) -> dict[str, Any]:
+        """What the rank's record says (`extra["until_ci"]`)."""
+        return {"target_pct": self.target_pct, "min_iters": self.min_iters,
+                "stopped_at": self.stop_at,
+                "estimate": self.last.to_dict() if self.last is not None else None}

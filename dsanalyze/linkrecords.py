@@ -1,0 +1,118 @@
+"""What a remote-data run had between the job and its data, typed: values, no I/O.
+
+`LinkRecord` is stored with every run of a sweep whose data is on the other side
+of a network (`RunResult.link`): the link's shape as set for the run, the
+requests and bytes that crossed it (counted by the delay proxy for served
+data), and the endpoint's probe (`EndpointProbe`: GET throughput and time to
+first byte at several concurrencies, `remote/probe.py`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ProbePoint:
+    """`concurrency` GETs at a time over the dataset's own objects, until the level's
+    byte budget is read. `ttfb_s`: each completed request's time to its first byte (sorted);
+    `errors`: requests that failed (timed out, reset)."""
+
+    concurrency: int
+    requests: int
+    bytes_read: int
+    wall_s: float
+    ttfb_s: tuple[float, ...] = ()
+    errors: int = 0
+
+    @property
+    def throughput_bps(self) -> float:
+        return self.bytes_read / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def ttfb_median_s(self) -> float | None:
+        return statistics.median(self.ttfb_s) if self.ttfb_s else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"concurrency": self.concurrency, "requests": self.requests,
+                "bytes_read": self.bytes_read, "wall_s": self.wall_s,
+                "ttfb_s": list(self.ttfb_s), "errors": self.errors}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ProbePoint:
+        return cls(int(d["concurrency"]), int(d["requests"]), int(d["bytes_read"]),
+                   float(d["wall_s"]), tuple(float(t) for t in d.get("ttfb_s", ())),
+                   int(d.get("errors", 0)))
+
+
+@dataclass(frozen=True)
+class EndpointProbe:
+    """The endpoint as the harness measured it before the runs (`budget_bytes` per level)."""
+
+    url: str
+    budget_bytes: int
+    objects: int  # distinct objects the probe could read
+    points: tuple[ProbePoint, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"url": self.url, "budget_bytes": self.budget_bytes, "objects": self.objects,
+                "points": [p.to_dict() for p in self.points]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EndpointProbe:
+        return cls(str(d["url"]), int(d["budget_bytes"]), int(d["objects"]),
+                   tuple(ProbePoint.from_dict(p) for p in d.get("points", ())))
+
+
+@dataclass(frozen=True)
+class LinkShape:
+    """The link as set for a run: download bandwidth (None: unshaped) and the latency
+    added to each request (0: none)."""
+
+    bw_bps: int | None = None
+    latency_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bw_bps": self.bw_bps, "latency_s": self.latency_s}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LinkShape:
+        return cls(d.get("bw_bps"), float(d.get("latency_s", 0.0)))
+
+
+@dataclass(frozen=True)
+class LinkRecord:
+    """One run's link: its shape, what crossed it, and the endpoint's probe.
+
+    `requests`, `connections`, `bytes_down` (server to job) and `bytes_up` are the
+    delay proxy's counts over the run, `held_s` the time it actually held the run's
+    requests (None for an endpoint the harness does not serve).
+    """
+
+    backend: str  # "s3" or "http"
+    endpoint_url: str
+    served: bool  # True: a server the harness started behind its shaped link
+    shape: LinkShape = field(default_factory=LinkShape)
+    requests: int | None = None
+    connections: int | None = None
+    bytes_down: int | None = None
+    bytes_up: int | None = None
+    probe: EndpointProbe | None = None
+    held_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "endpoint_url": self.endpoint_url, "held_s": self.held_s,
+                "served": self.served, "shape": self.shape.to_dict(),
+                "requests": self.requests, "connections": self.connections,
+                "bytes_down": self.bytes_down, "bytes_up": self.bytes_up,
+                "probe": self.probe.to_dict() if self.probe else None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LinkRecord:
+        return cls(str(d["backend"]), str(d["endpoint_url"]), bool(d["served"]),
+                   LinkShape.from_dict(d.get("shape", {})), d.get("requests"),
+                   d.get("connections"), d.get("bytes_down"), d.get("bytes_up"),
+                   EndpointProbe.from_dict(d["probe"]) if d.get("probe") else None,
+                   d.get("held_s"))

@@ -1,0 +1,173 @@
+"""The adaptive sweep's choice: which configuration to measure next, or why to stop.
+
+    decision = choose(candidates, max_stall_pct=5, epochs=E, target_pct=5)
+
+Each candidate is one configuration of the sweep's grid with the model's
+prediction and, where a disk run measured it, that run's rate interval. The
+pick is the recommendation's own ranking (`recommend.rank`: the cheapest under
+the stall limit, else the cheapest of the fastest) over the predictions.
+Then, in order:
+
+1. The pick is not measured and its interval is wider than ±`target_pct`:
+   measure it (a measurement is the most direct way to narrow it).
+2. An unmeasured configuration has at least `CHANCE_MIN` chance of taking the
+   pick's place: measure the likeliest. With the pick under the limit, the
+   chance is that of a cheaper configuration staying under the limit too;
+   else, that of it staying under the limit or running faster than the pick
+   (by more than the ranking's tolerance).
+3. Else stop: `CONFIDENT` when the pick's interval is within ±`target_pct`,
+   `SETTLED` when it is not but no configuration left to measure could change
+   the answer (the pick is measured: its interval is its run's own noise).
+
+Chances treat a rate as log-normal, sigma read off its interval: the
+prediction's (`LEVEL`, the model's error) or, for a measured configuration,
+its run's (95%, the block bootstrap). A configuration `tried` already (its run
+failed) is not measurable. Pure: values in, a `Decision` out.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
+
+from dsanalyze.whatif.api import Prediction
+from dsanalyze.whatif.model import LEVEL
+from dsanalyze.whatif.recommend import TOLERANCE, config_text, cost, rank
+
+CHANCE_MIN = 0.02  # a configuration less likely than this to change the answer is left alone
+MEASURED_LEVEL = 0.95  # a run's rate interval (analysis/uncertainty.py)
+_NORMAL = NormalDist()
+
+
+class Verdict(str, enum.Enum):
+    MEASURE = "measure"  # measure `next_key`
+    CONFIDENT = "confident"  # the pick's interval is within the target, no rival likely
+    SETTLED = "settled"  # the interval is wider, but nothing left to measure could change it
+    BUDGET = "budget"  # the budget is spent (decided by the loop, not here)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration of the grid: `key` its `Resources.key`."""
+
+    key: str
+    prediction: Prediction
+    measured_sps: float | None = None  # its disk run's steady rate and 95% interval
+    measured_low_sps: float | None = None
+    measured_high_sps: float | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.measured_sps is not None
+
+    def half_width_pct(self) -> float:
+        """The rate interval's half-width relative to the rate: the run's if measured."""
+        if self.measured and self.measured_low_sps is not None:
+            return 50 * (self.measured_high_sps - self.measured_low_sps) / self.measured_sps
+        p = self.prediction
+        return 50 * (p.rate_sps_high - p.rate_sps_low) / p.rate_sps
+
+    def log_sigma(self) -> float:
+        """Sigma of log(rate), read off the interval at its level."""
+        if self.measured and self.measured_low_sps is not None:
+            z = _NORMAL.inv_cdf(0.5 + MEASURED_LEVEL / 2)
+            return math.log(self.measured_high_sps / self.measured_low_sps) / (2 * z)
+        p = self.prediction
+        return math.log(p.rate_sps_high / p.rate_sps_low) / (2 * _NORMAL.inv_cdf(0.5 + LEVEL / 2))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the adaptive sweep does next, and why, in numbers and in one sentence."""
+
+    verdict: Verdict
+    pick_key: str
+    pick_measured: bool
+    pick_half_width_pct: float
+    pick_rate_sps: float
+    rival_key: str | None  # the unmeasured configuration likeliest to change the answer
+    rival_chance: float  # its chance (0: none left)
+    next_key: str | None  # to measure (MEASURE only)
+    pick_text: str  # the pick in words, with its rate and interval
+    why: str  # why this verdict
+
+    @property
+    def reason(self) -> str:
+        return f"{self.pick_text}; {self.why}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "verdict": self.verdict.value, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Decision:
+        fields = {k: v for k, v in d.items() if k != "reason"}  # worded from the others
+        return cls(**{**fields, "verdict": Verdict(d["verdict"])})
+
+
+def stall_chance(c: Candidate, max_stall_pct: float, epochs: int) -> float:
+    """The chance that `c` stalls at most `max_stall_pct` of a job of `epochs` epochs: the
+    job's time scales as 1 / rate, so it needs rate x f with f >= (1 - L) job_s / compute."""
+    p = c.prediction
+    need = (1 - max_stall_pct / 100) * p.job_s(epochs) / (epochs * p.compute_s)
+    return 1 - _NORMAL.cdf(math.log(max(need, 1e-12)) / max(c.log_sigma(), 1e-9))
+
+
+def faster_chance(c: Candidate, pick: Candidate, epochs: int) -> float:
+    """The chance that `c`'s job is shorter than the pick's by more than the tolerance."""
+    ratio = c.prediction.job_s(epochs) / (pick.prediction.job_s(epochs) * (1 - TOLERANCE))
+    sigma = math.hypot(c.log_sigma(), pick.log_sigma())
+    return 1 - _NORMAL.cdf(math.log(ratio) / max(sigma, 1e-9))
+
+
+def rival_chance(c: Candidate, pick: Candidate, under_limit: bool, max_stall_pct: float,
+                 epochs: int) -> float:
+    """The chance that `c` would take the pick's place (module docstring, step 2)."""
+    if under_limit:
+        cheaper = cost(c.prediction)[:3] < cost(pick.prediction)[:3]
+        return stall_chance(c, max_stall_pct, epochs) if cheaper else 0.0
+    return max(stall_chance(c, max_stall_pct, epochs), faster_chance(c, pick, epochs))
+
+
+def choose(candidates: Sequence[Candidate], max_stall_pct: float, epochs: int,
+           target_pct: float, tried: frozenset[str] = frozenset()) -> Decision:
+    """The next configuration to measure, or the verdict to stop (module docstring)."""
+    by_pred = {id(c.prediction): c for c in candidates}
+    chosen, closest = rank([c.prediction for c in candidates], max_stall_pct, epochs)
+    pick = by_pred[id(closest)]
+    hw = pick.half_width_pct()
+    rivals = sorted(((rival_chance(c, pick, chosen is not None, max_stall_pct, epochs), c.key)
+                     for c in candidates if c is not pick and not c.measured and c.key not in tried),
+                    reverse=True)
+    chance, rival = rivals[0] if rivals else (0.0, None)
+    what = _pick_text(pick, hw, chosen is not None, max_stall_pct)
+
+    def decided(verdict: Verdict, next_key: str | None, why: str) -> Decision:
+        return Decision(verdict, pick.key, pick.measured, hw, _rate(pick), rival, chance,
+                        next_key, what, why)
+    if not pick.measured and pick.key not in tried and hw > target_pct:
+        return decided(Verdict.MEASURE, pick.key, f"wider than ±{target_pct:g}%: measuring it")
+    if rival is not None and chance >= CHANCE_MIN:
+        return decided(Verdict.MEASURE, rival, f"{rival} has a {chance:.0%} chance to "
+                       + ("be cheaper under the limit" if chosen else "do better") + ": measuring it")
+    left = (f"no configuration left to measure has a {CHANCE_MIN:.0%} chance to change it"
+            + (f" (likeliest {rival}: {chance:.1%})" if rival else ""))
+    if hw <= target_pct:
+        return decided(Verdict.CONFIDENT, None, f"within ±{target_pct:g}% and {left}")
+    return decided(Verdict.SETTLED, None, f"wider than ±{target_pct:g}% "
+                   + ("(its run's own noise)" if pick.measured else "(not measurable)")
+                   + f", but {left}")
+
+
+def _rate(c: Candidate) -> float:
+    return c.measured_sps if c.measured_sps is not None else c.prediction.rate_sps
+
+
+def _pick_text(pick: Candidate, hw: float, under_limit: bool, max_stall_pct: float) -> str:
+    how = "measured" if pick.measured else "predicted"
+    limit = f"under {max_stall_pct:g}% stalls" if under_limit else "the least stalled"
+    return (f"pick {pick.key} ({config_text(pick.prediction.config, pick.prediction.loader)}; "
+            f"{limit}): {how} {_rate(pick):.1f} samples/s ±{hw:.1f}%")

@@ -1,0 +1,205 @@
+"""The adaptive sweep: the pure choice (`whatif/nextrun.py`) and the search (`adaptive.py`).
+
+The search is driven over a committed sweep of the demo's grid (1 and 2 CPUs x unthrottled and
+8 MB/s, tests/data/report_sweep): each run it asks for is that sweep's measured run, put in
+the prefix as the harness would store it. So its choices, its stop and its resume are
+checked on real measurements, in seconds."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import DATA_DIR
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dsanalyze import adaptive, store
+from dsanalyze.config import Mode, Sweep, parse_duration
+from dsanalyze.errors import ConfigError
+from dsanalyze.whatif.api import Prediction
+from dsanalyze.whatif.model import Config
+from dsanalyze.whatif.nextrun import (
+    Candidate,
+    Decision,
+    Verdict,
+    choose,
+    faster_chance,
+    stall_chance,
+)
+
+N, G = 512, 400.0  # samples per epoch; the compute bound (samples/s)
+
+
+def pred(cpus: int, rate: float, rel: float, bw: int | None = None) -> Prediction:
+    """A prediction of `rate` samples/s, interval rate x exp(+-rel), stalled above G."""
+    k = 2.718281828 ** rel
+    return Prediction(Config.of(cpus, storage_read_bps=bw, workers=2), 1, rate, N / rate, N / G,
+                      N / rate - N / G, 0.0, None, None, None, G, rate / k, rate * k)
+
+
+def cand(key: str, p: Prediction, measured_rel: float | None = None) -> Candidate:
+    if measured_rel is None:
+        return Candidate(key, p)
+    k = 2.718281828 ** measured_rel
+    return Candidate(key, p, p.rate_sps, p.rate_sps / k, p.rate_sps * k)
+
+
+@dataclasses.dataclass(frozen=True)
+class TC:
+    name: str
+    candidates: tuple
+    verdict: Verdict
+    next_key: str | None
+    tried: frozenset = frozenset()
+
+
+CASES = [
+    TC("the pick unmeasured and wide: measured first",
+       (cand("c1", pred(1, 200, 0.03), 0.01), cand("c2", pred(2, 300, 0.2))), Verdict.MEASURE, "c2"),
+    TC("the pick measured and narrow; a cheaper rival near the limit: measured",
+       (cand("c1", pred(1, 370, 0.15)), cand("c2", pred(2, 395, 0.2), 0.01)),
+       Verdict.MEASURE, "c1"),
+    TC("the pick measured and narrow; rivals far below: confident",
+       (cand("c1", pred(1, 100, 0.05)), cand("c2", pred(2, 395, 0.2), 0.01)),
+       Verdict.CONFIDENT, None),
+    TC("the pick measured but noisy; rivals far below: settled",
+       (cand("c1", pred(1, 100, 0.05)), cand("c2", pred(2, 395, 0.2), 0.2)),
+       Verdict.SETTLED, None),
+    TC("a failed run is not tried again",
+       (cand("c1", pred(1, 200, 0.03), 0.01), cand("c2", pred(2, 300, 0.2))),
+       Verdict.SETTLED, None, frozenset({"c2"})),
+]
+
+
+@pytest.mark.parametrize("tc", CASES, ids=lambda tc: tc.name)
+def test_choose(tc):
+    d = choose(tc.candidates, 5.0, 1, 5.0, tc.tried)
+    assert (d.verdict, d.next_key) == (tc.verdict, tc.next_key), d.reason
+    assert d.reason.startswith(f"pick {d.pick_key} ")
+    assert Decision.from_dict(d.to_dict()) == d  # adaptive.json's round trip
+
+
+@given(rate=st.floats(50, 399), rel=st.floats(0.005, 0.5), other=st.floats(50, 399))
+def test_chances_are_probabilities_that_follow_the_rate(rate, rel, other):
+    a, b = cand("a", pred(1, rate, rel)), cand("b", pred(1, other, rel))
+    for x in (stall_chance(a, 5.0, 1), faster_chance(a, b, 1)):
+        assert 0.0 <= x <= 1.0
+    # a faster prediction is likelier under the limit; both cannot be likely faster than the other
+    assert (stall_chance(a, 5.0, 1) >= stall_chance(b, 5.0, 1)) == (rate >= other) or \
+        abs(stall_chance(a, 5.0, 1) - stall_chance(b, 5.0, 1)) < 1e-12
+    assert faster_chance(a, b, 1) + faster_chance(b, a, 1) <= 1.0 + 1e-9
+
+
+# ---- the search, over a committed sweep -------------------------------------------------------
+
+SOURCE = DATA_DIR / "report_sweep"
+
+
+def demo_sweep(prefix: Path, **kw) -> tuple[Sweep, list[int]]:
+    run = store.load_runs(SOURCE)[0]
+    sizes = [run.dataset.total_bytes // run.dataset.num_files] * run.dataset.num_files
+    return Sweep(run.spec.job, str(prefix), cpus=(1, 2), storage_bw=("none", "8M"),
+                 adaptive=True, **kw), sizes
+
+
+def search(sweep: Sweep, sizes: list[int], asked: list[str]):
+    """The search with each run it asks for replayed from the committed sweep."""
+    def measure(spec):
+        asked.append(spec.run_id)
+        target = store.run_path(Path(sweep.prefix), spec.run_id)
+        if target.exists():
+            return None  # complete already: as --resume skips it
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(store.run_path(SOURCE, spec.run_id), target)
+        return store.load_runs(sweep.prefix)[0]
+    return adaptive.search(sweep, sweep.run_specs(sum(sizes)), measure, sizes, lambda c: c or 2)
+
+
+@pytest.mark.slow
+def test_search_measures_what_changes_the_answer_and_resumes(tmp_path):
+    sweep, sizes = demo_sweep(tmp_path / "p")
+    asked: list[str] = []
+    a = search(sweep, sizes, asked)
+    assert asked[:3] == ["synthetic-cpus1", "cached-cpus1", "disk-cpus1-cachenone-bwnone"]
+    measured = [d.next_key for d in a.decisions if d.verdict is Verdict.MEASURE]
+    assert [f"disk-{k}" for k in measured] == asked[3:]  # each decision's run, nothing else
+    assert a.final.verdict in (Verdict.CONFIDENT, Verdict.SETTLED)
+    assert a.runs == len(asked) < a.grid_runs == 8
+    # the same pick as a search over the full grid's runs, which measured everything
+    full = adaptive.candidates(store.load_runs(SOURCE), sweep.resource_grid(sum(sizes)), sizes,
+                               lambda c: c or 2)
+    assert a.final.pick_key == choose(full, 5.0, 1, 5.0).pick_key
+    # the grid's estimate: the stored durations, the median of the mode for the runs it lacks
+    assert a.grid_seconds > a.seconds
+    again: list[str] = []
+    b = search(dataclasses.replace(sweep, resume=True), sizes, again)  # continues from the runs
+    # the stored runs are its state: it starts where the first search ended, measuring nothing
+    assert b.final == a.final and again == asked[:3] and len(b.decisions) == 1
+    assert len(list(store.runs_dir(tmp_path / "p").glob("*.json"))) == a.runs
+
+
+@pytest.mark.slow
+def test_a_spent_budget_stops_the_search_after_the_seeds(tmp_path):
+    sweep, sizes = demo_sweep(tmp_path / "p", budget_s=1.0)
+    asked: list[str] = []
+    a = search(sweep, sizes, asked)
+    assert len(asked) == 3 and a.final.verdict is Verdict.BUDGET and "budget" in a.final.reason
+
+
+def test_bad_adaptive_settings_say_what_to_do():
+    job = store.load_runs(SOURCE)[0].spec.job
+    with pytest.raises(ConfigError, match="--adaptive"):
+        Sweep(job, budget_s=60)
+    with pytest.raises(ConfigError, match="--modes synthetic,cached,disk"):
+        adaptive.check(Sweep(job, modes=(Mode.CACHED, Mode.DISK), adaptive=True))
+    with pytest.raises(ConfigError, match="--budget"):
+        parse_duration("ten minutes")
+    assert parse_duration("10m") == 600 and parse_duration("90s") == 90
+
+
+def test_the_command_line_asks_for_both(tmp_path):
+    from dsanalyze import cli
+    from dsanalyze.options import HarnessOptions, build_sweep
+
+    def sweep_of(*argv: str) -> Sweep:
+        return build_sweep(HarnessOptions.from_flat(vars(cli.harness_parser().parse_args(argv))))
+    sweep = sweep_of("--data", str(tmp_path), "--adaptive", "--budget", "10m", "--until-ci", "2%",
+                     "--min-iters", "40")
+    assert sweep.adaptive and sweep.budget_s == 600
+    assert (sweep.job.until_ci_pct, sweep.job.min_iters) == (2.0, 40)
+    with pytest.raises(ConfigError, match="--until-ci"):
+        sweep_of("--until-ci", "150%")
+
+
+@pytest.mark.extended
+@pytest.mark.slow
+def test_harness_adaptive_resumes_with_early_stopped_runs(tmp_path, small_dataset, capsys):
+    """End to end: the seeds stop early, the budget (or the first decision) ends the search;
+    resumed, the search continues from the stored runs (no run again) and ends the same way."""
+    from conftest import harness
+
+    args = ("--data", small_dataset, "--prefix", tmp_path / "p", "-b", 8, "--warmup", 2,
+            "--iters", 60, "--until-ci", "5%", "--min-iters", 10, "--sim-step-ms", 20,
+            "--storage-bw", "none,4M", "--adaptive", "--budget", "1s", "--no-plots",
+            "--no-advice")
+    assert harness(*args) == 0
+    first = capsys.readouterr()
+    # after the seeds, the budget stops whatever the next run would be
+    assert "adaptive step 1: " in first.err and "after 1 decision(s)" in first.out
+    runs = store.load_runs(tmp_path / "p")
+    assert sorted(r.run_id for r in runs) == ["cached-cpusall", "disk-cpusall-cachenone-bwnone",
+                                              "synthetic-cpusall"]
+    for run in runs:  # each run stopped once sure, or ran to its maximum
+        until = run.ranks[0].extra["until_ci"]
+        assert until["target_pct"] == 5.0
+        if until["stopped"]:
+            assert until["estimate"]["half_width_pct"] <= 5.0 and len(run.ranks[0].iter_s) < 62
+        else:
+            assert len(run.ranks[0].iter_s) == 62
+    assert harness(*args, "--resume") == 0
+    again = capsys.readouterr()
+    assert "resumed: 3 run(s) already complete" in again.out and "[adaptive run" not in again.err
+    assert len(store.load_runs(tmp_path / "p")) == 3

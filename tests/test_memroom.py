@@ -1,0 +1,137 @@
+"""Data larger than memory: the page cache's room read from a real memory cgroup, the subset
+picked, a real ImageFolder narrowed to it, and a harness sweep that measures prep on it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, harness, needs_cgroups
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dsanalyze.instrument.subset import Narrowing
+from dsanalyze.resources import memroom
+from dsanalyze.resources.memroom import Room
+
+V1 = Path("/sys/fs/cgroup/memory")
+ROOM_PROBE = ("import json; from dsanalyze.resources.memroom import page_cache_room as r; "
+              "x = r(); print(json.dumps([x.room_bytes, x.why]))")
+
+
+@needs_cgroups
+@pytest.mark.skipif(not V1.is_dir(), reason="cgroup v1 memory controller not mounted (v2: "
+                    "memory.max is read the same way, untested here)")
+def test_room_is_the_parent_cgroups_limit_less_what_it_holds() -> None:
+    """A process in a 300M memory cgroup has room for 300M less its own memory, and says
+    which file binds; the machine's MemAvailable is far larger here."""
+    cg = V1 / f"dsanalyze-test-room-{os.getpid()}"
+    cg.mkdir()
+    try:
+        (cg / "memory.limit_in_bytes").write_text(str(300 << 20))
+        code = f"open('{cg}/cgroup.procs', 'w').write('0'); {ROOM_PROBE}"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)), check=True, timeout=60)
+        room, why = json.loads(out.stdout)
+    finally:
+        for _ in range(50):
+            try:
+                cg.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+    assert why == str(cg / "memory.limit_in_bytes")
+    assert 200 << 20 < room < 300 << 20  # a Python process holds a few tens of MB
+
+
+@pytest.mark.parametrize("total, room, job, asked, expect", [
+    (100, 1000, 200, "auto", None),  # fits: the whole dataset
+    (1000, 1000, 200, "auto", 640),  # 0.8 x (1000 - 200)
+    (1000, 1000, 2000, "auto", 200),  # a job estimate beyond the room: 0.8 x a quarter of it
+    (1000, 1000, 200, "off", None),
+    (1000, 1000, 200, "40%", 400),
+    (1000, 10 ** 9, 0, "300", 300),
+])
+def test_subset_bytes(total, room, job, asked, expect) -> None:
+    assert memroom.subset_bytes(total, Room(room, "test"), job, asked) == expect
+
+
+@given(st.lists(st.integers(1, 10 ** 6), min_size=1, max_size=300), st.integers(1, 10 ** 8))
+def test_picked_files_fit_the_budget_and_spread_over_the_dataset(sizes, budget) -> None:
+    files = tuple(f"f{i:04d}" for i in range(len(sizes)))
+    picked = memroom.pick_files(files, tuple(sizes), budget)
+    size = dict(zip(files, sizes))
+    assert picked and (sum(size[f] for f in picked) <= budget or len(picked) == 1)
+    stride = files.index(picked[1]) if len(picked) > 1 else len(files)
+    assert picked == files[::stride]  # every k-th: each part of the dataset keeps its share
+
+
+def test_an_imagefolder_is_narrowed_to_the_subset(small_dataset: Path, tmp_path: Path) -> None:
+    import torchvision.datasets.folder as folder
+
+    everything = sorted(str(p) for p in small_dataset.rglob("*.jpg"))
+    listed = tmp_path / "subset.txt"
+    listed.write_text("".join(f"{p}\n" for p in everything[::3]))
+    narrowing = Narrowing(str(listed))
+    restore = narrowing.patch_folder(folder)
+    try:
+        data = folder.ImageFolder(str(small_dataset))
+    finally:
+        restore()
+    assert sorted(p for p, _ in data.samples) == everything[::3]
+    assert len(folder.ImageFolder(str(small_dataset))) == len(everything)  # put back
+    assert narrowing.to_dict() == {"subset_files": 32, "kept": 32, "dropped": 64}
+
+
+@pytest.mark.slow
+def test_a_cached_run_measures_prep_on_the_subset_and_the_table_keeps_the_whole_epoch(
+        small_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`--cached-subset 34%` (as if a third of the data fitted in memory): the cached run warms
+    and reads every third file (32 of 96), its ImageFolder narrowed; the synthetic run keeps the
+    whole loader, so the table's epoch is the dataset's 96 samples; the note says so."""
+    prefix = tmp_path / "p"
+    rc = harness("--prefix", prefix, "--data", small_dataset, "--modes", "synthetic,cached",
+                 "-b", 4, "-j", 1, "--iters", 6, "--warmup", 1, "--sim-step-ms", 5,
+                 "--cached-subset", "34%", "--no-plots", "--no-advice")
+    out = capsys.readouterr().out
+    assert rc == 0
+    cached = json.loads((prefix / "runs" / "cached-cpusall.json").read_text())
+    sub = cached["io"]["cache_state"]["subset"]
+    assert (sub["files"], sub["of_files"]) == (32, 96)
+    assert cached["io"]["cache_state"]["warmed_bytes"] == sub["bytes"]
+    extra = cached["ranks"][0]["extra"]
+    assert extra["subset"] == {"subset_files": 32, "kept": 32, "dropped": 64}
+    assert extra["batches_per_epoch"] == 8
+    summary = json.loads((prefix / "summary.json").read_text())
+    assert summary["configs"][0]["samples_per_epoch"] == 96
+    assert "cached-cpusall measured prep on a subset: 32 of 96 files" in out
+    assert "NOT cached" not in out
+
+
+@pytest.mark.parametrize("resident_share, flagged", [(0.5, True), (0.99, False)])
+def test_a_cached_run_that_was_not_cached_is_flagged(resident_share: float, flagged: bool
+                                                     ) -> None:
+    """Residency checked after the warm: a cached run that started with half of what was
+    warmed resident (the warm did not fit) is named in the table's notes; 99% is cached."""
+    from dataclasses import replace
+
+    from dsanalyze import store
+    from dsanalyze.analysis.summary import summarize
+    from dsanalyze.report.summary import notes
+
+    runs = store.load_runs(Path(__file__).parent / "data" / "whatif_prep")
+    cached = next(r for r in runs if r.run_id == "cached-cpus1")
+    warmed = cached.dataset.total_bytes
+    state = {**cached.io.cache_state, "warmed_bytes": warmed,
+             "resident_before_bytes": int(resident_share * warmed)}
+    runs = [replace(r, io=replace(r.io, cache_state=state)) if r is cached else r for r in runs]
+    said = [n for n in notes(summarize(runs)) if "NOT cached" in n]
+    assert bool(said) is flagged
+    if flagged:
+        assert said == ["cached-cpus1 was NOT cached: only 50% of the files warmed were resident "
+                        "at its start; its prep stall includes fetch time"]
