@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dsanalyze import adaptive, datafind, launch, nodes, store
+from dsanalyze import datafind, launch, nodes, store
 from dsanalyze.analysis import measured as measured_window
 from dsanalyze.analysis import stalls
 from dsanalyze.config import Mode, RunSpec, Sweep
@@ -41,6 +41,9 @@ from dsanalyze.records import CpuScaling, RunResult, Status
 from dsanalyze.remote.runlink import RemoteData
 from dsanalyze.resources import cgroups, cpuscale
 from dsanalyze.resources.datalock import DataLock
+
+if TYPE_CHECKING:  # the adaptive search fits the what-if: imported only when asked for
+    from dsanalyze import adaptive
 
 
 @dataclass
@@ -194,6 +197,7 @@ def _prepare(sweep: Sweep, specs: list[RunSpec], dataset: DatasetInfo, lock_wait
     unreadable = check_data(prefix, sweep, specs, fp)
     store.check_writable(prefix)
     if sweep.adaptive:
+        from dsanalyze import adaptive
         adaptive.check(sweep)
     hierarchy, why = resolve_cgroups(sweep.use_cgroups)
     ctx = launch.LaunchContext(prefix, dataset, hierarchy, why,
@@ -233,6 +237,7 @@ def _measure_all(sweep: Sweep, specs: list[RunSpec], measuring: _Measuring,
 def _search(sweep: Sweep, specs: list[RunSpec], measuring: _Measuring, dataset: DatasetInfo,
             progress: Callable[[str], None] | None) -> adaptive.AdaptiveAnswer:
     """`--adaptive`: the search picks the runs; each gets its progress line as it ends."""
+    from dsanalyze import adaptive
     t_start, count = time.monotonic(), [0]
 
     def measure(spec: RunSpec) -> RunResult | None:

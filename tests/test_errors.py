@@ -97,8 +97,10 @@ def test_crashing_rank_fails_the_run(small_dataset, tmp_path, capsys):
     assert rc == 1
     out = capsys.readouterr()
     err = error_lines(out.err)
-    # both ranks fail the same way; the first to crash is named
-    assert len(err) == 1 and re.search(r"synthetic-cpusall failed: rank [01] crashed", err[0])
+    # both ranks fail the same way; the first to crash is named, and the sweep stops: the
+    # script failed before its first batch, as it would in every mode
+    assert len(err) == 1 and re.search(r"synthetic-cpusall: rank [01] crashed", err[0])
+    assert "before its first batch" in err[0]
     assert "no_such_model" in err[0] or "Unknown model" in err[0]
     (run,) = load_runs(prefix)
     assert run.status == "failed" and Path(run.log_path).is_file()
