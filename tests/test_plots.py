@@ -140,6 +140,10 @@ def test_stall_breakdown_draws_the_tables_intervals_and_hatches_noise():
     assert sum(p.get_gid() == "within noise" for c in drawn.values() for p in c.patches) == 2
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "stall within noise (interval holds 0)" in legend
+    # the segments' keys are plain: only the within-noise key is hatched
+    keys = dict(zip(legend, fig.legends[0].legend_handles))
+    assert not keys["fetch stall"].get_hatch() and not keys["prep stall"].get_hatch()
+    assert keys["stall within noise (interval holds 0)"].get_hatch()
     assert "95% intervals: compute, prep, fetch, epoch" in legend
 
 

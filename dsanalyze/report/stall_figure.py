@@ -234,7 +234,10 @@ def _draw_intervals(ax: Any, bars: list[Bar]) -> None:
 
 
 def _legend(ax: Any, bars: list[Bar]) -> list[Any]:
-    handles, _ = ax.get_legend_handles_labels()
+    # a segment's key is its plain colour: a bar container's handle would take its first
+    # patch, which is hatched when that bar's stall is within noise
+    handles = [Patch(facecolor=COLORS[label], label=label) if label in COLORS else h
+               for h, label in zip(*ax.get_legend_handles_labels())]
     level = max((b.level for b in bars), default=0.95) * 100
     handles.append(ax.errorbar([], [], yerr=[], fmt="none", ecolor=INTERVAL_COLOR,
                                capsize=2.5, label=f"{level:.0f}% intervals: compute, prep, fetch, epoch"))
