@@ -275,9 +275,14 @@ def advise(prefix: str | Path, runs: list[RunResult] | None = None) -> WhatIfDoc
     grid (`whatif/advice.py`), its validation, and the answer in words."""
     from dsanalyze.report.advice import advice_text
     from dsanalyze.whatif.advice import advise as advice_of
+    from dsanalyze.whatif.advice import failure_note
 
     runs = store.load_runs(prefix) if runs is None else runs
-    a = advice_of(runs, dataset_sizes(runs))
+    try:
+        a = advice_of(runs, dataset_sizes(runs))
+    except Exception as e:  # noqa: BLE001 - the advice never crashes a finished sweep
+        line = f"the advice failed on these runs ({failure_note(e)})"
+        return WhatIfDocs(recommendation=[f"Advice: none: {line}."], note=f"What-if: {line}")
     notes = [] if a.rows else [f"What-if: no model fitted on these runs: {a.note}"]
     if a.rows and a.validation is None:
         notes.append(f"Validation: {a.validation_note}")
@@ -371,6 +376,7 @@ def report(prefix: str | Path) -> list[Path]:
     Its what-if section is the advice's own query, fitted here (not the last
     `whatif` query, whose grid may answer another question)."""
     from dsanalyze.analysis.summary import summarize
+    from dsanalyze.report import document
     from dsanalyze.report import summary as report_text
     from dsanalyze.report.shards import shard_blocks
 
@@ -384,8 +390,8 @@ def report(prefix: str | Path) -> list[Path]:
                                        title=f"Data-stall report: {prefix.name}")
     blocks += shard_blocks(runs)  # streaming datasets: reads per shard
     md, page = prefix / "report.md", prefix / "report.html"
-    md.write_text(report_text.render_markdown(blocks))
-    page.write_text(report_text.render_html(blocks, {p.name: p.read_bytes() for p in pngs}))
+    md.write_text(document.render_markdown(blocks))
+    page.write_text(document.render_html(blocks, {p.name: p.read_bytes() for p in pngs}))
     return [md, page]
 
 

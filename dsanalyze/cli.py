@@ -49,6 +49,11 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--loader", choices=config.LOADERS, help="pytorch or dali (pytorch)")
     g.add_argument("--seed", type=int, help="sampler seed (0)")
     g.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per run (1800)")
+    g.add_argument("--stall-timeout", dest="stall_timeout_s", type=float,
+                   help="stop a run (status stalled) after this many seconds without an "
+                        "iteration (120)")
+    g.add_argument("--startup-timeout", dest="startup_timeout_s", type=float,
+                   help="... or without its first iteration: imports, data scan, workers (600)")
     g.add_argument("--loader-index", dest="loader_index", type=int,
                    help="user script: time its K-th loader created (0-based) as the training "
                         "loader (default: the first shuffled loader iterated)")
@@ -73,6 +78,12 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--resume", action="store_true", default=None, help="skip completed runs")
     g.add_argument("--no-cgroups", dest="use_cgroups", action="store_false", default=None,
                    help="no cgroups: CPU affinity only; cache and bandwidth not enforced")
+    g.add_argument("--drop-caches-globally", dest="drop_caches_globally", action="store_true",
+                   default=None,
+                   help="root: when per-file eviction leaves dataset pages before a disk run "
+                        "(mapped by another process), drop the WHOLE page cache (echo 1 > "
+                        "/proc/sys/vm/drop_caches): every other process on the machine loses "
+                        "its cached files and reads them again. Off: those pages are recorded")
     g.add_argument("--no-plots", dest="plots", action="store_false", default=None,
                    help="do not draw the figures")
     g.add_argument("--no-advice", dest="advice", action="store_false", default=True,

@@ -175,6 +175,9 @@ class Job:
     master_port: int | None = field(default=None, compare=False)
     seed: int = 0
     timeout_s: float = 1800.0
+    # no iteration for this long (before the first: startup_timeout_s): stopped as stalled
+    stall_timeout_s: float = field(default=120.0, compare=False)
+    startup_timeout_s: float = field(default=600.0, compare=False)
     loader_index: int | None = None  # user script: its K-th loader created is the training one
 
     def __post_init__(self) -> None:
@@ -194,6 +197,9 @@ class Job:
             raise ConfigError("--iters and --epochs must be at least 1")
         if self.sim_step_ms <= 0:
             raise ConfigError("--sim-step-ms must be positive")
+        if min(self.stall_timeout_s, self.startup_timeout_s) <= 0:
+            raise ConfigError("--stall-timeout and --startup-timeout must be positive, got "
+                              f"{self.stall_timeout_s} and {self.startup_timeout_s}")
         if self.loader_index is not None and self.loader_index < 0:
             raise ConfigError(f"--loader-index must be 0 or more, got {self.loader_index}")
 
@@ -204,6 +210,9 @@ class Job:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["script_args"] = list(self.script_args)
+        for name in ("stall_timeout_s", "startup_timeout_s"):  # only when set: old files
+            if d[name] == Job.__dataclass_fields__[name].default:  # read back unchanged
+                del d[name]
         return d
 
     @classmethod
@@ -248,7 +257,7 @@ class RunSpec:
 
 
 SWEEP_KEYS = ("prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "use_cgroups",
-              "plots", "repeats", "target_ci", "max_repeats")
+              "drop_caches_globally", "plots", "repeats", "target_ci", "max_repeats")
 
 
 @dataclass(frozen=True)
@@ -264,6 +273,8 @@ class Sweep:
     combos: tuple[tuple[int | None, str, str], ...] = ()  # explicit list overrides the product
     resume: bool = False
     use_cgroups: bool = True
+    # pages per-file eviction leaves before a disk run dropped machine-wide (every process's)
+    drop_caches_globally: bool = False
     plots: bool = True
     repeats: int = 1  # every run this many times, interleaved: all modes, then again
     target_ci_pct: float | None = None  # or repeat until each stall is within ± this many points
@@ -302,7 +313,7 @@ class Sweep:
         if "combos" in sw:
             kwargs["combos"] = tuple((c.get("cpus"), str(c.get("cache", "none")),
                                       str(c.get("storage_bw", "none"))) for c in sw["combos"])
-        for key in ("resume", "use_cgroups", "plots"):
+        for key in ("resume", "use_cgroups", "plots", "drop_caches_globally"):
             if key in sw:
                 kwargs[key] = bool(sw[key])
         for key in ("repeats", "max_repeats"):
@@ -384,7 +395,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     if bad:
         raise ConfigError(f"{path}: unknown [job] key(s) {sorted(bad)}")
     sweep_keys = {"prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "plots",
-                  "use_cgroups", "repeats", "target_ci", "max_repeats"}
+                  "use_cgroups", "drop_caches_globally", "repeats", "target_ci", "max_repeats"}
     bad = set(data.get("sweep", {})) - sweep_keys
     if bad:
         raise ConfigError(f"{path}: unknown [sweep] key(s) {sorted(bad)}")

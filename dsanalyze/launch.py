@@ -3,11 +3,13 @@
     result = run_one(spec, context)
 
 1. Page cache: `cached`/`synthetic`/`loader` warm every dataset file from the
-   harness (outside the job's cgroup); `disk` evicts every file.
-2. Resources: a cgroup with the CPU set, the memory limit (cache budget + the
-   job's own memory measured in the cached run + a margin) and the read
-   throttle; or, with `--no-cgroups`, CPU affinity alone, the rest recorded
-   as not enforced.
+   harness (outside the job's cgroup); `disk` evicts every dataset file and
+   reads back the job's libraries that were evicted meanwhile.
+2. Resources: a cgroup with the CPU set and (disk) the read throttle, turned
+   on when the training loader starts (`resources/throttle.py`); or, with
+   `--no-cgroups`, CPU affinity alone, the throttle recorded as not
+   enforced. No memory limit: a disk run's cache budget is held on the
+   dataset's pages alone by the harness (`resources/datacache.py`).
 3. The job: a wrapper joins the cgroup and execs `python -m
    torch.distributed.run ...`; output goes to a per-run log file; the run has
    a timeout; whatever is left in the cgroup is killed afterwards.
@@ -29,11 +31,12 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from dsanalyze import progress
 from dsanalyze.config import Job, Mode, RunSpec, format_bytes
 from dsanalyze.dataset import DatasetInfo
 from dsanalyze.errors import ConfigError, FailureKind
@@ -45,16 +48,18 @@ from dsanalyze.records import (
     IoRecord,
     Knob,
     RankRecord,
+    Residency,
     RunResult,
+    StallRecord,
     Status,
+    ThrottleStart,
 )
-from dsanalyze.resources import cgroups, pagecache, storage
-from dsanalyze.resources.cachelimit import CacheLimiter
+from dsanalyze.resources import cgroups, libmaps, pagecache, storage
+from dsanalyze.resources.datacache import DatasetCacheLimiter
 from dsanalyze.resources.libmaps import MapsRecorder, tree_pids
 from dsanalyze.resources.lifeline import Lifeline
+from dsanalyze.resources.throttle import ThrottleGate
 
-MEMORY_MARGIN_BYTES = 32 << 20  # covers anon peaks between 0.2 s monitor samples
-DEFAULT_JOB_MEMORY_BYTES = 2 << 30  # when no cached run measured it
 EVICT_TOLERANCE = 0.01  # fraction of the dataset allowed to stay resident before a disk run
 BUILTIN_JOB = "dsanalyze.jobs.image_classification"  # run under the bootstrap, as a script
 BUILTIN_ITERS = 50  # the built-in job's measured iterations when neither --iters nor --epochs
@@ -70,10 +75,10 @@ class LaunchContext:
     dataset: DatasetInfo
     hierarchy: cgroups.Hierarchy | None  # None: --no-cgroups or not permitted
     no_cgroup_reason: str = ""
-    job_memory_bytes: dict[int | None, int] = field(default_factory=dict)  # cpus -> measured
     monitor_interval_s: float = 0.2
-    trim_page_cache: bool = True  # trim the page cache to the budget while a disk run goes (CacheLimiter)
-    library_files: tuple[str, ...] = ()  # what the cached run mapped: re-read after a global drop
+    hold_cache_budget: bool = True  # a disk run's budget held by the DatasetCacheLimiter
+    drop_caches_globally: bool = False  # --drop-caches-globally: pages eviction left, dropped
+    library_files: tuple[str, ...] = ()  # what the runs' processes mapped: warmed before disk
     # Several nodes (dsanalyze.nodes): called once the run is prepared, just
     # before the job starts, to wait for the other nodes; and polled while it
     # runs, returning why it must stop (another node lost or failed) or None.
@@ -184,9 +189,10 @@ def versions() -> dict[str, str]:
     return out
 
 
-def prepare_cache(spec: RunSpec, dataset: DatasetInfo,
-                  library_files: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Warm (cached modes) or evict (disk) the dataset; record what stayed resident."""
+def prepare_cache(spec: RunSpec, dataset: DatasetInfo, library_files: tuple[str, ...] = (),
+                  drop_globally: bool = False) -> dict[str, Any]:
+    """Warm (cached modes) or evict (disk) the dataset; record what stayed resident. Before
+    a disk run, the job's libraries evicted since an earlier run are read back."""
     t0 = time.perf_counter()
     if spec.mode is not Mode.DISK:
         pagecache.warm(dataset.files)
@@ -194,8 +200,10 @@ def prepare_cache(spec: RunSpec, dataset: DatasetInfo,
                 "resident_before_bytes": pagecache.resident_bytes(dataset.files)}
     device = storage.probe(dataset.files)  # the device's own speed, for the what-if model
     state = pagecache.evict_dataset(dataset.files, int(EVICT_TOLERANCE * dataset.total_bytes),
-                                    library_files)
-    return {**state, "prepare_s": time.perf_counter() - t0, "storage_device": device}
+                                    drop_globally)
+    libs, lib_bytes = libmaps.warm_missing(library_files, dataset.files)
+    return {**state, "prepare_s": time.perf_counter() - t0, "storage_device": device,
+            "libraries_warmed_files": libs, "libraries_warmed_bytes": lib_bytes}
 
 
 def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, Enforcement]:
@@ -203,32 +211,23 @@ def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, Enfo
     res = spec.resources
     ids = cpu_ids(res.cpus)
     device = cgroups.whole_disk(ctx.dataset.root)
-    memory = read_bps = None
-    mem: dict[str, Any] = {}
+    read_bps = res.storage_read_bps if spec.mode is Mode.DISK else None
+    cache = None
     if spec.mode is Mode.DISK and res.cache.cache_bytes is not None:
-        measured = ctx.job_memory_bytes.get(res.cpus)
-        job_mem = measured if measured is not None else DEFAULT_JOB_MEMORY_BYTES
-        memory = res.cache.cache_bytes + job_mem + MEMORY_MARGIN_BYTES
-        mem = {"memory_limit_bytes": memory, "job_memory_bytes": job_mem,
-               "job_memory_measured": measured is not None,
-               "memory_margin_bytes": MEMORY_MARGIN_BYTES}
-    if spec.mode is Mode.DISK and res.storage_read_bps is not None:
-        read_bps = res.storage_read_bps
+        cache = Knob(How.EVICTION) if ctx.hold_cache_budget else Knob(
+            How.NOT_ENFORCED, "the cache limiter was turned off")
     if ctx.hierarchy is None:
         off = Knob(How.NOT_ENFORCED, ctx.no_cgroup_reason or "--no-cgroups")
         return cgroups.Limits(cpus=ids, device=device), Enforcement(
-            cpus=Knob(How.AFFINITY) if ids else None, cache=off if memory is not None else None,
-            storage_bw=off if read_bps is not None else None, dataset_disk=device, **mem)
+            cpus=Knob(How.AFFINITY) if ids else None, cache=cache,
+            storage_bw=off if read_bps is not None else None, dataset_disk=device)
     bw = None
     if read_bps is not None:
         bw = Knob(How.CGROUP) if device else Knob(How.NOT_ENFORCED, NO_BLOCK_DEVICE)
         read_bps = read_bps if device else None
-    trims = memory is not None and ctx.trim_page_cache
-    return (cgroups.Limits(cpus=ids, memory_bytes=memory, read_bps=read_bps, device=device),
-            Enforcement(cpus=Knob(How.CGROUP) if ids else None,
-                        cache=Knob(How.CGROUP) if memory is not None else None, storage_bw=bw,
-                        cgroup_version=ctx.hierarchy.version, dataset_disk=device,
-                        trims_page_cache=trims, **mem))
+    return (cgroups.Limits(cpus=ids, read_bps=read_bps, device=device),
+            Enforcement(cpus=Knob(How.CGROUP) if ids else None, cache=cache, storage_bw=bw,
+                        cgroup_version=ctx.hierarchy.version, dataset_disk=device))
 
 
 def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
@@ -239,14 +238,16 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     log_path = ctx.prefix / "logs" / f"{spec.run_id}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     limits, enforced = plan_limits(spec, ctx)
-    cache_state = prepare_cache(spec, ctx.dataset, ctx.library_files)
+    cache_state = prepare_cache(spec, ctx.dataset, ctx.library_files, ctx.drop_caches_globally)
     env, threads = job_env(spec, run_dir)
+    if limits.read_bps is not None and ctx.hierarchy is not None:
+        env[rankenv.ENV_THROTTLE_GATE] = "1"  # the throttle comes on at the loader's start
     disk_before = diskstats_read_bytes(limits.device)
     started, t0 = time.time(), time.perf_counter()
-    ex = execute(spec, ctx, limits, enforced, env, log_path)
+    ex = execute(spec, ctx, limits, env, log_path, run_dir)
     disk_after = diskstats_read_bytes(limits.device)
     ranks, rank_errors = _collect_ranks(run_dir, local_ranks(spec.job))
-    status, error, failure = classify(spec, ex, ranks, rank_errors, enforced, log_path)
+    status, error, failure = classify(spec, ex, ranks, rank_errors, log_path)
     io = IoRecord(
         cache_state=cache_state, resident_after_bytes=pagecache.resident_bytes(ctx.dataset.files),
         dataset_bytes=ctx.dataset.total_bytes, counters=ex.counters,
@@ -256,13 +257,13 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
         and disk_after is not None else None,
         memory_peak_bytes=ex.counters.get("memory_peak_bytes") or ex.monitor.peak("tree_rss_bytes"),
         job_memory_peak_bytes=_job_memory_peak(ex.monitor.samples), interference=ex.interference,
-        mapped_files=ex.mapped_files)
+        mapped_files=ex.mapped_files, residency=ex.residency, throttle=ex.throttle)
     result = RunResult(
         spec=spec, status=status, error=error, failure=failure, ranks=tuple(ranks),
-        dataset=ctx.dataset.record(), enforced=replace(enforced, limiter=ex.limiter),
+        dataset=ctx.dataset.record(), enforced=enforced,
         environment=_environment(spec, ctx, ex, threads, ranks, rank_errors, log_path), io=io,
         monitor=tuple(ex.monitor.samples), started_unix_s=started,
-        duration_s=time.perf_counter() - t0, log_path=str(log_path))
+        duration_s=time.perf_counter() - t0, log_path=str(log_path), stall=ex.stall)
     shutil.rmtree(run_dir, ignore_errors=True)
     with contextlib.suppress(OSError):  # no empty tmp/ left in the prefix (kept if not empty)
         run_dir.parent.rmdir()
@@ -279,45 +280,61 @@ class Execution:
     counters: dict[str, Any]  # the cgroup's at the end ({} without cgroups)
     interference: dict[str, Any] | None
     monitor: Monitor
-    mapped_files: tuple[str, ...] | None  # what a cached run mapped (libraries)
-    limiter: dict[str, Any]  # the cache limiter's counts ({} when it did not run)
+    mapped_files: tuple[str, ...] | None  # what the job's processes mapped (libraries)
+    residency: Residency | None  # the dataset's pages, held by the cache limiter (disk)
+    throttle: ThrottleStart | None  # when the throttle came on, what was read after (disk)
+    stall: StallRecord | None = None  # what a stalled job was doing when it was stopped
 
 
-def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, enforced: Enforcement,
-            env: dict[str, str], log_path: Path) -> Execution:
+def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict[str, str],
+            log_path: Path, run_dir: Path) -> Execution:
     """Start the job in its cgroup (or under affinity), wait for it, and stop what is left."""
     with ExitStack() as stack:
         # Exits in reverse: the limiter stops, then the cgroup is removed, then the reaper goes.
         line = stack.enter_context(Lifeline())
-        cg = None
+        cg = gate = None
         if ctx.hierarchy is not None:
-            cg = stack.enter_context(cgroups.RunCgroup.create(spec.run_id, limits, ctx.hierarchy))
+            # the throttle comes on when the training loader starts (ThrottleGate)
+            cg = stack.enter_context(cgroups.RunCgroup.create(
+                spec.run_id, replace(limits, read_bps=None), ctx.hierarchy))
             line.watch_cgroups(sorted(set(cg.dirs.values())))
+            if limits.read_bps is not None and limits.device:
+                gate = stack.enter_context(ThrottleGate(cg, limits.device, limits.read_bps,
+                                                        run_dir, ctx.dataset.files))
         log = stack.enter_context(open(log_path, "w"))
         if ctx.start_gate is not None:
             ctx.start_gate()
+        limiter = stack.enter_context(cache_limiter(spec, ctx))  # watching before the job opens
         probe = InterferenceProbe(limits.cpus, limits.device, cg.dirs.get("cpuacct") if cg else None)
         probe.start()
         proc = subprocess.Popen(_wrapper(cg, limits, line) + job_argv(spec), stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
         line.watch_group(proc.pid)
-        maps = stack.enter_context(MapsRecorder(cg.pids if cg else lambda: tree_pids(proc.pid))) \
-            if spec.mode is Mode.CACHED else None
-        limiter = stack.enter_context(cache_limiter(cg, spec, limits, enforced))
+        maps = stack.enter_context(MapsRecorder(cg.pids if cg else lambda: tree_pids(proc.pid)))
         monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s)
+        watchdog = progress.Watchdog(Path(env[rankenv.ENV_RUN_DIR]), spec.job.stall_timeout_s,
+                                     spec.job.startup_timeout_s)
+        stall = None
         try:
             with monitor:
-                rc, status, error = _wait_job(proc, spec.job.timeout_s, ctx.should_abort)
+                rc, status, error = _wait_job(proc, spec.job.timeout_s, ctx.should_abort,
+                                              watchdog.check)
+                if status is Status.STALLED:  # seen before anything is killed
+                    stall = progress.stall_record(watchdog, cg.pids() if cg else
+                                                  tree_pids(proc.pid), cg.counters() if cg else {})
+                    error = f"{error}: {progress.stall_text(stall)}"
         finally:
             _kill_group(proc)
             counters = cg.counters() if cg else {}
-            interference = probe.stop(counters.get("read_bytes"))
+            # the gate's warm of the job's code: the tool's reads, not another process's
+            interference = probe.stop(counters.get("read_bytes"),
+                                      gate.harness_read_bytes if gate is not None else 0)
             if cg:
                 cg.kill()
-    return Execution(rc, status, error, counters, interference, monitor,
-                     tuple(maps.files) if maps is not None else None,
-                     limiter.report() if limiter is not None else {})
+    return Execution(rc, status, error, counters, interference, monitor, tuple(maps.files),
+                     limiter.record() if limiter is not None else None,
+                     gate.record(counters.get("read_bytes")) if gate else None, stall)
 
 
 def _wrapper(cg: cgroups.RunCgroup | None, limits: cgroups.Limits, line: Lifeline) -> list[str]:
@@ -332,26 +349,26 @@ def _wrapper(cg: cgroups.RunCgroup | None, limits: cgroups.Limits, line: Lifelin
     return wrapper
 
 
-def cache_limiter(cg: cgroups.RunCgroup | None, spec: RunSpec, limits: cgroups.Limits,
-                  enforced: Enforcement) -> contextlib.AbstractContextManager[CacheLimiter | None]:
-    """The page-cache limiter of a disk run with a budget, or a context that does nothing."""
-    if cg is None or limits.memory_bytes is None or not enforced.trims_page_cache:
+def cache_limiter(spec: RunSpec, ctx: LaunchContext
+                  ) -> contextlib.AbstractContextManager[DatasetCacheLimiter | None]:
+    """The dataset's page-cache limiter of a disk run with a budget, or a context that does
+    nothing."""
+    budget = spec.resources.cache.cache_bytes
+    if spec.mode is not Mode.DISK or budget is None or not ctx.hold_cache_budget:
         return contextlib.nullcontext()
-    return CacheLimiter(cg, spec.resources.cache.cache_bytes or 0,
-                        enforced.memory_margin_bytes or 0, limits.memory_bytes)
+    return DatasetCacheLimiter(ctx.dataset.files, budget)
 
 
 def classify(spec: RunSpec, ex: Execution, ranks: list[RankRecord],
-             rank_errors: dict[int, rankenv.RankFailure], enforced: Enforcement,
-             log_path: Path) -> tuple[Status, str | None, FailureKind | None]:
+             rank_errors: dict[int, rankenv.RankFailure], log_path: Path) -> tuple[Status, str | None, FailureKind | None]:
     """How the run ended: the wait's verdict, unless the kernel OOM-killed or a rank failed."""
     if ex.status != Status.OK:
         return ex.status, ex.error, None
     if ex.counters.get("oom_kills", 0) > 0:
-        return Status.OOM, (
-            f"out of memory: cache budget {format_bytes(spec.resources.cache.cache_bytes)} + "
-            f"job memory {format_bytes(enforced.job_memory_bytes)} exceeded: "
-            "raise --cache or lower -j"), None
+        # dsanalyze sets no memory limit: the kernel ran out of memory for the job itself
+        peak = format_bytes(ex.counters.get("memory_peak_bytes"))
+        return Status.OOM, (f"the job ran out of memory (its own: dsanalyze sets no memory "
+                            f"limit; peak {peak}): lower -j or the batch size"), None
     if ex.rc != 0 or len(ranks) < spec.job.nproc_per_node:
         failure = next(iter(rank_errors.values())).kind if rank_errors else FailureKind.CRASH
         return Status.FAILED, _failure_message(ex.rc, rank_errors, log_path), failure
@@ -377,12 +394,15 @@ def _environment(spec: RunSpec, ctx: LaunchContext, ex: Execution, threads: dict
 
 
 def _wait_job(proc: subprocess.Popen, timeout_s: float,
-              should_abort: Callable[[], str | None] | None) -> tuple[int | None, str, str | None]:
-    """Wait for the job: (exit status, run status, error). Polls `should_abort` if given."""
+              should_abort: Callable[[], str | None] | None,
+              stalled: Callable[[], str | None] | None = None
+              ) -> tuple[int | None, str, str | None]:
+    """Wait for the job: (exit status, run status, error). Polls `should_abort` and `stalled`
+    (the progress watchdog) every 0.5 s if given."""
     deadline = time.monotonic() + timeout_s
     while True:
         step = max(0.0, deadline - time.monotonic())
-        if should_abort is not None:
+        if should_abort is not None or stalled is not None:
             step = min(step, 0.5)
         try:
             return proc.wait(timeout=step), Status.OK, None
@@ -394,6 +414,9 @@ def _wait_job(proc: subprocess.Popen, timeout_s: float,
         reason = should_abort() if should_abort is not None else None
         if reason is not None:
             return None, Status.FAILED, reason
+        reason = stalled() if stalled is not None else None
+        if reason is not None:
+            return None, Status.STALLED, reason
 
 
 def local_ranks(job: Job) -> range:

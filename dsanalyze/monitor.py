@@ -222,8 +222,10 @@ class InterferenceProbe:
     def start(self) -> None:
         self._start = self._now()
 
-    def stop(self, cgroup_read_bytes: int | None) -> dict[str, Any]:
-        """What others did since `start()`; `cgroup_read_bytes` the cgroup's reads since it was made."""
+    def stop(self, cgroup_read_bytes: int | None, tool_read_bytes: int = 0) -> dict[str, Any]:
+        """What others did since `start()`; `cgroup_read_bytes` the cgroup's reads since it was
+        made, `tool_read_bytes` the harness's own from the disk meanwhile (the job's code read
+        in before its throttle came on)."""
         b = self._now()
         a = self._start or b
         window_s = b.t - a.t
@@ -242,5 +244,7 @@ class InterferenceProbe:
         if a.disk_bytes is not None and b.disk_bytes is not None and cgroup_read_bytes is not None:
             out.update(disk_read_bytes=b.disk_bytes - a.disk_bytes,
                        cgroup_read_bytes=cgroup_read_bytes,
-                       others_read_bytes=max(0, b.disk_bytes - a.disk_bytes - cgroup_read_bytes))
+                       tool_read_bytes=tool_read_bytes,
+                       others_read_bytes=max(0, b.disk_bytes - a.disk_bytes - cgroup_read_bytes
+                                              - tool_read_bytes))
         return out

@@ -31,9 +31,59 @@ class Status(str, enum.Enum):
     OOM = "oom"
     TIMEOUT = "timeout"
     INTERRUPTED = "interrupted"
+    STALLED = "stalled"  # no iteration for --stall-timeout seconds: stopped (`StallRecord`)
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    """One process of a job when it was seen: `/proc/<pid>/stat`'s name and state letter
+    (R running, S sleeping, D uninterruptible: waiting on I/O, Z zombie) and the kernel
+    function it waits in (`/proc/<pid>/wchan`, "" when running or hidden)."""
+
+    pid: int
+    name: str
+    state: str
+    wchan: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "name": self.name, "state": self.state, "wchan": self.wchan}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ProcessState:
+        return cls(int(d["pid"]), d["name"], d["state"], d.get("wchan", ""))
+
+
+@dataclass(frozen=True)
+class StallRecord:
+    """What a stalled run was doing when the watchdog stopped it (`progress.py`).
+
+    `still_s`: seconds with no iteration; `iterations`: each rank's count then (rank ->
+    iterations); `processes`: the job's processes; `read_bytes`: the cgroup's bytes read
+    (through the throttle, if any) by then; `memory_bytes` / `cache_bytes`: the cgroup's
+    memory use and page cache then (None without cgroups)."""
+
+    still_s: float
+    iterations: dict[int, int]
+    processes: tuple[ProcessState, ...]
+    read_bytes: int | None = None
+    memory_bytes: int | None = None
+    cache_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"still_s": self.still_s, "iterations": {str(k): v for k, v in
+                                                         self.iterations.items()},
+                "processes": [p.to_dict() for p in self.processes],
+                "read_bytes": self.read_bytes, "memory_bytes": self.memory_bytes,
+                "cache_bytes": self.cache_bytes}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StallRecord:
+        return cls(float(d["still_s"]), {int(k): int(v) for k, v in d["iterations"].items()},
+                   tuple(ProcessState.from_dict(p) for p in d["processes"]),
+                   d.get("read_bytes"), d.get("memory_bytes"), d.get("cache_bytes"))
 
 
 class CacheAction(str, enum.Enum):
@@ -50,6 +100,7 @@ class How(str, enum.Enum):
     """How a knob of a run was enforced."""
 
     CGROUP = "cgroup"  # by a cgroup controller (cpuset, memory limit, read throttle)
+    EVICTION = "eviction"  # the cache budget: the harness evicts dataset pages (datacache.py)
     AFFINITY = "affinity"  # CPU affinity alone (--no-cgroups)
     NOT_ENFORCED = "not_enforced"  # asked for, but nothing here could enforce it (see `why`)
 
@@ -106,7 +157,7 @@ class Enforcement:
     job_memory_measured: bool | None = None  # False: a default estimate, no cached run had it
     memory_margin_bytes: int | None = None
     trims_page_cache: bool = False  # the cache limiter trims the page cache to the budget
-    limiter: dict[str, Any] = field(default_factory=dict)  # the limiter's counts (cachelimit.py)
+    limiter: dict[str, Any] = field(default_factory=dict)  # runs before the dataset-only budget: the old memory limiter's counts
 
     KNOBS = ("cpus", "cache", "storage_bw")
 
@@ -176,6 +227,72 @@ class DatasetRecord:
 
 
 @dataclass(frozen=True)
+class Residency:
+    """The dataset's pages in the page cache through a disk run with a cache budget, as the
+    harness's limiter held them (`resources/datacache.py`).
+
+    `sample_bytes[k]`: the dataset's resident bytes at `sample_unix_s[k]` (one sample per
+    `interval_s`, taken before that pass of the limiter evicted anything); `peak_bytes`: the
+    most seen before any pass evicted (what the job read since the pass before, on top of
+    the budget, for a few ms). `watch`: how the limiter saw the job's
+    reads: `fanotify` (opens and closes) or `scan` (residency polled). `stuck_*`: pages the
+    limiter could not evict (mapped by a process); `over_budget_s`: time spent above the
+    budget because the files the job had open held more than it.
+    """
+
+    budget_bytes: int
+    watch: str
+    interval_s: float
+    sample_unix_s: tuple[float, ...] = ()
+    sample_bytes: tuple[int, ...] = ()
+    evictions: int = 0
+    evicted_bytes: int = 0
+    peak_bytes: int = 0
+    stuck_files: int = 0
+    stuck_bytes: int = 0
+    over_budget_s: float = 0.0
+
+    def filled(self, share: float = 0.95) -> tuple[int, ...]:
+        """The samples from the first that reached `share` of the budget on (the cache full)."""
+        first = next((k for k, b in enumerate(self.sample_bytes)
+                      if b >= share * self.budget_bytes), len(self.sample_bytes))
+        return self.sample_bytes[first:]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**d, "sample_unix_s": list(self.sample_unix_s),
+                "sample_bytes": list(self.sample_bytes)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Residency:
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        kw["sample_unix_s"] = tuple(float(x) for x in d.get("sample_unix_s", ()))
+        kw["sample_bytes"] = tuple(int(x) for x in d.get("sample_bytes", ()))
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class ThrottleStart:
+    """A throttled disk run's throttle, turned on as its training loader started
+    (`resources/throttle.py`): when, the job's bytes read through it to the end of the run
+    (the cgroup's counter), and the job's mapped files the harness read whole just before
+    (so that no page of the job's code is read through it)."""
+
+    started_unix_s: float
+    throttled_read_bytes: int | None
+    code_files_warmed: int = 0
+    code_bytes_warmed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ThrottleStart:
+        return cls(**{k: v for k, v in d.items() if k in {f.name for f in fields(cls)}})
+
+
+@dataclass(frozen=True)
 class IoRecord:
     """What the run read and held: bytes, page-cache residency, memory peaks.
 
@@ -195,7 +312,9 @@ class IoRecord:
     cache_state: dict[str, Any] = field(default_factory=dict)
     counters: dict[str, Any] = field(default_factory=dict)
     interference: dict[str, Any] | None = None
-    mapped_files: tuple[str, ...] | None = None  # libraries a cached run mapped
+    mapped_files: tuple[str, ...] | None = None  # files the job's processes mapped (libraries)
+    residency: Residency | None = None  # the dataset's pages through a disk run with a budget
+    throttle: ThrottleStart | None = None  # a throttled disk run: reads through the throttle
     nodes: dict[str, Any] = field(default_factory=dict)  # node -> its own io, host, offset
     extra: dict[str, Any] = field(default_factory=dict)  # any other figure, kept as stored
 
@@ -215,6 +334,12 @@ class IoRecord:
             del d["mapped_files"]
         else:
             d["mapped_files"] = list(self.mapped_files)
+        for name in ("residency", "throttle"):
+            value = getattr(self, name)
+            if value is None:
+                del d[name]
+            else:
+                d[name] = value.to_dict()
         return {**self.extra, **d}
 
     @classmethod
@@ -223,6 +348,10 @@ class IoRecord:
         kw = {k: v for k, v in d.items() if k in known and v is not None}
         if "mapped_files" in kw:
             kw["mapped_files"] = tuple(kw["mapped_files"])
+        if "residency" in kw:
+            kw["residency"] = Residency.from_dict(kw["residency"])
+        if "throttle" in kw:
+            kw["throttle"] = ThrottleStart.from_dict(kw["throttle"])
         return cls(**kw, extra={k: v for k, v in d.items() if k not in known})
 
 
@@ -336,6 +465,7 @@ class RunResult:
     started_unix_s: float = 0.0
     duration_s: float = 0.0
     log_path: str | None = None
+    stall: StallRecord | None = None  # status stalled: what the job was doing
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))
@@ -372,6 +502,7 @@ class RunResult:
             "io": self.io.to_dict(),
             "ranks": [r.to_dict() for r in self.ranks],
             "monitor": list(self.monitor),
+            **({"stall": self.stall.to_dict()} if self.stall else {}),
         }
 
     @classmethod
@@ -390,4 +521,5 @@ class RunResult:
             started_unix_s=float(d.get("started_unix_s", 0.0)),
             duration_s=float(d.get("duration_s", 0.0)),
             log_path=d.get("log_path"),
+            stall=StallRecord.from_dict(d["stall"]) if d.get("stall") else None,
         )

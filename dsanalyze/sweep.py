@@ -22,7 +22,7 @@ from typing import Any
 from dsanalyze import datafind, launch, nodes, store
 from dsanalyze.analysis import measured as measured_window
 from dsanalyze.analysis import stalls
-from dsanalyze.config import Mode, RunSpec, Sweep
+from dsanalyze.config import RunSpec, Sweep
 from dsanalyze.dataset import DatasetInfo
 from dsanalyze.errors import (
     ConfigError,
@@ -124,7 +124,8 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
     unreadable = check_data(prefix, sweep, specs, fp)
     store.check_writable(prefix)
     hierarchy, why = resolve_cgroups(sweep.use_cgroups)
-    ctx = launch.LaunchContext(prefix, dataset, hierarchy, why)
+    ctx = launch.LaunchContext(prefix, dataset, hierarchy, why,
+                               drop_caches_globally=sweep.drop_caches_globally)
     outcome = SweepOutcome(cgroup_note=why, unreadable=unreadable)
     lock = DataLock.acquire(dataset.root, lock_wait_s)
     if not sweep.resume and sweep.job.node_rank == 0:
@@ -219,7 +220,7 @@ def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
         done = None  # another node lacks it: every node runs it again
     if done is not None:
         outcome.skipped.append(spec.run_id)
-        _remember_memory(ctx, done)
+        _remember_libraries(ctx, done)
         return None
     check_unchanged(datafind.rescan(spec.job, ctx.dataset), fp)
     if ctx.cpu_scaling is None:
@@ -229,7 +230,7 @@ def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
                                                                       fingerprint=fp.to_dict()))
     store.write_run(ctx.prefix, result)
     outcome.results.append(result)
-    _remember_memory(ctx, result)
+    _remember_libraries(ctx, result)
     if result.failure is FailureKind.CORRUPT_SAMPLE:
         # every other run would read the same file: stop here
         raise DatasetError(result.error)
@@ -284,16 +285,11 @@ def _repeat_tag(sweep: Sweep, repeat: int) -> str:
     return f", repeat {repeat}/{sweep.repeats}" if sweep.repeats > 1 else ""
 
 
-def _remember_memory(ctx: launch.LaunchContext, result: RunResult) -> None:
-    """The job's memory for the disk runs' limit at the cached run's CPUs: the largest peak of
-    the cached runs seen (with repeats the peak moves by 10% between runs, more than the
-    margin: a disk run limited by a lower repeat's peak was killed for memory)."""
-    if result.mode is Mode.CACHED and result.ok:
-        peak = result.io.job_memory_peak_bytes
-        if peak:
-            cpus = result.spec.resources.cpus
-            ctx.job_memory_bytes[cpus] = max(int(peak), ctx.job_memory_bytes.get(cpus, 0))
-        ctx.library_files = result.io.mapped_files or ctx.library_files
+def _remember_libraries(ctx: launch.LaunchContext, result: RunResult) -> None:
+    """The files the job's processes mapped in any run so far, measured or resumed: what a
+    disk run reads back first if they were evicted (`libmaps.warm_missing`)."""
+    if result.io.mapped_files:
+        ctx.library_files = tuple(sorted({*ctx.library_files, *result.io.mapped_files}))
 
 
 def _progress_line(spec: RunSpec, result: RunResult, measured: int, elapsed_s: float,

@@ -37,6 +37,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(why)
 
 
+def drop_pagecache_count() -> int:
+    """/proc/vmstat's `drop_pagecache`: how many times anyone dropped the whole page cache."""
+    for line in Path("/proc/vmstat").read_text().splitlines():
+        name, _, value = line.partition(" ")
+        if name == "drop_pagecache":
+            return int(value)
+    return 0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_global_page_cache_drop():
+    """The suite never empties the machine's page cache (docs/design.md: nothing global):
+    fails the session if `drop_pagecache` moved while it ran (by this suite or, against the
+    rules of a shared machine, by anyone)."""
+    before = drop_pagecache_count()
+    yield
+    after = drop_pagecache_count()
+    if after != before:
+        pytest.fail(f"/proc/vmstat drop_pagecache went from {before} to {after} during the "
+                    "suite: something wrote /proc/sys/vm/drop_caches", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """96 real JPEGs (about 100 KB each) in 4 classes."""

@@ -29,8 +29,8 @@ from conftest import harness
 
 from dsanalyze import app, store
 from dsanalyze.analysis import shards, stalls
+from dsanalyze.report import document
 from dsanalyze.report import shards as shard_report
-from dsanalyze.report import summary
 from dsanalyze.report.text import number
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -248,7 +248,7 @@ def test_webdataset_shards(tmp_path, shard_dir, world, given, capsys):
         assert r["disk_read_s"] > 0
     assert sum(r["fetch_share"] for r in table) == pytest.approx(1.0)
     # the report's "Reads per shard" section: these rows, most fetch time first
-    md = summary.render_markdown(shard_report.shard_blocks(list(runs.values())))
+    md = document.render_markdown(shard_report.shard_blocks(list(runs.values())))
     assert md.startswith("## Reads per shard") and f"{len(table)} shards read" in md
     lines = [ln for ln in md.splitlines() if ln.startswith("| shard-")]
     top = max(table, key=lambda r: r["fetch_s"])

@@ -12,6 +12,7 @@ from conftest import copy_of
 from dsanalyze import cli, store
 from dsanalyze.analysis.summary import Summary, summarize
 from dsanalyze.report import summary as report
+from dsanalyze.report.document import render_html, render_markdown
 from dsanalyze.report.text import bandwidth_text, cache_text, fixed_width
 
 DATA = Path(__file__).parent / "data"
@@ -65,7 +66,7 @@ def test_fixed_width_aligns_numbers_right_and_chosen_columns_left():
 
 def test_markdown_report_reads_every_number_from_the_summary():
     summary = summary_of(SWEEP)
-    md = report.render_markdown(report.report_blocks(summary, ["stall_breakdown.png"]))
+    md = render_markdown(report.report_blocks(summary, ["stall_breakdown.png"]))
     for row in report.table_rows(summary):
         assert "| " + " | ".join(row) + " |" in md
     for cfg in summary.configs:
@@ -88,7 +89,7 @@ def test_cold_epoch_is_reported_beside_the_verdict():
     summary = summary_of(TWO_RANKS)
     (cfg,) = summary.configs
     disk = cfg.modes["disk"]
-    md = report.render_markdown(report.report_blocks(summary))
+    md = render_markdown(report.report_blocks(summary))
     assert f"the first (cold) epoch took {disk.epoch1_s:.2f} s, the steady-state epochs " \
            f"{disk.time_s:.2f} s" in md
     assert "2 rank(s)" in md
@@ -99,7 +100,7 @@ def test_whatif_section():
     validation = {"runs": [{"run_id": "a", "measured_sps": 1.0, "predicted_sps": 1.0,
                             "error_pct": 0.0}] * 3,
                   "median_abs_error_pct": 2.04, "max_abs_error_pct": 7.5}
-    md = report.render_markdown(report.report_blocks(
+    md = render_markdown(report.report_blocks(
         summary, recommendation=["2 CPUs and 50% cache: stalls 3%, 1.8x faster"],
         validation=validation, whatif_note="storage not varied"))
     section = md.split("## What-if")[1]
@@ -113,7 +114,7 @@ def test_html_embeds_the_images_and_escapes_text(tmp_path):
     blocks = [("h1", "a <b> & c"), ("p", "**bold** and `code`"),
               ("table", ["x", "y"], [["1<2", "3"]]), ("img", "f.png", "caption"),
               ("img", "missing.png", "skipped")]
-    page = report.render_html(blocks, {"f.png": png})
+    page = render_html(blocks, {"f.png": png})
     assert "<h1>a &lt;b&gt; &amp; c</h1>" in page
     assert "<p><b>bold</b> and <code>code</code></p>" in page
     assert "<td>1&lt;2</td>" in page
@@ -164,7 +165,7 @@ def test_write_report(prefix, capsys):
 
 def test_headline_names_the_most_and_least_stalled():
     summary = summary_of(SWEEP)
-    md = report.render_markdown(report.report_blocks(summary))
+    md = render_markdown(report.report_blocks(summary))
     by_stall = sorted(summary.configs, key=lambda c: c.prep_stall_pct + c.fetch_stall_pct)
     most, least = by_stall[-1], by_stall[0]
     assert most.storage_read_bps == 8 * MIB and least.cpus == 2

@@ -9,8 +9,8 @@ from conftest import DATA_DIR
 
 from dsanalyze import store
 from dsanalyze.config import Mode
+from dsanalyze.report import document
 from dsanalyze.report import shards as shard_report
-from dsanalyze.report import summary
 
 
 def _with_files(run: store.RunResult, rows: list[dict]) -> store.RunResult:
@@ -33,7 +33,7 @@ def test_shards_are_shown_per_configuration_most_fetch_first():
     runs = [_with_files(r, cached if r.mode is Mode.CACHED else disk)
             if r.mode in (Mode.CACHED, Mode.DISK) and r.spec.resources.cpus == 1 else r
             for r in runs]
-    md = summary.render_markdown(shard_report.shard_blocks(runs, most=2))
+    md = document.render_markdown(shard_report.shard_blocks(runs, most=2))
     # cpus=1 only (cpus=2 counted no shard); both disk runs of cpus=1, against cached-cpus1
     assert md.count("against **cached-cpus1**: 3 shards read (1 more shard not shown)") == 2
     rows = [line for line in md.splitlines() if line.startswith("| ") and ".tar" in line]

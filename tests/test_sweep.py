@@ -36,16 +36,12 @@ def test_prefix_of_another_job_is_refused_with_the_difference(tmp_path):
     sweep.check_prefix(tmp_path, Sweep(Job(data_dir="/d", batch_size=8), prefix=str(tmp_path)))
 
 
-def test_cached_run_sets_the_job_memory_of_disk_runs(tmp_path):
+def test_every_run_adds_the_files_it_mapped_to_those_warmed_before_disk_runs(tmp_path):
     ctx = sweep.launch.LaunchContext(tmp_path, None, None)
-    sweep._remember_memory(ctx, result(Mode.CACHED, cpus=2, job_memory_peak_bytes=700 << 20))
-    sweep._remember_memory(ctx, result(Mode.SYNTHETIC, cpus=1, job_memory_peak_bytes=1 << 30))
-    assert ctx.job_memory_bytes == {2: 700 << 20}
-    # a repeat whose peak is lower does not lower the limit of the disk runs after it
-    sweep._remember_memory(ctx, result(Mode.CACHED, cpus=2, job_memory_peak_bytes=640 << 20))
-    assert ctx.job_memory_bytes == {2: 700 << 20}
-    sweep._remember_memory(ctx, result(Mode.CACHED, cpus=2, job_memory_peak_bytes=760 << 20))
-    assert ctx.job_memory_bytes == {2: 760 << 20}
+    sweep._remember_libraries(ctx, result(Mode.SYNTHETIC, mapped_files=("/v/a.so", "/v/b.so")))
+    sweep._remember_libraries(ctx, result(Mode.DISK, mapped_files=("/v/c.so", "/v/a.so")))
+    sweep._remember_libraries(ctx, result(Mode.CACHED))  # none recorded: nothing lost
+    assert ctx.library_files == ("/v/a.so", "/v/b.so", "/v/c.so")
 
 
 def test_a_fresh_sweep_sets_aside_an_earlier_sweeps_repeats(tmp_path):

@@ -524,10 +524,11 @@ def test_recommendation_on_the_demo_weighs_the_cold_epoch_and_breaks_ties_by_cos
 def test_page_cache_the_run_had_excludes_shared_memory() -> None:
     """DataLoader batches in /dev/shm count in the cgroup's file cache (v1 `cache`, v2
     `file`); the page cache a run had is that less `shmem_bytes`."""
-    from dsanalyze.whatif.model import _steady_window, effective_cache
+    from dsanalyze.analysis.window import steady_window
+    from dsanalyze.whatif.model import effective_cache
 
     run = next(r for r in runs_of("fetch") if r.run_id == "disk-cpus2-cachenone-bwnone")
-    lo, hi = _steady_window(run)
+    lo, hi = steady_window(run).span_unix_s()
     mid = (lo + hi) / 2
     samples = ({"unix_s": mid, "cache_bytes": 50 << 20, "shmem_bytes": 8 << 20},
                {"unix_s": mid, "cache_bytes": 60 << 20, "shmem_bytes": 8 << 20})

@@ -33,7 +33,7 @@ from dsanalyze.analysis.uncertainty import RateSamples, Significance, StallInter
 from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import Mode
 from dsanalyze.plain import PlainJson
-from dsanalyze.records import How, RunResult
+from dsanalyze.records import CacheAction, How, RunResult
 
 INPUT_BOUND_PCT = 5.0  # TF profiler: input-bound when > 5% of step time waits for data
 HIGHLY_INPUT_BOUND_PCT = 20.0
@@ -147,7 +147,7 @@ class KnobHold(PlainJson):
     """How a configuration's runs held one knob (`records.Knob`), on which cgroup version and
     device."""
 
-    how: str  # records.How value: cgroup, affinity, not_enforced
+    how: str  # records.How value: cgroup, affinity, eviction, not_enforced
     why: str | None = None  # for not_enforced
     cgroup_version: int | None = None
     device: str | None = None  # the dataset's block device (the read throttle's)
@@ -345,14 +345,27 @@ def enforcement(runs: list[RunResult]) -> dict[str, KnobHold]:
 
 
 def _budget_warnings(disk: RunResult) -> list[str]:
-    """A cache budget that cannot bind: the dataset fits in the budget plus the margin."""
-    budget = disk.spec.resources.cache.cache_bytes
-    margin = disk.enforced.memory_margin_bytes
-    dataset_bytes = disk.dataset.total_bytes
-    if disk.mode is not Mode.DISK or budget is None or not margin or not dataset_bytes:
+    """A cache budget that cannot bind (the dataset fits in it, plus the memory-limit margin
+    of runs from before the dataset-only budget), and dataset pages that eviction left."""
+    if disk.mode is not Mode.DISK:
         return []
-    if dataset_bytes <= budget + margin:
-        return [f"cache {disk.spec.resources.cache.label} does not bind: the dataset "
-                f"({dataset_bytes / 2**20:.0f} MiB) fits in the budget plus the memory-limit margin "
-                f"({margin / 2**20:.0f} MiB); use a larger dataset"]
-    return []
+    budget = disk.spec.resources.cache.cache_bytes
+    margin = disk.enforced.memory_margin_bytes or 0
+    dataset_bytes = disk.dataset.total_bytes
+    out = []
+    if budget is not None and dataset_bytes and dataset_bytes <= budget + margin:
+        room = "the budget plus the memory-limit margin" if margin else "the budget"
+        out.append(f"cache {disk.spec.resources.cache.label} does not bind: the dataset "
+                   f"({dataset_bytes / 2**20:.0f} MiB) fits in {room}; use a larger dataset")
+    before = disk.io.cache_state.get("resident_before_bytes") or 0
+    if disk.io.cache_action is CacheAction.EVICTED_INCOMPLETE:
+        out.append(f"disk run {disk.run_id} started with {before / 2**20:.1f} MiB of the dataset "
+                   f"in the page cache that eviction could not drop (mapped by another process, "
+                   f"in {disk.io.cache_state.get('files_left_resident', 0)} files): its first "
+                   "epoch read less from storage")
+    stuck = disk.io.residency.stuck_bytes if disk.io.residency else 0
+    if stuck:
+        out.append(f"disk run {disk.run_id}: {stuck / 2**20:.1f} MiB of the dataset could not be "
+                   "evicted during the run (mapped by a process): the budget held the rest")
+    return out
+

@@ -30,6 +30,15 @@ class Window:
         """The longest rank's measured time: ranks advance together through DDP."""
         return max(sum(r.iter_s[i] for i in c) for r, c in zip(self.ranks, self.chosen))
 
+    def span_unix_s(self) -> tuple[float, float] | None:
+        """Wall-clock start and end of the window on the first rank (for the monitor's
+        samples); None when the rank recorded no start time or measured nothing."""
+        r0, chosen = self.ranks[0], self.chosen[0]
+        if not r0.start_unix_s or not chosen:
+            return None
+        start = r0.start_unix_s + sum(r0.iter_s[:chosen[0]])
+        return start, r0.start_unix_s + sum(r0.iter_s[:chosen[-1] + 1])
+
 
 def steady_window(result: RunResult) -> Window | None:
     """The measured window of a completed run, or None when it has no measured iteration."""

@@ -60,6 +60,7 @@ from typing import Any
 
 import torch
 
+from dsanalyze import progress
 from dsanalyze.errors import DsAnalyzeError
 from dsanalyze.instrument import datafiles, filereads
 from dsanalyze.instrument import rank as rankenv
@@ -268,7 +269,8 @@ class Session:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.recorder = IterationRecorder(settings.rank, settings.warmup, settings.iters,
-                                          sync=cuda_sync)
+                                          sync=cuda_sync, heartbeat=progress.Heartbeat.open(
+                                              rankenv.run_dir(), settings.rank))
         self.loaders: list[LoaderInfo] = []  # in creation order
         self._by_id: dict[int, LoaderInfo] = {}
         self.training: LoaderInfo | None = None
@@ -327,6 +329,8 @@ class Session:
             dataset = steps.graph_dataset(loader)
         if self.settings.mode != "synthetic" and dataset is not None:
             steps.instrument_dataset(dataset, self.sink)  # before iter() forks the workers
+        if self.settings.mode == "disk":
+            rankenv.wait_for_throttle()  # before its workers read the first sample
         run_dir = rankenv.run_dir()
         if self.settings.discover and self.audit is None and run_dir is not None:
             self.audit = datafiles.start_audit(str(run_dir / f"opened-rank{self.settings.rank}"))

@@ -50,12 +50,15 @@ class IterationRecorder:
     """Collects per-iteration timings of one rank.
 
     `max_iters`: stop after `warmup + max_iters` iterations (None: never).
-    `clock` is injectable so tests can control time.
+    `clock` is injectable so tests can control time. `heartbeat` (`progress.Heartbeat`) is
+    told the iterations completed at every boundary: the harness's progress watchdog.
     """
 
     def __init__(self, rank: int = 0, warmup: int = 0, max_iters: int | None = None,
                  sync: Callable[[], None] | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 heartbeat: Callable[[int], None] | None = None) -> None:
+        self.heartbeat = heartbeat
         self.rank = rank
         self.warmup = warmup
         self.max_iters = max_iters
@@ -87,6 +90,8 @@ class IterationRecorder:
             self._open = None
         elif not self.iter_s:
             self.start_unix_s = time.time()
+        if self.heartbeat is not None:
+            self.heartbeat(len(self.iter_s))
         return now
 
     def open(self, start: float, wait_s: float, samples: int) -> None:

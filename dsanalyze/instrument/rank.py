@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,12 @@ ENV_THREADS = "DSANALYZE_THREADS"  # the CPU budget's thread count for this rank
 ENV_EPOCHS = "DSANALYZE_EPOCHS"  # user scripts: stop after this many training epochs
 ENV_LOADER_INDEX = "DSANALYZE_LOADER_INDEX"  # user scripts: the training loader, by creation
 ENV_DISCOVER = "DSANALYZE_DISCOVER"  # "1": report the files the training loader reads
+# "1": a throttled disk run; the rank waits at its training loader's first iteration until
+# the harness has turned the read throttle on (`resources/throttle.py`)
+ENV_THROTTLE_GATE = "DSANALYZE_THROTTLE_GATE"
+THROTTLE_WAIT_FILE = "throttle-wait-rank{rank}"
+THROTTLE_ON_FILE = "throttle-on"
+THROTTLE_WAIT_S = 600.0  # the harness reads the job's code in first (seconds to minutes)
 
 
 def rank() -> int:
@@ -116,3 +123,19 @@ def run_reporting_errors(main: Callable[[], Any]) -> Any:
                                 traceback.format_exc()))
         sys.stderr.flush()
         raise
+
+
+def wait_for_throttle(timeout_s: float = THROTTLE_WAIT_S) -> None:
+    """In a throttled disk run: tell the harness the training loader is about to read, and
+    wait until it has turned the read throttle on (the job's start-up, imports and model
+    build, read at the device's speed: they are not the dataset's fetch)."""
+    d = run_dir()
+    if d is None or os.environ.get(ENV_THROTTLE_GATE) != "1":
+        return
+    on = d / THROTTLE_ON_FILE
+    if on.exists():
+        return
+    (d / THROTTLE_WAIT_FILE.format(rank=rank())).touch()
+    deadline = time.monotonic() + timeout_s
+    while not on.exists() and time.monotonic() < deadline:
+        time.sleep(0.005)

@@ -49,6 +49,8 @@ def enforcement_text(knob: str, how: KnobHold) -> str:
         return f"not enforced: {how.why or 'unknown reason'}"
     if how.how == How.AFFINITY.value:
         return "CPU affinity"
+    if how.how == How.EVICTION.value:
+        return "dataset pages evicted by the harness (LRU, posix_fadvise)"
     version, device = how.cgroup_version, how.device
     on = f" on {device}" if knob == "storage_bw" and device else ""
     return f"cgroup{f' v{version}' if version else ''} {_CGROUP_CONTROLLER[knob]}{on}"

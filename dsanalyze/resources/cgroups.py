@@ -189,13 +189,16 @@ class RunCgroup:
             _write(self.dirs["blkio"] / "blkio.throttle.read_bps_device",
                    f"{limits.device} {ACCOUNTING_ONLY_BPS}")
         if limits.read_bps is not None:
-            if not limits.device:
-                raise ResourceError("a storage bandwidth limit needs the disk's MAJ:MIN")
-            if v1:
-                _write(self.dirs["blkio"] / "blkio.throttle.read_bps_device",
-                       f"{limits.device} {limits.read_bps}")
-            else:
-                _write(self.dirs["io"] / "io.max", f"{limits.device} rbps={limits.read_bps}")
+            self.set_read_bps(limits.device, limits.read_bps)
+
+    def set_read_bps(self, device: str | None, read_bps: int) -> None:
+        """Throttle reads from the whole disk `device` ("MAJ:MIN") to `read_bps` bytes/s."""
+        if not device:
+            raise ResourceError("a storage bandwidth limit needs the disk's MAJ:MIN")
+        if self.hierarchy.version == 1:
+            _write(self.dirs["blkio"] / "blkio.throttle.read_bps_device", f"{device} {read_bps}")
+        else:
+            _write(self.dirs["io"] / "io.max", f"{device} rbps={read_bps}")
 
     def join_argv(self) -> list[str]:
         """Argv prefix of the wrapper that joins this cgroup, then execs the rest."""
@@ -237,59 +240,10 @@ class RunCgroup:
                 except OSError:
                     time.sleep(0.05)
 
-    def memory_split(self) -> tuple[int, int]:
-        """(the job's own memory, page cache of files) charged to the cgroup now.
-
-        Own memory is anonymous + shared memory. v1 `cache` and v2 `file` both
-        count shared memory too; it is taken out of the page cache.
-        """
-        stat = _kv(_read(self.dirs["memory"] / "memory.stat"))
-        shmem = stat.get("shmem", 0)
-        if self.hierarchy.version == 1:
-            return stat.get("rss", 0) + shmem, max(0, stat.get("cache", 0) - shmem)
-        return stat.get("anon", 0) + shmem, max(0, stat.get("file", 0) - shmem)
-
     @property
     def memory_limit_file(self) -> Path:
         v1 = self.hierarchy.version == 1
         return self.dirs["memory"] / ("memory.limit_in_bytes" if v1 else "memory.max")
-
-    def raise_memory_limit(self, limit_bytes: int) -> bool:
-        """Move the memory limit up to `limit_bytes`; False if the kernel refused."""
-        try:
-            self.memory_limit_file.write_text(str(limit_bytes))
-            return True
-        except OSError:
-            return False
-
-    def reclaim(self, nbytes: int) -> bool:
-        """Make the kernel reclaim `nbytes` of the cgroup's memory (the oldest page
-        cache first) without changing its limit for longer than the reclaim.
-
-        v2 writes `memory.reclaim`. v1 has none: the limit is pulsed to the usage
-        now minus `nbytes` (the write returns once the kernel has reclaimed down
-        to it) and put back at once. False if the kernel could not reclaim it all.
-        """
-        mem = self.dirs["memory"]
-        if (mem / "memory.reclaim").exists():
-            try:
-                (mem / "memory.reclaim").write_text(str(nbytes))
-                return True
-            except OSError:
-                return False  # EAGAIN: less than nbytes was reclaimable
-        limit_file = self.memory_limit_file
-        v1 = self.hierarchy.version == 1
-        usage = _read(mem / ("memory.usage_in_bytes" if v1 else "memory.current")).strip()
-        old = _read(limit_file).strip()
-        if not usage.isdigit() or not old:
-            return False
-        try:
-            limit_file.write_text(str(max(0, int(usage) - nbytes)))
-            return True
-        except OSError:
-            return False  # EBUSY: usage cannot shrink that far now
-        finally:
-            limit_file.write_text(old)
 
     def counters(self) -> dict[str, int | float]:
         """Cumulative CPU seconds, bytes read from storage, memory now and at peak, OOM kills."""

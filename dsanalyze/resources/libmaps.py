@@ -1,19 +1,26 @@
 """The files a job maps (its Python extension modules, torch's and CUDA's libraries).
 
 `MapsRecorder` reads `/proc/<pid>/maps` of every process of a run once a
-second and keeps the union of the regular files mapped. The cached run's set
-is what a disk run reads back after a global page-cache drop
-(`pagecache.evict_dataset`), so that the libraries start resident in both.
+second and keeps the union of the regular files mapped. Every run records
+its set. A disk run must not read the job's own code through its throttle
+(the throttle is on the whole disk, which often holds the venv): before it,
+the harness reads, from outside the job's cgroup and unthrottled, the files
+earlier runs mapped that are not wholly cached (`warm_missing`), and again
+the files the job maps when its throttle comes on (`resources/throttle.py`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from dsanalyze.resources import pagecache
 
 INTERVAL_S = 1.0
 _SKIP = ("/dev/", "/proc/", "/sys/", "/memfd:")
@@ -33,6 +40,44 @@ def mapped_files(pids: Iterable[int]) -> set[str]:
                     and not parts[5].startswith(_SKIP):
                 out.add(parts[5])
     return out
+
+
+def warm_missing(files: Iterable[str], dataset: Iterable[str] = ()) -> tuple[int, int]:
+    """Read whole every file of `files` (the dataset's left out) that is not wholly in the
+    page cache; return (files, bytes) read. A library is paged in as its code runs: a
+    page the job has not run yet (a worker's first decode, the first backward pass) would
+    otherwise be read when it first runs, through the throttle."""
+    skip = {os.path.realpath(f) for f in dataset}
+    cold = []
+    for f in files:
+        try:
+            size = os.path.getsize(f)
+            if os.path.realpath(f) not in skip and size > 0 \
+                    and pagecache.file_resident_bytes(f) < size:
+                cold.append(f)
+        except OSError:
+            continue  # removed since (a reinstalled package): nothing to warm
+    read = 0
+    for f in cold:
+        with contextlib.suppress(OSError):
+            read += _read_in(f)
+    return len(cold), read
+
+
+def _read_in(path: str) -> int:
+    """Bring the whole file into the page cache; return its size. `POSIX_FADV_WILLNEED`
+    first (the kernel reads the missing pages, no copy; a page still being read when the
+    job faults it is waited for, not read again through the job's throttle), then a
+    plain read of what it left out (under memory pressure readahead may stop early)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    finally:
+        os.close(fd)
+    if pagecache.file_resident_bytes(path) < size:
+        pagecache.warm([path])
+    return size
 
 
 def tree_pids(root_pid: int) -> set[int]:

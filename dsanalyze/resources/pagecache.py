@@ -1,27 +1,26 @@
-"""Page-cache state of the dataset: warm, evict, drop, and measure residency.
+"""Page-cache state of the dataset: warm, evict, and measure residency.
 
 - `warm`: read every file once, from the calling process. The harness calls
-  it from outside the job's cgroup, so the pages are charged to the harness
-  and the job's memory limit does not evict them.
+  it from outside the job's cgroup, so the pages are charged to the harness.
 - `evict`: `posix_fadvise(POSIX_FADV_DONTNEED)` per file (no root needed),
-  after `fdatasync` so that dirty pages can actually be dropped. Pages first
-  read by another cgroup stay charged there, which is why docs/design.md insists
-  on evicting before every disk run.
-- `evict_verified`: `evict`, then `mincore` per file, and again for the files
-  that kept pages (pages still under writeback, or in another CPU's LRU batch,
-  go on a later try), a bounded number of times.
-- `evict_dataset`: what a disk run does: `evict_verified`, and only if pages
-  stay, the global `drop_all` (recorded), after which the libraries the cached
-  run mapped are read back, so that the disk run starts with the same library
-  state as the cached run and its first iterations do not re-read torch.
-- `drop_all`: `echo 1 > /proc/sys/vm/drop_caches` (root only).
-- `resident_bytes`: `mincore(2)` over an mmap of each file.
+  after `fdatasync` so that dirty pages can actually be dropped.
+- `evict_verified`: `evict`, then the residency of each file, and again for
+  the files that kept pages (pages still under writeback, or in another CPU's
+  LRU batch, go on a later try), a bounded number of times.
+- `evict_dataset`: what a disk run does: `evict_verified`; pages that stay
+  (mapped by another process) are recorded (`evicted_incomplete`, with the
+  files), never dropped machine-wide, unless the user asked for it with
+  `--drop-caches-globally` (`drop_all`: `echo 1 > /proc/sys/vm/drop_caches`,
+  which empties every other process's page cache too).
+- `file_resident_bytes`: `cachestat(2)` (Linux >= 6.5: one system call, no
+  mapping), else `mincore(2)` over an mmap of the file.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import mmap
 import os
 import time
@@ -42,8 +41,11 @@ _libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_
 _libc.mmap.restype = ctypes.c_void_p
 _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 _MAP_FAILED = ctypes.c_void_p(-1).value
+_libc.syscall.restype = ctypes.c_long
+SYS_CACHESTAT = 451  # the same number on x86-64 and arm64 (the unified syscall table)
 EVICT_ATTEMPTS = 4
 EVICT_BACKOFF_S = 0.1  # then 0.2, 0.3 s: writeback ends, exiting processes unmap
+STUCK_FILES_KEPT = 10  # files named in the record when pages stay resident
 
 
 @dataclass(frozen=True)
@@ -98,13 +100,13 @@ def evict_verified(paths: Sequence[str], tolerance_bytes: int = 0,
     return Eviction(attempt, resident, tuple(pending))
 
 
-def evict_dataset(files: Sequence[str], tolerance_bytes: int, library_files: Sequence[str] = (),
+def evict_dataset(files: Sequence[str], tolerance_bytes: int, drop_globally: bool = False,
                   drop: Callable[[], None] | None = None) -> dict[str, Any]:
     """Evict the dataset for a disk run; return the run's `cache_state` record.
 
-    The whole page cache is dropped only when per-file eviction leaves more
-    than `tolerance_bytes`; then `library_files` (what the cached run mapped,
-    dataset files excluded) are read back in.
+    Pages that stay after `evict_verified` (more than `tolerance_bytes`) are
+    recorded with the first files that hold them. The whole page cache is
+    dropped only with `drop_globally` (`--drop-caches-globally`).
     """
     ev = evict_verified(files, tolerance_bytes)
     state = {"action": CacheAction.EVICTED_PER_FILE.value, "global_drop": False,
@@ -112,20 +114,20 @@ def evict_dataset(files: Sequence[str], tolerance_bytes: int, library_files: Seq
              "resident_before_bytes": ev.resident_bytes}
     if ev.resident_bytes <= tolerance_bytes:
         return state
+    stuck = {**state, "action": CacheAction.EVICTED_INCOMPLETE.value,
+             "resident_files_sample": list(ev.files_resident[:STUCK_FILES_KEPT])}
+    if not drop_globally:
+        return stuck
     try:
         (drop or drop_all)()
     except ResourceError as e:
-        return {**state, "action": CacheAction.EVICTED_INCOMPLETE.value, "drop_error": str(e)}
-    dataset = {os.path.realpath(f) for f in files}
-    libs = [f for f in library_files if os.path.isfile(f) and os.path.realpath(f) not in dataset]
-    rewarmed = warm(libs)
+        return {**stuck, "drop_error": str(e)}
     return {**state, "action": CacheAction.DROPPED_ALL.value, "global_drop": True,
-            "resident_before_bytes": resident_bytes(files),
-            "rewarmed_library_files": len(libs), "rewarmed_library_bytes": rewarmed}
+            "resident_before_bytes": resident_bytes(files)}
 
 
 def drop_all() -> None:
-    """Drop the whole page cache (root only)."""
+    """Drop the whole page cache, every process's (root only; `--drop-caches-globally`)."""
     os.sync()
     try:
         with open("/proc/sys/vm/drop_caches", "w") as f:
@@ -135,6 +137,43 @@ def drop_all() -> None:
                             "or rely on per-file eviction") from None
 
 
+class _CacheStatRange(ctypes.Structure):
+    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+
+class _CacheStat(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("nr_cache", "nr_dirty", "nr_writeback",
+                                               "nr_evicted", "nr_recently_evicted")]
+
+
+_cachestat_works = True
+
+
+def cachestat_pages(fd: int, offset: int = 0, length: int = 0) -> int | None:
+    """Pages of the open file `fd` in the page cache (`cachestat(2)`), in `length` bytes
+    from `offset` (0: to the end), or None where the kernel has no cachestat (before 6.5)."""
+    global _cachestat_works
+    if not _cachestat_works:
+        return None
+    span, stat = _CacheStatRange(offset, length), _CacheStat()
+    if _libc.syscall(SYS_CACHESTAT, fd, ctypes.byref(span), ctypes.byref(stat), 0) == 0:
+        return int(stat.nr_cache)
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EPERM):  # EPERM: a seccomp filter that does not know it
+        _cachestat_works = False
+        return None
+    raise OSError(err, os.strerror(err))
+
+
+def evict_prefix(path: str, nbytes: int) -> None:
+    """Drop the pages of the first `nbytes` of `path` (0: the whole file)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, nbytes, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def file_resident_bytes(path: str) -> int:
     """Bytes of `path` that are in the page cache now (whole pages, capped at the size)."""
     fd = os.open(path, os.O_RDONLY)
@@ -142,6 +181,9 @@ def file_resident_bytes(path: str) -> int:
         size = os.fstat(fd).st_size
         if size == 0:
             return 0
+        pages = cachestat_pages(fd)
+        if pages is not None:
+            return min(size, pages * _PAGE)
         # Map without reading (mmap does not fault pages in), then ask mincore.
         addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
         if addr in (None, _MAP_FAILED):

@@ -135,9 +135,9 @@ def advise(results: Sequence[RunResult], sizes: Sequence[int] | None = None,
     calm = sorted((o for o in measured if o.stall_pct <= max_stall_pct), key=_cost)
     try:
         preds, rows, hint = _fit_and_predict(results, sizes, max_stall_pct)
-    except DsAnalyzeError as e:
+    except Exception as e:  # noqa: BLE001 - a failed fit is a line of the answer, not a crash
         kind = AdviceKind.NO_CHANGE if calm else AdviceKind.NO_MODEL
-        return Advice(kind, epochs, best, calm[0] if calm else None, note=str(e))
+        return Advice(kind, epochs, best, calm[0] if calm else None, note=failure_note(e))
     fitted = sum(1 for r in results if r.ok and r.ranks)
     validation, why = _validation(results, sizes)
     error = validation["median_abs_error_pct"] if validation else None
@@ -238,3 +238,14 @@ def _validation(results: list[RunResult], sizes: Sequence[int] | None
         return whatif.validation_document(whatif.validate(results, sizes)), ""
     except DsAnalyzeError as e:
         return None, str(e).split(":")[0]
+    except Exception as e:  # noqa: BLE001 - as a failed fit
+        return None, failure_note(e)
+
+
+def failure_note(e: Exception) -> str:
+    """One line for a failure of the model: a DsAnalyzeError's message; any other exception
+    (a bug of the model on data it was never tried on) its type and first line, so that a
+    sweep that measured everything still ends with its table and this line."""
+    if isinstance(e, DsAnalyzeError):
+        return str(e)
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"

@@ -39,6 +39,7 @@ from dsanalyze.whatif.model import (
     HeldOut,
     Model,
     Rates,
+    binding_cache,
     interval,
     job_ranks,
     layout_for,
@@ -166,11 +167,9 @@ def predict(model: Model, cfg: Config) -> Prediction:
     cfg = replace(cfg, workers=workers_for(model, cfg), nproc=cfg.nproc or model.ranks)
     ranks = job_ranks(model, cfg)
     layout, n = layout_for(model, ranks)
-    cache = None
-    if cfg.cache_bytes is not None:
-        cache = cfg.cache_bytes + model.cache_slack_bytes
-    disk = _job_rates(mean_rates(model, cfg, layout, Mode.DISK, None if cache is not None
-                                 and cache >= model.dataset_bytes else cache), cfg.nnodes)
+    cache = None if cfg.cache_bytes is None else cfg.cache_bytes + model.cache_slack_bytes
+    disk = _job_rates(mean_rates(model, cfg, layout, Mode.DISK, binding_cache(model, cache)),
+                      cfg.nnodes)
     cached = _job_rates(mean_rates(model, cfg, layout, Mode.CACHED, None, cold_first=True),
                         cfg.nnodes)
     g = ranks * model.batch_size / step_for(model, cfg)

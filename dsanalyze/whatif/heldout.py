@@ -13,6 +13,7 @@ remember.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from dsanalyze.analysis.jobrun import JobAsRun, job_as_run
@@ -24,8 +25,21 @@ from dsanalyze.whatif import pipeline
 def run_layout(result: RunResult) -> pipeline.Layout:
     """Epochs, batches per epoch, iterations and warm-up rank 0 ran (no timings)."""
     r0 = result.ranks[0]
-    batches = int(r0.extra.get("batches_per_epoch") or max(r0.epoch) + 1)
-    return pipeline.Layout(max(r0.epoch) + 1, batches, len(r0.iter_s), r0.warmup)
+    epochs = max(r0.epoch) - min(r0.epoch) + 1
+    return pipeline.Layout(epochs, _batches_per_epoch(result), len(r0.iter_s), r0.warmup)
+
+
+def _batches_per_epoch(result: RunResult) -> int:
+    """The loader's `len()` as the rank recorded it; for a loader without one (an iterable
+    dataset), the iterations of the first epoch when a second one started, else the dataset's
+    files over a step's samples, at least the iterations recorded (never the epoch count)."""
+    r0 = result.ranks[0]
+    if r0.extra.get("batches_per_epoch"):
+        return int(r0.extra["batches_per_epoch"])
+    if len(set(r0.epoch)) > 1:
+        return r0.epoch.count(r0.epoch[0])
+    per_step = max(1, int(statistics.median(r0.samples or [1]))) * len(result.ranks)
+    return max(len(r0.iter_s), (result.dataset.num_files or 0) // per_step, 1)
 
 
 def run_cpus(result: RunResult) -> int:

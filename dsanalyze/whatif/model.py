@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import CacheBudget, Mode, Resources
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
@@ -61,6 +62,7 @@ from dsanalyze.whatif.heldout import HeldOut, run_cpus, run_layout
 __all__ = ["HeldOut", "run_cpus", "run_layout"]  # read from here by the what-if's modules
 
 SEEDS = 3  # permutations averaged per disk prediction
+RATED_BATCHES = 20000  # iterations per epoch a simulated timeline is stretched to, at most
 SIM_SAMPLES = 6000  # samples per simulated epoch; larger epochs are simulated on a sample
 CACHE_BINDS = 0.97  # an effective cache under this share of the dataset limits hits
 PREP_BOUND = 0.9  # a cached run below this share of G is prep-bound enough to solve c_prep on
@@ -194,24 +196,22 @@ class Model:
 
 # ---- reading runs ---------------------------------------------------------------------------
 
-def _steady_window(result: RunResult) -> tuple[float, float]:
-    r0 = result.ranks[0]
-    t, start = r0.start_unix_s, None
-    for i, dt in enumerate(r0.iter_s):
-        if start is None and r0.epoch[i] != r0.epoch[0]:
-            start = t
-        t += dt
-    return (r0.start_unix_s if start is None else start), t
-
-
 def effective_cache(result: RunResult, dataset_bytes: int) -> float | None:
-    """Page cache the run had: the cgroup's file cache less shared memory (DataLoader
-    batches in /dev/shm, which v1 `cache` and v2 `file` count), averaged over its steady
-    epochs. Only fit runs are read this way. None when it is not recorded.
+    """Page cache the run had, averaged over its steady epochs (`window.steady_window`, the
+    iterations the rate counts): the dataset's resident bytes the harness's limiter sampled
+    (`io.residency`), else (runs from before it) the cgroup's file cache less shared memory
+    (DataLoader batches in /dev/shm, which v1 `cache` and v2 `file` count). Only fit runs
+    are read this way. None when not recorded.
     """
-    if not result.ranks or not result.ranks[0].start_unix_s:
+    window = steady_window(result)
+    span = window.span_unix_s() if window is not None else None
+    if span is None:
         return None
-    lo, hi = _steady_window(result)
+    lo, hi = span
+    held = result.io.residency  # the dataset's own pages, where the harness held the budget
+    if held is not None:
+        values = [b for t, b in zip(held.sample_unix_s, held.sample_bytes) if lo <= t <= hi]
+        return float(statistics.fmean(values)) if values else None
     values = [m["cache_bytes"] - m.get("shmem_bytes", 0) for m in result.monitor
               if "cache_bytes" in m and lo <= m.get("unix_s", 0.0) <= hi]
     return float(statistics.fmean(values)) if values else None
@@ -349,11 +349,15 @@ def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,
     sizes = np.asarray(model.file_bytes)
     rng = np.random.default_rng(seed)
     files = len(sizes)
-    if batches < layout.batches:  # a miniature dataset with the same sizes and C / D
+    samples = layout.batches * per_batch
+    if samples > files:  # shards or mapped files of many samples: a sample, a share of one
+        files = batches * per_batch  # the miniature's samples, drawn over the files' sizes
+        sizes = np.maximum(1, sizes[rng.choice(len(sizes), files)] * len(sizes) // samples)
+    elif batches < layout.batches:  # a miniature dataset with the same sizes and C / D
         files = max(batches * per_batch, files * batches // layout.batches)
         sizes = sizes[rng.choice(len(sizes), files, replace=False)]
-        if cache_bytes is not None:
-            cache_bytes = cache_bytes * sizes.sum() / model.dataset_bytes
+    if cache_bytes is not None and files != len(model.file_bytes):
+        cache_bytes = cache_bytes * sizes.sum() / model.dataset_bytes
     batches = min(batches, files // per_batch)
     orders = [cachesim.epoch_order(files, rng, ranks * nodes, model.batch_size, ranks)
               [:batches * model.batch_size * ranks] for _ in range(layout.epochs)]
@@ -376,6 +380,7 @@ def simulate_run(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
                       cfg.nnodes)
     misses, read, sim_batches = sim
     p = replace(_pipe(model, cfg, mode, override.pop("prep_cpu_s", None)), **override)
+    layout = rated_layout(layout)
     tl = pipeline.expand(pipeline.simulate(p, misses, sim_batches, read), sim_batches, layout)
     n = min(layout.iters, len(tl.iter_s))
     # the workers start before the first batch; without persistent workers, at every epoch
@@ -383,6 +388,18 @@ def simulate_run(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     starts = {0} if once else {i for i in range(n) if i == 0 or tl.epoch[i] != tl.epoch[i - 1]}
     iters = tuple(t + model.startup_s if i in starts else t for i, t in enumerate(tl.iter_s[:n]))
     return pipeline.Timeline(tl.wait_s[:n], iters, tl.epoch[:n], tl.samples_per_iter)
+
+
+def rated_layout(layout: pipeline.Layout) -> pipeline.Layout:
+    """The layout a timeline is stretched to and rated over: epochs of at most
+    `RATED_BATCHES` (an epoch of shards of millions of samples would be a list of millions of
+    iterations); its iterations cut at the same point of the same epoch. The rates differ by
+    the share of an epoch the simulated refill and drain take, under 1/RATED_BATCHES."""
+    if layout.batches <= RATED_BATCHES:
+        return layout
+    full, part = divmod(layout.iters, layout.batches)
+    return replace(layout, batches=RATED_BATCHES,
+                   iters=full * RATED_BATCHES + min(part, RATED_BATCHES))
 
 
 @dataclass(frozen=True)
@@ -430,20 +447,16 @@ def _mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     for seed in range(SEEDS if varied else 1):
         sim = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes, mode, seed,
                       cfg.nnodes)
-        misses = sim[0]
+        misses, reads = sim[0], sim[1]
         tl = simulate_run(model, cfg, layout, mode, sim=sim, **override)
-        out.append(pipeline.window_rates(tl, layout, cold_first))
+        out.append(pipeline.window_rates(tl, rated_layout(layout), cold_first))
         if mode is Mode.DISK:
-            steady = misses[1:] if cold_first and len(misses) > 1 else misses
-            read = sum(float(m.sum()) for m in steady)
-            hits.append(1 - read / max(1.0, sum(_accessed(model, m) for m in steady)))
+            skip = 1 if cold_first and len(misses) > 1 else 0
+            missed = sum(float(m.sum()) for m in misses[skip:])
+            hits.append(1 - missed / max(1.0, sum(float(r.sum()) for r in reads[skip:])))
     cold = [c for _, c in out if c is not None]
     return Rates(statistics.fmean(r for r, _ in out), statistics.fmean(cold) if cold else None,
                  statistics.fmean(hits) if hits else None)
-
-
-def _accessed(model: Model, misses: np.ndarray) -> float:
-    return len(misses) * model.dataset_bytes / len(model.file_bytes)
 
 
 def run_cache(model: Model, run: HeldOut) -> float | None:
@@ -452,8 +465,13 @@ def run_cache(model: Model, run: HeldOut) -> float | None:
     budget = run.spec.resources.cache.cache_bytes
     if budget is None:
         return None
-    cache = budget + model.cache_slack_bytes
-    return None if cache >= CACHE_BINDS * model.dataset_bytes else cache
+    return binding_cache(model, budget + model.cache_slack_bytes)
+
+
+def binding_cache(model: Model, cache: float | None) -> float | None:
+    """The page cache a prediction simulates: None (every file a hit after the first read)
+    when there is no limit or it holds the dataset (`CACHE_BINDS`), else the cache."""
+    return None if cache is None or cache >= CACHE_BINDS * model.dataset_bytes else cache
 
 
 def run_config(model: Model, run: HeldOut) -> Config:
@@ -477,7 +495,8 @@ def layout_for(model: Model, ranks: int, layout: pipeline.Layout | None = None
     layout = layout or model.layout
     if ranks == model.ranks:
         return layout, model.samples_per_epoch
-    batches = len(model.file_bytes) // ranks // model.batch_size
+    samples = max(len(model.file_bytes), model.samples_per_epoch)  # shards: many per file
+    batches = samples // ranks // model.batch_size
     if batches < 1:
         raise ConfigError(f"{ranks} ranks of {model.batch_size} samples need more files than "
                           f"the dataset's {len(model.file_bytes)}")

@@ -1,0 +1,211 @@
+"""The cache budget on the dataset's pages only (resources/datacache.py), and the job's own
+code never read through the throttle (resources/throttle.py, libmaps.warm_missing): real
+files, real reader processes, real cgroups, a real DataLoader."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import drop_pagecache_count, harness, needs_cgroups
+
+from dsanalyze import launch
+from dsanalyze.config import Job, Mode, Resources, RunSpec
+from dsanalyze.instrument import rank as rankenv
+from dsanalyze.jobs.datasets import make_dataset
+from dsanalyze.records import How, Knob, Status
+from dsanalyze.resources import cgroups, libmaps, pagecache
+from dsanalyze.resources.datacache import DatasetCacheLimiter
+from dsanalyze.resources.throttle import ThrottleGate
+from dsanalyze.store import load_runs
+
+SCRIPTS = Path(__file__).parent / "scripts"
+# Reads each file given whole (open, read, close), one every argv[1] seconds: a DataLoader
+# worker's way.
+READER = """\
+import sys, time
+for p in sys.argv[2:]:
+    with open(p, "rb") as f:
+        f.read()
+    time.sleep(float(sys.argv[1]))
+"""
+# Holds one file open and reads it 256 KiB every 20 ms: a shard streamed by a loader.
+STREAMER = """\
+import sys, time
+with open(sys.argv[1], "rb") as f:
+    while f.read(256 << 10):
+        time.sleep(0.02)
+"""
+
+
+def evictable_files(tmp_path: Path, n: int, size: int) -> list[str]:
+    if cgroups.whole_disk(tmp_path) is None:
+        pytest.skip("the temporary directory is on tmpfs or similar: its pages cannot be evicted")
+    files = []
+    for i in range(n):
+        p = tmp_path / f"f{i:03d}.bin"
+        p.write_bytes(os.urandom(size))
+        files.append(str(p))
+    assert pagecache.evict_verified(files).resident_bytes == 0
+    return files
+
+
+@pytest.mark.parametrize("use_fanotify,pause_s", [(True, 0.01), (False, 0.025)])
+def test_dataset_residency_is_held_within_5_percent_of_the_budget(tmp_path, use_fanotify,
+                                                                  pause_s):
+    """240 files of 32 KiB (7.5 MiB) read twice over through a 2.5 MiB budget (80 files):
+    once the budget is full, every sample is within ±5% of it; the least recently read
+    files went, so the last ones read are those left. Polling residency every 50 ms
+    (no fanotify) holds it as long as the job reads under 5% of the budget in 50 ms."""
+    if use_fanotify and os.geteuid() != 0:
+        pytest.skip("fanotify with file descriptors needs root")
+    files = evictable_files(tmp_path, 240, 32 << 10)
+    budget = 80 * (32 << 10)
+    with DatasetCacheLimiter(files, budget, use_fanotify=use_fanotify) as limiter:
+        subprocess.run([sys.executable, "-c", READER, str(pause_s), *files, *files],
+                       check=True)
+        time.sleep(0.3)
+    held = limiter.record()
+    assert held.watch == ("fanotify" if use_fanotify else "scan")
+    filled = held.filled()
+    assert len(filled) >= 5, held
+    assert all(0.95 * budget <= b <= 1.05 * budget for b in filled), (filled, held)
+    resident = [pagecache.file_resident_bytes(f) for f in files]
+    assert 0.95 * budget <= sum(resident) <= budget
+    assert sum(resident[-70:]) == 70 * (32 << 10)  # the most recently read stayed
+    assert sum(resident[:100]) == 0
+    # 480 reads of 32 KiB, at most the budget left: the rest was evicted
+    assert held.evicted_bytes >= 480 * (32 << 10) - budget - (64 << 10)
+    assert held.stuck_files == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="fanotify with file descriptors needs root")
+def test_a_budget_smaller_than_an_open_file(tmp_path):
+    """A 4 MiB file streamed through a 1 MiB budget is not evicted while open (that would
+    make its reader read pages twice): the time over budget is recorded. Once it is closed,
+    its oldest pages (from its start) go, down to the budget."""
+    (big,) = evictable_files(tmp_path, 1, 4 << 20)
+    budget = 1 << 20
+    with DatasetCacheLimiter([big], budget) as limiter:
+        subprocess.run([sys.executable, "-c", STREAMER, big], check=True)
+        time.sleep(0.3)
+    held = limiter.record()
+    assert max(held.sample_bytes) > 3 << 20  # held while open
+    assert held.over_budget_s > 0.1
+    assert pagecache.file_resident_bytes(big) == budget  # the budget is whole pages
+    fd = os.open(big, os.O_RDONLY)
+    try:  # the file's last MiB stayed, its first 3 went
+        tail, head = (pagecache.cachestat_pages(fd, off, 1 << 20) for off in (3 << 20, 0))
+    finally:
+        os.close(fd)
+    if tail is not None:
+        assert (tail, head) == (256, 0)
+
+
+def test_an_oom_is_the_jobs_own():
+    """No memory limit is set by the tool: an OOM kill in the run's cgroup is the job's."""
+    ex = launch.Execution(0, Status.OK, None, {"oom_kills": 1, "memory_peak_bytes": 3 << 30},
+                          interference=None, monitor=None, mapped_files=None, residency=None,
+                          throttle=None)
+    spec = RunSpec(Job(data_dir="/d"), Mode.DISK, Resources())
+    status, error, failure = launch.classify(spec, ex, [], {}, Path("/nonexistent.log"))
+    assert status is Status.OOM and failure is None
+    assert error == ("the job ran out of memory (its own: dsanalyze sets no memory limit; "
+                     "peak 3G): lower -j or the batch size")
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(tmp_path_factory) -> Path:
+    """240 JPEGs of 160x120 pixels (about 3 MB): a file is under 1% of a 50% budget."""
+    root = tmp_path_factory.mktemp("tiny") / "data"
+    make_dataset(root, images=240, classes=4, size=(160, 120), seed=5, quality=95)
+    return root
+
+
+@pytest.mark.slow
+@needs_cgroups
+def test_disk_runs_hold_the_budget_and_never_read_the_jobs_code_through_the_throttle(
+        tiny_dataset, tmp_path):
+    """A script whose own native code (16 MiB on the dataset's disk, evicted when each run
+    ends) is mapped at start-up, run disk-only at 1 MB/s with caches 0 and 50%, 2 epochs:
+
+    - cache 0 reads the dataset twice through the throttle and not one byte of its code
+      (16 MiB would be 3 times the dataset's 2 reads);
+    - the second run finds the code evicted and reads it back before it starts;
+    - cache 50%: the dataset's residency within ±5% of the budget once full; no memory
+      limit, no OOM; and no machine-wide drop of the page cache by either."""
+    lib = tmp_path / "libnative.so"
+    lib.write_bytes(os.urandom(16 << 20))
+    pagecache.evict([str(lib)])
+    prefix = tmp_path / "r"
+    drops = drop_pagecache_count()
+    assert harness("--data", tiny_dataset, "--prefix", prefix, "--modes", "disk", "--cache",
+                   "0,50%", "--storage-bw", "1M", "--epochs", 2, "--warmup", 1, "--no-plots",
+                   "--no-advice", SCRIPTS / "train_native_lib.py", tiny_dataset, "--lib", lib,
+                   "-b", 8, "-j", 2, "--evict-at-exit") == 0
+    assert drop_pagecache_count() == drops
+    runs = {r.spec.resources.cache.spec: r for r in load_runs(prefix)}
+    zero, half = runs["0"], runs["50%"]
+    # reads are whole pages: a 10 KB file costs 12 KiB
+    dataset_bytes = sum(-(-p.stat().st_size // 4096) * 4096 for p in tiny_dataset.rglob("*.jpg"))
+    for run in (zero, half):
+        assert run.ok and run.io.counters["oom_kills"] == 0
+        assert run.enforced.cache == Knob(How.EVICTION) and run.enforced.memory_limit_bytes is None
+        assert str(lib) in run.io.mapped_files
+        assert run.io.cache_state["action"] == "evicted_per_file"
+    # the dataset twice, whole pages; at most 256 KiB besides (Python modules the workers
+    # import lazily, PIL's plugins, if not cached: never the 16 MiB of code nor torch's)
+    through = zero.io.throttle.throttled_read_bytes
+    assert 2 * dataset_bytes <= through <= 2 * dataset_bytes + (256 << 10)
+    warmed = half.io.cache_state
+    assert warmed["libraries_warmed_files"] >= 1 and warmed["libraries_warmed_bytes"] >= 16 << 20
+    # the code the job had mapped was wholly cached when the throttle came on
+    assert half.io.throttle.started_unix_s <= half.ranks[0].start_unix_s
+    # epoch 2 found part of the dataset cached (LRU under a new permutation: under half)
+    assert 1.0 * dataset_bytes < half.io.throttle.throttled_read_bytes < 1.95 * dataset_bytes
+    held = half.io.residency
+    budget = half.spec.resources.cache.cache_bytes
+    assert held.budget_bytes == budget and held.watch == "fanotify"
+    assert len(held.filled()) >= 3
+    assert all(0.95 * budget <= b <= 1.05 * budget for b in held.filled()), held.filled()
+
+
+def test_code_not_wholly_cached_is_read_whole_and_the_dataset_never(tmp_path):
+    lib, half, data = evictable_files(tmp_path, 3, 1 << 20)
+    with open(half, "rb") as f:  # partly cached: the code the job ran so far
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)  # no readahead
+        os.pread(f.fileno(), 4096, 0)
+    assert 0 < pagecache.file_resident_bytes(half) < 1 << 20
+    files, nbytes = libmaps.warm_missing([lib, half, data, str(tmp_path / "gone.so")], [data])
+    assert (files, nbytes) == (2, 2 << 20)
+    assert pagecache.resident_bytes([lib, half]) == 2 << 20
+    assert pagecache.file_resident_bytes(data) == 0
+    assert libmaps.warm_missing([lib, half]) == (0, 0)  # wholly cached: nothing read
+
+
+@needs_cgroups
+def test_the_throttle_comes_on_when_a_rank_asks_and_counts_from_then(tmp_path, monkeypatch):
+    """A rank waits in `wait_for_throttle` until the harness's gate has read the job's
+    code and turned the throttle on; the gate's record counts reads from then on."""
+    h = cgroups.detect()
+    device = cgroups.whole_disk(tmp_path)
+    if device is None:
+        pytest.skip("no block device under the temporary directory")
+    monkeypatch.setenv(rankenv.ENV_RUN_DIR, str(tmp_path))
+    monkeypatch.setenv(rankenv.ENV_THROTTLE_GATE, "1")
+    limits = cgroups.Limits(device=device)  # unthrottled, reads counted (v1: a 1 PiB/s rule)
+    with cgroups.RunCgroup.create("gate", limits, h) as cg:
+        with ThrottleGate(cg, device, 2 << 20, tmp_path) as gate:
+            t0 = time.monotonic()
+            rankenv.wait_for_throttle(timeout_s=10)
+            assert time.monotonic() - t0 < 5 and (tmp_path / rankenv.THROTTLE_ON_FILE).exists()
+        rule = (cg.dirs["blkio"] / "blkio.throttle.read_bps_device").read_text() if h.version == 1 \
+            else (cg.dirs["io"] / "io.max").read_text()
+        assert str(2 << 20) in rule and device in rule
+        start = gate.record(gate.read_bytes_at_start + (3 << 20))
+    assert start.throttled_read_bytes == 3 << 20 and start.started_unix_s <= time.time()
+    assert ThrottleGate(cg, device, 1, tmp_path).record(5) is None  # never came on

@@ -1,0 +1,106 @@
+"""The progress watchdog: heartbeats through real mapped files, the watchdog's clock
+injected, and a real script that hangs stopped and named by the harness."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import harness, needs_cgroups
+
+from dsanalyze import progress
+from dsanalyze.records import RunResult, Status
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_heartbeat_is_read_by_the_harness(tmp_path: Path) -> None:
+    beats = [progress.Heartbeat.open(tmp_path, r) for r in (0, 1)]
+    beats[0](7)
+    beats[1](6)
+    assert progress.read_progress(tmp_path) == {0: 7, 1: 6}
+    beats[0](8)
+    assert progress.read_progress(tmp_path)[0] == 8
+    assert progress.Heartbeat.open(None, 0) is None  # outside the harness: no heartbeat
+
+
+@pytest.mark.parametrize("started", [False, True])
+def test_watchdog_fires_after_the_timeout_that_applies(tmp_path: Path, started: bool) -> None:
+    """10 s without progress after the first iteration; 50 s before it. The rank counts
+    for its first 5 s (from 3 if started, else it stays at 0), then stops."""
+    clock = Clock()
+    beat = progress.Heartbeat.open(tmp_path, 0)
+    watch = progress.Watchdog(tmp_path, stall_s=10, first_s=50, clock=clock)
+    why = None
+    for step in range(200):
+        clock.t = step / 2
+        beat(3 + min(step, 9) if started else 0)  # the last move at step 9, 4.5 s
+        why = watch.check()
+        if why is not None:
+            break
+    assert clock.t == (4.5 + 10 if started else 50)
+    assert ("rank 0 at 12" in why) if started else ("first 50 s" in why)
+
+
+def test_process_states_of_a_sleeping_process() -> None:
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.5)
+        (state,) = progress.process_states([sleeper.pid, 1 << 30])  # the second does not exist
+        assert state.pid == sleeper.pid and state.state == "S" and state.name.startswith("python")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+@pytest.mark.slow
+@needs_cgroups
+def test_a_script_that_hangs_is_stopped_as_stalled_and_the_sweep_goes_on(
+        small_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The script sleeps for good at its 4th batch: the cached run stops 3 s after its last
+    iteration, recorded as stalled with the rank's count and its processes asleep; the loader
+    run after it (which never reaches the loop's body) completes; the table names the run."""
+    prefix = tmp_path / "p"
+    t0 = time.monotonic()
+    rc = harness("--prefix", prefix, "--data", small_dataset, "--modes", "cached,loader",
+                 "--iters", 20, "--warmup", 1, "-b", 4, "--stall-timeout", 3, "--startup-timeout", 200,
+                 "--no-plots",
+                 "--no-advice", str(SCRIPTS / "train_hangs.py"), small_dataset)
+    took = time.monotonic() - t0
+    out = capsys.readouterr().out
+    assert rc == 1
+    runs = {p.stem: RunResult.from_dict(json.loads(p.read_text()))
+            for p in (prefix / "runs").glob("*.json")}
+    stalled, loader = runs["cached-cpusall"], runs["loader-cpusall"]
+    assert stalled.status is Status.STALLED and loader.ok
+    assert stalled.stall is not None and stalled.stall.iterations == {0: 3}
+    assert 3 <= stalled.stall.still_s < 6
+    assert any(p.state == "S" and p.name.startswith("python") for p in stalled.stall.processes)
+    assert stalled.stall.memory_bytes and stalled.stall.read_bytes is not None
+    assert "run cached-cpusall stalled: no iteration for" in out
+    assert took < 300, took  # far from the 1800 s run timeout
+    assert not [p for p in Path("/proc").glob("[0-9]*") if b"train_hangs.py" in _cmdline(p)]
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_stall_timeout_must_be_positive() -> None:
+    assert harness("--stall-timeout", "0", "--data", os.devnull) == 2
