@@ -114,6 +114,9 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
                    help="measure the grid's configurations one at a time, each where it could "
                         "change the recommendation, until it is sure (within ±5%%)")
     g.add_argument("--budget", help="with --adaptive: stop before the runs take longer, e.g. 10m")
+
+
+def _network_options(p: argparse.ArgumentParser) -> None:
     r = p.add_argument_group("data across a network")
     r.add_argument("--serve", choices=config.BACKENDS,
                    help="serve --data from an S3 (moto) or HTTP server behind a shaped link; "
@@ -133,6 +136,7 @@ def harness_parser() -> argparse.ArgumentParser:
                 description="Profile a training job in synthetic, cached and disk modes.")
     _job_options(p)
     _sweep_options(p)
+    _network_options(p)
     p.add_argument("script", nargs="?", help="training script (default: the built-in job)")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of the script")
     return p
