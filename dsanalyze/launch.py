@@ -254,6 +254,22 @@ def plan_limits(spec: RunSpec, ctx: LaunchContext) -> tuple[cgroups.Limits, Enfo
                         cgroup_version=ctx.hierarchy.version, dataset_disk=device))
 
 
+def _run_env(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, run_dir: Path,
+             subset: memroom.Subset | None) -> tuple[dict[str, str], dict[str, Any]]:
+    """The ranks' environment (`job_env`) and threads, with what this run adds: the served
+    data's endpoint, the epoch length an earlier run counted, the cached subset, the gate
+    that holds the loader until the throttle is on."""
+    env, threads = job_env(spec, run_dir)
+    env.update(ctx.remote.env() if ctx.remote is not None else {})
+    if ctx.epoch_batches is not None:
+        env[rankenv.ENV_EPOCH_BATCHES] = str(ctx.epoch_batches)
+    if subset is not None and spec.mode in (Mode.CACHED, Mode.LOADER):
+        env[rankenv.ENV_SUBSET] = str(subset.list_path)  # prep measured on the subset alone
+    if limits.read_bps is not None and ctx.hierarchy is not None:
+        env[rankenv.ENV_THROTTLE_GATE] = "1"  # the throttle comes on at the loader's start
+    return env, threads
+
+
 def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     """Measure one run and return its result (failed runs too). Never leaves a cgroup."""
     run_dir = ctx.prefix / "tmp" / spec.run_id
@@ -265,23 +281,16 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     subset = subset_for(spec, ctx, run_dir)
     cache_state = prepare_cache(spec, subset.dataset if subset else ctx.dataset,
                                 ctx.library_files, ctx.drop_caches_globally)
-    shape = ctx.remote.prepare(spec) if ctx.remote is not None else None
-    env, threads = job_env(spec, run_dir)
-    env.update(ctx.remote.env() if ctx.remote is not None else {})
-    if ctx.epoch_batches is not None:
-        env[rankenv.ENV_EPOCH_BATCHES] = str(ctx.epoch_batches)
     if subset is not None:
         cache_state["subset"] = subset.to_dict()
-        if spec.mode in (Mode.CACHED, Mode.LOADER):  # prep measured on the subset alone
-            env[rankenv.ENV_SUBSET] = str(subset.list_path)
-    if limits.read_bps is not None and ctx.hierarchy is not None:
-        env[rankenv.ENV_THROTTLE_GATE] = "1"  # the throttle comes on at the loader's start
+    shape = ctx.remote.prepare(spec) if ctx.remote is not None else None
+    env, threads = _run_env(spec, ctx, limits, run_dir, subset)
     disk_before = diskstats_read_bytes(limits.device)
     link_before = ctx.remote.counts() if ctx.remote is not None else {}
     started, t0 = time.time(), time.perf_counter()
     ex = execute(spec, ctx, limits, env, log_path, run_dir)
-    ctx.job_memory_seen_bytes = max(ctx.job_memory_seen_bytes or 0,
-                                    _job_memory_peak(ex.monitor.samples) or 0) or None
+    job_peak = _job_memory_peak(ex.monitor.samples)
+    ctx.job_memory_seen_bytes = max(ctx.job_memory_seen_bytes or 0, job_peak or 0) or None
     disk_after = diskstats_read_bytes(limits.device)
     link = ctx.remote.record(shape, link_before) if ctx.remote is not None and shape is not None \
         else None
@@ -295,7 +304,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
         disk_read_bytes_machine=(disk_after - disk_before) if disk_before is not None
         and disk_after is not None else None,
         memory_peak_bytes=ex.counters.get("memory_peak_bytes") or ex.monitor.peak("tree_rss_bytes"),
-        job_memory_peak_bytes=_job_memory_peak(ex.monitor.samples), interference=ex.interference,
+        job_memory_peak_bytes=job_peak, interference=ex.interference,
         mapped_files=ex.mapped_files, residency=ex.residency, throttle=ex.throttle)
     result = RunResult(
         spec=spec, status=status, error=error, failure=failure, ranks=tuple(ranks),
