@@ -262,8 +262,8 @@ def whatif(req: WhatIfRequest) -> WhatIfAnswer:
     if req.recommend:
         val, why = advice_of.validation(runs, sizes, req.cache_policy)
         answer = advice_of.conclude(model, preds, runs, val, why, req.max_stall_pct,
-                                    req.epochs, model_whatif.whatif_document)
-    doc = answer.rows if answer else model_whatif.whatif_document(preds)
+                                    req.epochs, model_whatif.grid_rows)
+    doc = [r.to_dict() for r in (answer.rows if answer else model_whatif.grid_rows(preds))]
     path = Path(req.prefix) / WHATIF_JSON
     store.write_json_atomic(path, doc)
     return WhatIfAnswer(model, preds, answer, doc, path, answer_text(model, preds, answer))
@@ -376,12 +376,17 @@ def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], Non
 def stored_whatif(prefix: str | Path, runs: list[RunResult]) -> WhatIfDocs | None:
     """The last `dsanalyze whatif` answer of the prefix, if it is newer than every run;
     its `validation.json` too when that is fresh."""
-    rows = _fresh(Path(prefix), WHATIF_JSON)
-    if rows is None:
+    from dsanalyze.whatif.documents import GridRow, ValidationDoc
+
+    doc = _fresh(Path(prefix), WHATIF_JSON)
+    if doc is None:
         return None
+    rows = [GridRow.from_dict(d) for d in doc]
     recommendation = [f"Recommended by `dsanalyze whatif` ({WHATIF_JSON}): {recommended_text(r)}"
-                      for r in rows if r.get("recommended")]
-    return WhatIfDocs(rows, _fresh(Path(prefix), VALIDATION_JSON), recommendation)
+                      for r in rows if r.recommended]
+    validation = _fresh(Path(prefix), VALIDATION_JSON)
+    return WhatIfDocs(rows, ValidationDoc.from_dict(validation) if validation else None,
+                      recommendation)
 
 
 def _fresh(prefix: Path, name: str) -> Any:
@@ -450,7 +455,7 @@ def _draw(prefix: Path, runs: list[RunResult], summary: Summary, docs: WhatIfDoc
     """Save every figure of runs already loaded and summarised, as PNG and SVG."""
     from dsanalyze.report import plots
 
-    figures = plots.figures(summary.to_dict(), runs, docs, run_id)  # plots read the JSON keys
+    figures = plots.figures(summary, runs, docs, run_id)
     return [p for name, fig in figures.items() for p in plots.save(fig, prefix, name)]
 
 

@@ -25,10 +25,11 @@ from matplotlib.patches import Rectangle
 
 from dsanalyze import app, cli, store
 from dsanalyze.analysis import stalls
-from dsanalyze.analysis.summary import ConfigSummary, summarize
+from dsanalyze.analysis.summary import ConfigSummary, Summary, summarize
 from dsanalyze.report import plots, stall_figure, validation_figure, whatif_plots
 from dsanalyze.report import summary as report_summary
-from dsanalyze.report.text import knob_text
+from dsanalyze.report.text import Knobs, knob_text
+from dsanalyze.whatif.documents import GridRow, ValidationDoc
 
 DATA = Path(__file__).parent / "data"
 SWEEP, TWO_RANKS = DATA / "report_sweep", DATA / "report_2ranks"
@@ -37,7 +38,22 @@ MIB = 1 << 20
 
 
 def summary_of(prefix: Path) -> dict:
-    return summarize(store.load_runs(prefix)).to_dict()  # the figures read summary.json's keys
+    """The summary as `summary.json` holds it: what the tests read their expectations from."""
+    return summarize(store.load_runs(prefix)).to_dict()
+
+
+def typed(summary: dict) -> Summary:
+    """A summary document as the figures take it (`summary.json` read back)."""
+    return Summary.from_dict({"job": None, "dataset": None, **summary})
+
+
+def grid_of(rows: list[dict]) -> list[GridRow]:
+    """`whatif.json` rows as the figures take them."""
+    return [GridRow.from_dict(r) for r in rows]
+
+
+def validation_doc(doc: dict) -> ValidationDoc:
+    return ValidationDoc.from_dict(doc)
 
 
 def bars(fig) -> dict[str, BarContainer]:
@@ -49,7 +65,7 @@ def bars(fig) -> dict[str, BarContainer]:
 
 def test_stall_breakdown_bars_and_labels_equal_the_summary():
     summary = summary_of(SWEEP)
-    fig = plots.stall_breakdown(summary)
+    fig = plots.stall_breakdown(typed(summary))
     ax = fig.axes[0]
     by_key = {(c["cpus"], c["storage_read_bps"]): c for c in summary["configs"]}
     # ordered so that the trend shows: CPUs outer, then the slower disk before the faster
@@ -111,9 +127,10 @@ def intervals(ax) -> dict[str, list[tuple[float, float, float]]]:
 
 def test_stall_breakdown_draws_the_tables_intervals_and_hatches_noise():
     summary = summary_of(SWEEP)
-    fig = plots.stall_breakdown(summary)
+    fig = plots.stall_breakdown(typed(summary))
     ax = fig.axes[0]
-    configs, _ = plots.ordered_configs(summary["configs"])
+    configs, _ = plots.ordered_configs(typed(summary).configs)
+    configs = [c.to_dict() for c in configs]
     drawn, got = bars(fig), intervals(ax)
     n = configs[0]["samples_per_epoch"]
     for i, cfg in enumerate(configs):
@@ -150,7 +167,7 @@ def test_stall_breakdown_draws_the_tables_intervals_and_hatches_noise():
 def test_stall_breakdown_marks_the_cold_first_epoch():
     summary = summary_of(TWO_RANKS)
     (cfg,) = summary["configs"]
-    ax = plots.stall_breakdown(summary).axes[0]
+    ax = plots.stall_breakdown(typed(summary)).axes[0]
     (cold,) = [c for c in ax.collections if isinstance(c, PathCollection)]
     assert cold.get_offsets().tolist() == [[0, pytest.approx(cfg["modes"]["disk"]["epoch1_s"])]]
     assert cold.get_label() == "cold 1st epoch (disk)"
@@ -160,7 +177,7 @@ def test_stall_breakdown_marks_the_cold_first_epoch():
 def test_the_cold_epoch_tick_never_strikes_through_a_label(prefix):
     """The tick marked the cold epoch across the "fetch 0%" label; now each label sits above
     the highest thing drawn in its column."""
-    fig = plots.stall_breakdown(summary_of(prefix))
+    fig = plots.stall_breakdown(typed(summary_of(prefix)))
     ax = fig.axes[0]
     text_boxes(fig)  # laid out at the figure's own size
     (cold,) = [c for c in ax.collections if isinstance(c, PathCollection)]
@@ -176,6 +193,10 @@ def cfg(cpus, cache_bytes, bps, spec=None):
             "cache_spec": spec or ("none" if cache_bytes is None else str(cache_bytes))}
 
 
+def knobs(cfg: dict) -> Knobs:
+    return Knobs(**cfg)
+
+
 @pytest.mark.parametrize("configs,order,varying", [
     # one knob: least resource first, "all CPUs" (None) last
     ([cfg(None, None, None), cfg(4, None, None), cfg(1, None, None)], [1, 4, None], ["cpus"]),
@@ -187,9 +208,9 @@ def cfg(cpus, cache_bytes, bps, spec=None):
     ([cfg(1, 0, None), cfg(1, 0, 100), cfg(1, 0, 10)], [10, 100, None], ["bw"]),
 ])
 def test_ordered_configs(configs, order, varying):
-    ordered, knobs = plots.ordered_configs(configs)
-    assert knobs == varying
-    got = [tuple(stall_figure._KNOBS[k](c) for k in knobs) for c in ordered]
+    ordered, varied = plots.ordered_configs([knobs(c) for c in configs])
+    assert varied == varying
+    got = [tuple(stall_figure._KNOBS[k](c) for k in varied) for c in ordered]
     assert got == [o if isinstance(o, tuple) else (o,) for o in order]
 
 
@@ -216,7 +237,7 @@ def whatif_rows(bps_list=(None,), recommended=(2, 50), measured=((1, None), (2, 
 
 def test_heatmap_cells_equal_whatif_json():
     rows = whatif_rows()
-    (ax,) = panels(whatif_plots.whatif_heatmap(rows))
+    (ax,) = panels(whatif_plots.whatif_heatmap(grid_of(rows)))
     (im,) = ax.images
     grid = im.get_array()
     cpus, caches = [1, 2, 4], [0, 50, None]
@@ -244,7 +265,7 @@ def panels(fig) -> list:
 
 def test_heatmap_has_a_panel_per_bandwidth_on_one_scale():
     rows = whatif_rows(bps_list=(None, 10 * MIB))
-    fig = whatif_plots.whatif_heatmap(rows)
+    fig = whatif_plots.whatif_heatmap(grid_of(rows))
     slow, fast = panels(fig)
     assert slow.get_title() == "disk 10M/s\n1 rank" and fast.get_title() == "disk unthrottled\n1 rank"
     assert slow.images[0].get_array()[0, 0] == 100.0 + 0 + 10 * MIB / 10
@@ -259,21 +280,21 @@ def test_heatmap_has_a_panel_per_bandwidth_on_one_scale():
 
 def test_heatmap_panels_are_capped_and_keep_the_recommendation():
     rows = whatif_rows(bps_list=(1, 2, 3, 4, 5, None))  # the recommendation is at None
-    titles = [ax.get_title() for ax in panels(whatif_plots.whatif_heatmap(rows))]
+    titles = [ax.get_title() for ax in panels(whatif_plots.whatif_heatmap(grid_of(rows)))]
     assert titles == ["disk 1B/s\n1 rank", "disk 2B/s\n1 rank", "disk 3B/s\n1 rank",
                       "disk unthrottled\n1 rank"]
 
 
 def test_heatmap_leaves_missing_cells_empty():
     rows = [r for r in whatif_rows() if (r["cpus"], r["cache_bytes"]) != (4, 0)]
-    grid = np.ma.filled(whatif_plots.whatif_heatmap(rows).axes[0].images[0].get_array(), np.nan)
+    grid = np.ma.filled(whatif_plots.whatif_heatmap(grid_of(rows)).axes[0].images[0].get_array(), np.nan)
     assert math.isnan(grid[2, 0]) and grid[2, 1] == 450.0
 
 
 def test_curves_draw_predictions_and_measured_points():
     rows = whatif_rows(bps_list=(None,), recommended=(2, 50), measured=((1, None), (2, None)))
     summary = summary_of(SWEEP)
-    fig = whatif_plots.whatif_curves(rows, summary)
+    fig = whatif_plots.whatif_curves(grid_of(rows), typed(summary))
     ax_cpu, ax_cache = fig.axes
     assert ax_cpu.get_title() == "disk unthrottled, 1 rank\nvs CPUs (a line per cache)"
     lines = {ln.get_label(): list(ln.get_ydata()) for ln in ax_cpu.lines}
@@ -288,7 +309,7 @@ def test_curves_draw_predictions_and_measured_points():
     assert pts.get_offsets()[:, 0].tolist() == [2]  # the unlimited-cache column
     # rows without measured_sps (an older whatif.json): the summary's measured rate
     old = [{k: v for k, v in r.items() if k != "measured_sps"} for r in rows]
-    (pts,) = [c for c in whatif_plots.whatif_curves(old, summary).axes[0].collections
+    (pts,) = [c for c in whatif_plots.whatif_curves(grid_of(old), typed(summary)).axes[0].collections
               if c.get_gid() == "measured"]
     measured = {(c["cpus"]): c["modes"]["disk"]["rate_sps"] for c in summary["configs"]
                 if c["storage_read_bps"] is None}
@@ -304,7 +325,7 @@ def test_curves_fold_alike_lines_and_draw_their_intervals():
         if r["cache_bytes"] is None or r["cache_bytes"] >= 50 << 20:
             r.update(rate_sps=100.0 * r["cpus"] + 50, rate_sps_low=80.0 * r["cpus"] + 40,
                      rate_sps_high=125.0 * r["cpus"] + 62.5)
-    ax_cpu, ax_cache = whatif_plots.whatif_curves(rows).axes
+    ax_cpu, ax_cache = whatif_plots.whatif_curves(grid_of(rows)).axes
     lines = {ln.get_label(): list(ln.get_ydata()) for ln in ax_cpu.lines
              if not ln.get_label().startswith("_")}  # the error bars' caps are lines too
     assert lines == {"0": [100.0, 200.0, 400.0], "25% 25M": [125.0, 225.0, 425.0],
@@ -331,10 +352,11 @@ def test_fold_series_names_neighbours_as_a_range_and_others_as_a_list():
 
 def test_heatmap_cells_give_the_interval_half_width_and_fit_a_screen():
     rows = twelve_rows(4, 6, bps_list=(4 << 20, 8 << 20, 16 << 20, None))
-    fig = whatif_plots.whatif_heatmap(rows)
+    fig = whatif_plots.whatif_heatmap(grid_of(rows))
     assert fig.get_size_inches()[0] * plots.DPI <= 1920  # was 3192 px for the demo's grid
     for ax in panels(fig):
-        plane = [r for r in rows if ax.get_title().startswith(knob_text("bw", r))]
+        plane = [r for r in rows if ax.get_title().startswith(
+            knob_text("bw", Knobs(storage_read_bps=r["storage_read_bps"])))]
         assert sorted(t.get_text().split("\n")[0] for t in ax.texts) == sorted(
             f"{r['rate_sps']:.0f} ±{(r['rate_sps_high'] - r['rate_sps_low']) / 2:.0f}"
             for r in plane)
@@ -357,7 +379,7 @@ VALIDATION = {"runs": [check("disk-a", "loo", 80.0, 82.0, 70.0, 96.0),
 
 
 def test_validation_counts_runs_labels_splits_and_draws_intervals():
-    fig = validation_figure.validation(VALIDATION)
+    fig = validation_figure.validation(validation_doc(VALIDATION))
     ax = fig.axes[0]
     by_split = {c.get_gid(): c.get_offsets().tolist() for c in ax.collections
                 if isinstance(c, PathCollection)}
@@ -414,7 +436,7 @@ def test_timeline_run_is_the_one_that_waited_most():
     runs = store.load_runs(SWEEP)
     summary = summarize(runs).to_dict()
     worst = max(summary["runs"], key=lambda r: r["wait_pct"])
-    assert plots.timeline_run(summary, runs).run_id == worst["run_id"]
+    assert plots.timeline_run(typed(summary), runs).run_id == worst["run_id"]
     assert worst["run_id"].endswith("bw8M")
 
 
@@ -434,7 +456,7 @@ def test_plot_writes_png_and_svg(prefix):
     assert (prefix / "stall_breakdown.svg").read_text().lstrip().startswith("<?xml")
     docs = app.advise(prefix)  # no whatif.json stored: the plot fitted the advice's query
     assert docs.rows and ("whatif_heatmap.png" in names)
-    assert ("validation.png" in names) == bool(docs.validation and docs.validation["runs"])
+    assert ("validation.png" in names) == bool(docs.validation and docs.validation.runs)
     # without `fit`, and no whatif.json: no what-if figure, nothing fitted
     for p in paths:
         p.unlink()
@@ -459,7 +481,7 @@ def test_heatmap_cells_equal_the_whatif_json_of_the_real_model(prefix, capsys):
     capsys.readouterr()
     doc = json.loads((prefix / "whatif.json").read_text())
     docs = app.stored_whatif(prefix, store.load_runs(prefix))
-    assert docs.rows == doc  # newer than every run: read, not refitted
+    assert [r.to_dict() for r in docs.rows] == doc  # newer than every run: read, not refitted
     # any stall allowed: the cheapest measured configuration, by its measured numbers (no
     # prediction undercuts a measurement)
     (chosen,) = [r for r in doc if r["recommended"]]
@@ -470,7 +492,7 @@ def test_heatmap_cells_equal_the_whatif_json_of_the_real_model(prefix, capsys):
         f"8M/s**: stalls {chosen['stall_pct']:.1f}% of the epoch, {chosen['rate_sps']:.1f} samples/s, "
         f"an epoch in {chosen['epoch_s']:.2f} s (compute {chosen['compute_s']:.2f} s, prep stall "
         f"{chosen['prep_stall_s']:.2f} s, fetch stall {chosen['fetch_stall_s']:.2f} s)"]
-    fig = whatif_plots.whatif_heatmap(doc)
+    fig = whatif_plots.whatif_heatmap(grid_of(doc))
     for ax, bps in zip(panels(fig), (8 * MIB, None)):
         grid = ax.images[0].get_array()
         plane = [r for r in doc if r["storage_read_bps"] == bps]
@@ -496,8 +518,9 @@ def test_heatmap_cells_equal_the_whatif_json_of_the_real_model(prefix, capsys):
       "fetch_stall_pct": None, "total_s": None}, "no stall data"),  # the synthetic run failed
 ])
 def test_stall_breakdown_with_missing_modes(values, label):
-    config = {**cfg(2, None, None), "samples_per_epoch": 100, "modes": {}, **values}
-    fig = plots.stall_breakdown({"configs": [config]})
+    config = {**cfg(2, None, None), "key": "cpus2", "samples_per_epoch": 100, "modes": {},
+              "enforced": {}, "verdict": "", **values}
+    fig = plots.stall_breakdown(typed({"configs": [config]}))
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.texts] == [label]
     assert [c.patches[0].get_height() for c in bars(fig).values()] == \
@@ -566,10 +589,10 @@ def test_report_captions_name_only_what_the_figure_draws():
     rows = [{**r, "recommended": False, "measured": False, "measured_sps": None,
              "rate_sps_low": r["rate_sps"] * 0.9, "rate_sps_high": r["rate_sps"] * 1.1}
             for r in whatif_rows()]
-    figures = {"whatif_heatmap": whatif_plots.whatif_heatmap(rows),
-               "whatif_curves": whatif_plots.whatif_curves(rows),
-               "validation": validation_figure.validation(VALIDATION),
-               "stall_breakdown": plots.stall_breakdown(summary_of(TWO_RANKS))}
+    figures = {"whatif_heatmap": whatif_plots.whatif_heatmap(grid_of(rows)),
+               "whatif_curves": whatif_plots.whatif_curves(grid_of(rows)),
+               "validation": validation_figure.validation(validation_doc(VALIDATION)),
+               "stall_breakdown": plots.stall_breakdown(typed(summary_of(TWO_RANKS)))}
     for name, fig in figures.items():
         caption = report_summary.FIGURE_CAPTIONS[name].lower()
         for word, drawn in FEATURES.items():
@@ -626,7 +649,7 @@ def summary_of_first(n: int) -> dict:
 @pytest.mark.parametrize("n", [n if n in (1, 2, 5, 9, 12) else
                                pytest.param(n, marks=pytest.mark.extended) for n in range(1, 13)])
 def test_stall_breakdown_text_never_overlaps(n):
-    fig = plots.stall_breakdown(summary_of_first(n))
+    fig = plots.stall_breakdown(typed(summary_of_first(n)))
     assert len(bars(fig)["compute"].patches) == n
     assert_no_text_overlaps(fig, f"stall_breakdown of {n}")
     assert fig.get_size_inches()[0] * plots.DPI <= 1920  # a screen's width, saved
@@ -659,8 +682,8 @@ def test_whatif_figures_text_never_overlaps(shape, panels):
     """1 to 24 configurations a panel, one or four bandwidths: every text apart, on a screen."""
     for bps_list in [(4 << 20, 8 << 20, 16 << 20, None)[-panels:]]:
         rows = twelve_rows(*shape, bps_list=bps_list)
-        for name, fig in (("heatmap", whatif_plots.whatif_heatmap(rows)),
-                          ("curves", whatif_plots.whatif_curves(rows))):
+        for name, fig in (("heatmap", whatif_plots.whatif_heatmap(grid_of(rows))),
+                          ("curves", whatif_plots.whatif_curves(grid_of(rows)))):
             assert_no_text_overlaps(fig, f"{name} {shape} {len(bps_list)} panels")
             assert fig.get_size_inches()[0] * plots.DPI <= 1920, name
 
@@ -669,7 +692,7 @@ def test_validation_text_never_overlaps():
     runs = [check(f"disk-cpus{c}-cache{k}-bwnone", split, 50.0 + 10 * c + k, 55.0 + 9 * c + k,
                   40.0 + 9 * c, 70.0 + 9 * c + k)
             for c in (1, 2, 4) for k in (0, 1) for split in ("loo", "extrapolation")]
-    fig = validation_figure.validation({**VALIDATION, "runs": runs})
+    fig = validation_figure.validation(validation_doc({**VALIDATION, "runs": runs}))
     assert_no_text_overlaps(fig, "validation of 12 predictions")
 
 
@@ -692,10 +715,10 @@ def test_figure_titles_never_overlap():
     rows = whatif_rows(bps_list=(4 * MIB, 8 * MIB, None))
     rows = [{**r, "nproc": 2, "workers": 4} for r in rows]
     validation = VALIDATION
-    figures = {"curves": whatif_plots.whatif_curves(rows, summary_of(SWEEP)),
-               "heatmap": whatif_plots.whatif_heatmap(rows),
-               "validation": validation_figure.validation(validation),
-               "stall_breakdown": plots.stall_breakdown(summary_of(SWEEP))}
+    figures = {"curves": whatif_plots.whatif_curves(grid_of(rows), typed(summary_of(SWEEP))),
+               "heatmap": whatif_plots.whatif_heatmap(grid_of(rows)),
+               "validation": validation_figure.validation(validation_doc(validation)),
+               "stall_breakdown": plots.stall_breakdown(typed(summary_of(SWEEP)))}
     for name, fig in figures.items():
         boxes = title_boxes(fig)
         assert len(boxes) >= 1

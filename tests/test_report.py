@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ from dsanalyze import cli, store
 from dsanalyze.analysis.summary import Summary, summarize
 from dsanalyze.report import summary as report
 from dsanalyze.report.document import render_html, render_markdown
-from dsanalyze.report.text import bandwidth_text, cache_text, fixed_width
+from dsanalyze.report.text import Knobs, bandwidth_text, cache_text, fixed_width
+from dsanalyze.whatif.documents import ValidationDoc
 
 DATA = Path(__file__).parent / "data"
 SWEEP, TWO_RANKS = DATA / "report_sweep", DATA / "report_2ranks"
@@ -36,7 +38,7 @@ def summary_of(prefix: Path) -> Summary:
     ("bw", {"storage_read_bps": 40 * MIB}, "disk 40M/s"),
 ])
 def test_knob_text(knob, cfg, text):
-    assert report.knob_text(knob, cfg) == text
+    assert report.knob_text(knob, Knobs(**cfg)) == text
 
 
 @pytest.mark.parametrize("spec,cache_bytes,text", [
@@ -48,12 +50,12 @@ def test_cache_text_is_the_budget_as_asked(spec, cache_bytes, text):
 
 
 def test_one_label_for_a_configuration_in_every_view():
-    cfg = {"cpus": 2, "cache_spec": "25%", "cache_bytes": 44 * MIB, "storage_read_bps": 8 * MIB,
-           "modes": {"disk": {}}}
+    cfg = Knobs(cpus=2, cache_spec="25%", cache_bytes=44 * MIB, storage_read_bps=8 * MIB,
+                modes=("disk",))
     assert report.config_label(cfg) == "cpus=2 cache=25% (44M) bw=8M/s"
     assert report.knob_text("cache", cfg) == "cache 25% (44M)"
     assert bandwidth_text(None, "as measured") == "as measured"
-    assert report.config_label({**cfg, "modes": {"cached": {}}}) == "cpus=2"
+    assert report.config_label(replace(cfg, modes=("cached",))) == "cpus=2"
 
 
 def test_fixed_width_aligns_numbers_right_and_chosen_columns_left():
@@ -97,9 +99,9 @@ def test_cold_epoch_is_reported_beside_the_verdict():
 
 def test_whatif_section():
     summary = summary_of(SWEEP)
-    validation = {"runs": [{"run_id": "a", "measured_sps": 1.0, "predicted_sps": 1.0,
-                            "error_pct": 0.0}] * 3,
-                  "median_abs_error_pct": 2.04, "max_abs_error_pct": 7.5}
+    validation = ValidationDoc.from_dict(
+        {"runs": [{"run_id": "a", "measured_sps": 1.0, "predicted_sps": 1.0,
+                   "error_pct": 0.0}] * 3, "median_abs_error_pct": 2.04, "max_abs_error_pct": 7.5})
     md = render_markdown(report.report_blocks(
         summary, recommendation=["2 CPUs and 50% cache: stalls 3%, 1.8x faster"],
         validation=validation, whatif_note="storage not varied"))

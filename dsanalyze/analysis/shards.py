@@ -5,7 +5,7 @@ through webdataset (`instrument/filereads.py`), `opens`, `read_bytes` and
 `read_s` (time blocked in its reads, in every worker). Here:
 
 - `file_reads(run)`: the run's rows summed over its ranks;
-- `shard_table(cached, disk)`: per file, bytes read and read time in both
+- `shard_reads(cached, disk)` (as JSON rows: `shard_table`): per file, bytes read and read time in both
   runs, and `fetch_s = disk read_s - cached read_s`: the time the disk run's
   workers spent waiting on storage for that shard beyond what reading it
   from the page cache costs. It is worker time, not loop time: it becomes
@@ -18,7 +18,7 @@ Pure functions over stored runs: no torch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from dsanalyze.records import RunResult
 
@@ -35,17 +35,30 @@ def file_reads(run: RunResult) -> dict[str, dict[str, Any]]:
     return out
 
 
-def shard_table(cached: RunResult, disk: RunResult) -> list[dict[str, Any]]:
+class ShardReads(NamedTuple):
+    """One shard's reads in a cached and a disk run, and the disk run's extra read time."""
+
+    file: str
+    cached_read_bytes: int
+    disk_read_bytes: int
+    cached_read_s: float
+    disk_read_s: float
+    fetch_s: float  # disk_read_s - cached_read_s: worker time waiting on storage
+    fetch_share: float  # of the summed fetch_s (each clamped at 0)
+
+
+def shard_reads(cached: RunResult, disk: RunResult) -> list[ShardReads]:
     """Per shard read by either run: reads in both, and the disk run's extra read time."""
     c, d = file_reads(cached), file_reads(disk)
     empty = {"opens": 0, "read_bytes": 0, "read_s": 0.0}
-    rows = []
-    for path in sorted(set(c) | set(d)):
-        rc, rd = c.get(path, empty), d.get(path, empty)
-        rows.append({"file": path, "cached_read_bytes": rc["read_bytes"],
-                     "disk_read_bytes": rd["read_bytes"], "cached_read_s": rc["read_s"],
-                     "disk_read_s": rd["read_s"], "fetch_s": rd["read_s"] - rc["read_s"]})
-    total = sum(max(0.0, r["fetch_s"]) for r in rows)
-    for r in rows:
-        r["fetch_share"] = max(0.0, r["fetch_s"]) / total if total > 0 else 0.0
-    return rows
+    both = [(path, c.get(path, empty), d.get(path, empty)) for path in sorted(set(c) | set(d))]
+    fetch = [rd["read_s"] - rc["read_s"] for _, rc, rd in both]
+    total = sum(max(0.0, f) for f in fetch)
+    return [ShardReads(path, rc["read_bytes"], rd["read_bytes"], rc["read_s"], rd["read_s"], f,
+                       max(0.0, f) / total if total > 0 else 0.0)
+            for (path, rc, rd), f in zip(both, fetch)]
+
+
+def shard_table(cached: RunResult, disk: RunResult) -> list[dict[str, Any]]:
+    """`shard_reads` as JSON rows."""
+    return [r._asdict() for r in shard_reads(cached, disk)]

@@ -10,9 +10,24 @@ Pure functions over stored values: no torch.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple, Self
 
 from dsanalyze.records import step_table
+
+
+class StepTime(NamedTuple):
+    """One row of a step table, typed: a preprocessing step and the worker time it cost."""
+
+    stage: str  # loader (read+decode), transform, target_transform, ...
+    index: int  # its place in its stage's pipeline
+    name: str
+    calls: int
+    total_s: float  # worker seconds, summed over the calls
+    mean_s_per_sample: float
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> Self:
+        return cls(**{k: row[k] for k in cls._fields})
 
 
 def merge_tables(tables: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -30,6 +45,11 @@ def merge_tables(tables: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]
 def run_table(result: Any) -> list[dict[str, Any]]:
     """The step table of a stored run (a `RunResult`): its ranks' tables merged."""
     return merge_tables(r.extra.get("transforms") or [] for r in result.ranks)
+
+
+def step_times(result: Any) -> list[StepTime]:
+    """`run_table` as typed rows, in pipeline order."""
+    return [StepTime.of(row) for row in run_table(result)]
 
 
 def sum_s_per_sample(table: list[dict[str, Any]]) -> float:

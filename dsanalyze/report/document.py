@@ -15,6 +15,10 @@ from typing import Any
 Block = tuple[Any, ...]
 
 
+def _md_row(cells: Any) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
 def render_markdown(blocks: list[Block]) -> str:
     out = []
     for kind, *rest in blocks:
@@ -26,8 +30,8 @@ def render_markdown(blocks: list[Block]) -> str:
             out.append("\n".join(f"- {item}" for item in rest[0]))
         elif kind == "table":
             header, rows = rest
-            out.append("\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                                 + ["| " + " | ".join(r) + " |" for r in rows]))
+            lines = [_md_row(header), "|" + "---|" * len(header), *(_md_row(r) for r in rows)]
+            out.append("\n".join(lines))
         elif kind == "img":
             out.append(f"![{rest[1]}]({rest[0]})\n\n*{rest[1]}*")
     return "\n\n".join(out) + "\n"
@@ -65,4 +69,5 @@ def render_html(blocks: list[Block], images: dict[str, bytes]) -> str:
             out.append(f"<figure><img src='data:image/png;base64,{data}' "
                        f"alt='{html.escape(rest[1])}'><figcaption>{html.escape(rest[1])}"
                        "</figcaption></figure>")
-    return "\n".join(out + ["</body></html>"]) + "\n"
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"

@@ -11,7 +11,6 @@ every figure of a prefix, the what-if ones of `report/whatif_plots.py` too;
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -20,12 +19,15 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from dsanalyze.analysis import stalls  # noqa: E402
 from dsanalyze.analysis import transforms as step_timing  # noqa: E402
+from dsanalyze.analysis.summary import Summary  # noqa: E402
+from dsanalyze.analysis.transforms import StepTime  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
 from dsanalyze.report import probe_plots, stall_figure, trace, validation_figure, whatif_plots  # noqa: E402
 from dsanalyze.report.whatif_docs import WhatIfDocs  # noqa: E402
 
 # Okabe-Ito colours (stall_figure.py): distinguishable with common colour-vision deficiencies.
 COLORS = stall_figure.COLORS
+PREP_COLOR = stall_figure.PREP_COLOR
 WAIT_COLOR, COMPUTE_COLOR = "#D55E00", "#999999"
 DPI = 150
 FORMATS = ("png", "svg")
@@ -80,20 +82,20 @@ def timeline(run: RunResult) -> Figure:
 
 # ---- per-transform times ---------------------------------------------------------------------
 
-def transform_times(rows: list[dict[str, Any]], run_id: str = "") -> Figure:
+def transform_times(rows: list[StepTime], run_id: str = "") -> Figure:
     """Worker time per sample of each preprocessing step (ms), in pipeline order.
 
-    `rows`: a run's step table (`analysis.transforms.run_table`): read+decode,
+    `rows`: a run's step table (`analysis.transforms.step_times`): read+decode,
     then each step of the training pipeline. The bars add up to the worker
     time one sample costs in these steps; the title gives that sum.
     """
-    labels = [r["name"] if r["stage"] in ("loader", "transform") else f"{r['stage']}: {r['name']}"
+    labels = [r.name if r.stage in ("loader", "transform") else f"{r.stage}: {r.name}"
               for r in rows]
-    ms = [r["mean_s_per_sample"] * 1e3 for r in rows]
+    ms = [r.mean_s_per_sample * 1e3 for r in rows]
     total = sum(ms)
     fig = Figure(figsize=(7, 1.5 + 0.4 * len(rows)), layout="constrained")
     ax = fig.subplots()
-    bars = ax.barh(range(len(rows)), ms, color=COLORS["prep stall"], gid="transform_times")
+    bars = ax.barh(range(len(rows)), ms, color=PREP_COLOR, gid="transform_times")
     for bar, v in zip(bars, ms):
         ax.annotate(f"{v:.2f} ms ({100 * v / total:.0f}%)" if total else f"{v:.2f} ms",
                     (bar.get_width(), bar.get_y() + bar.get_height() / 2), xytext=(3, 0),
@@ -127,37 +129,34 @@ def save(fig: Figure, prefix: str | Path, name: str) -> list[Path]:
     return paths
 
 
-def timeline_run(summary: dict[str, Any], runs: list[RunResult]) -> RunResult | None:
+def timeline_run(summary: Summary, runs: list[RunResult]) -> RunResult | None:
     """The completed run that waited most for data (by the summary's `wait_pct`)."""
-    rated = [r for r in summary["runs"] if r["wait_pct"] is not None]
+    rated = [r for r in summary.runs if r.wait_pct is not None]
     if not rated:
         return None
-    worst = max(rated, key=lambda r: r["wait_pct"])["run_id"]
+    worst = max(rated, key=lambda r: r.wait_pct).run_id
     return next(r for r in runs if r.run_id == worst)
 
 
-def figures(summary: dict[str, Any], runs: list[RunResult], docs: WhatIfDocs,
+def figures(summary: Summary, runs: list[RunResult], docs: WhatIfDocs,
             run_id: str | None = None) -> dict[str, Figure]:
     """Every figure of a prefix, by file name: the stall breakdown; the timeline of `run_id`,
     or of the run that waited most for data; the per-transform times; the endpoint probe's
     throughput curve (remote data); and, when `docs` holds
     a what-if grid and its validation, their heatmap, curves and validation plot."""
-    out: dict[str, Figure] = {}
-    if any(c["total_s"] is not None for c in summary["configs"]):  # no figure from no data
-        out["stall_breakdown"] = stall_breakdown(summary)
     run = next((r for r in runs if r.run_id == run_id), None) if run_id else \
         timeline_run(summary, runs)
-    if run is not None and run.ranks:
-        out["timeline"] = timeline(run)
     steps_run = transform_run(runs)
-    if steps_run is not None:
-        out["transform_times"] = transform_times(step_timing.run_table(steps_run),
-                                                 steps_run.run_id)
-    if (curve := probe_plots.probe_curve(runs)) is not None:
-        out["endpoint_probe"] = curve
-    if docs.rows:
-        out["whatif_heatmap"] = whatif_plots.whatif_heatmap(docs.rows)
-        out["whatif_curves"] = whatif_plots.whatif_curves(docs.rows, summary)
-    if docs.validation and docs.validation.get("runs"):
-        out["validation"] = validation_figure.validation(docs.validation)
-    return out
+    curve = probe_plots.probe_curve(runs)
+    drawn = (  # (file name, whether there is something to draw, how)
+        ("stall_breakdown", any(c.total_s is not None for c in summary.configs),
+         lambda: stall_breakdown(summary)),
+        ("timeline", run is not None and bool(run.ranks), lambda: timeline(run)),
+        ("transform_times", steps_run is not None,
+         lambda: transform_times(step_timing.step_times(steps_run), steps_run.run_id)),
+        ("endpoint_probe", curve is not None, lambda: curve),
+        ("whatif_heatmap", bool(docs.rows), lambda: whatif_plots.whatif_heatmap(docs.rows)),
+        ("whatif_curves", bool(docs.rows), lambda: whatif_plots.whatif_curves(docs.rows, summary)),
+        ("validation", bool(docs.validation and docs.validation.runs),
+         lambda: validation_figure.validation(docs.validation)))
+    return {name: draw() for name, wanted, draw in drawn if wanted}

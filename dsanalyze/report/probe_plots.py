@@ -18,7 +18,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from dsanalyze.linkrecords import EndpointProbe, LinkShape  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
-from dsanalyze.report.text import remote_text  # noqa: E402
+from dsanalyze.report.text import Knobs, remote_text  # noqa: E402
 
 
 def probes(runs: list[RunResult]) -> dict[str, EndpointProbe]:
@@ -33,7 +33,7 @@ def probes(runs: list[RunResult]) -> dict[str, EndpointProbe]:
 def link_label(shape: LinkShape, served: bool) -> str:
     if not served:
         return "the endpoint"
-    return remote_text({"net_bw_bps": shape.bw_bps, "net_latency_s": shape.latency_s}) or ""
+    return remote_text(Knobs(net_bw_bps=shape.bw_bps, net_latency_s=shape.latency_s)) or ""
 
 
 def probe_curve(runs: list[RunResult]) -> Figure | None:

@@ -2,7 +2,7 @@
 unit of fetch.
 
 For each disk run whose ranks counted reads per data file, paired with the
-cached run of the same CPUs, one table of `analysis.shards.shard_table`'s
+cached run of the same CPUs, one table of `analysis.shards.shard_reads`'s
 rows: bytes read and time blocked reading in each run, and the disk run's
 extra read time per shard (`fetch_s`, worker time) with its share of the
 total. The shards with the most fetch time come first; the table stops at
@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dsanalyze.analysis.shards import shard_table
+from dsanalyze.analysis.shards import ShardReads, shard_reads
 from dsanalyze.config import Mode, format_bytes
 from dsanalyze.records import RunResult
 from dsanalyze.report.text import number
@@ -33,20 +33,20 @@ def _pairs(runs: list[RunResult]) -> list[tuple[RunResult, RunResult]]:
             if r.mode is Mode.DISK and r.spec.resources.cpus in cached]
 
 
-def table_rows(rows: list[dict[str, Any]], most: int = 10) -> list[list[str]]:
-    """`shard_table` rows as table cells, most fetch time first, at most `most` of them."""
-    ranked = sorted(rows, key=lambda r: (-r["fetch_s"], r["file"]))[:most]
-    return [[Path(r["file"]).name, format_bytes(r["cached_read_bytes"]),
-             format_bytes(r["disk_read_bytes"]), number(r["cached_read_s"], "{:.2f}"),
-             number(r["disk_read_s"], "{:.2f}"), number(r["fetch_s"], "{:.2f}"),
-             number(100 * r["fetch_share"], "{:.0f}%")] for r in ranked]
+def table_rows(rows: list[ShardReads], most: int = 10) -> list[list[str]]:
+    """`shard_reads` rows as table cells, most fetch time first, at most `most` of them."""
+    ranked = sorted(rows, key=lambda r: (-r.fetch_s, r.file))[:most]
+    return [[Path(r.file).name, format_bytes(r.cached_read_bytes),
+             format_bytes(r.disk_read_bytes), number(r.cached_read_s, "{:.2f}"),
+             number(r.disk_read_s, "{:.2f}"), number(r.fetch_s, "{:.2f}"),
+             number(100 * r.fetch_share, "{:.0f}%")] for r in ranked]
 
 
 def shard_blocks(runs: list[RunResult], most: int = 10) -> list[tuple[Any, ...]]:
     """The report's "Reads per shard" section (report blocks), or [] when no shard was counted."""
     blocks: list[tuple[Any, ...]] = []
     for cached, disk in _pairs(runs):
-        rows = shard_table(cached, disk)
+        rows = shard_reads(cached, disk)
         if not rows:
             continue
         more = len(rows) - most

@@ -1,7 +1,7 @@
 """The stall table for the terminal, and the report (markdown and HTML).
 
-Pure formatting over the `summary.json` document (`analysis.summary.summarize`)
-and the what-if documents: every number shown is read from them, none is
+Pure formatting over the typed summary (`analysis.summary.summarize`) and the
+what-if documents (`whatif.documents`): every number shown is read from them, none is
 computed here. The verdict thresholds (input-bound above 5% of the time
 stalled, highly above 20%) live with the verdict in `analysis/stalls.py`.
 """
@@ -9,7 +9,6 @@ stalled, highly above 20%) live with the verdict in `analysis/stalls.py`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from dsanalyze.analysis import jobrun
 from dsanalyze.analysis.measured import MeasuredWindow, short_text
@@ -24,6 +23,7 @@ from dsanalyze.report.text import (
     number,
     storage_word,
 )
+from dsanalyze.whatif.documents import ValidationDoc
 
 COLUMNS = ("config", "synthetic/s", "cached/s", "disk/s", "epoch s", "compute s",
            "prep stall", "fetch stall", "verdict")
@@ -289,15 +289,15 @@ def _headline(summary: Summary) -> list[Block]:
                   f"Least stalled: **{config_label(least)}**, {least.verdict}.")]
 
 
-def _whatif_blocks(recommendation: list[str] | None, validation: dict[str, Any] | None,
+def _whatif_blocks(recommendation: list[str] | None, validation: ValidationDoc | None,
                    why_not: str | None) -> list[Block]:
     blocks: list[Block] = [("h2", "What-if")]
     if recommendation:
         blocks.append(("ul", recommendation))
     if validation:
-        blocks.append(("p", f"Model error on {len(validation['runs'])} held-out run(s): median "
-                            f"{validation['median_abs_error_pct']:.1f}%, maximum "
-                            f"{validation['max_abs_error_pct']:.1f}% (absolute)."))
+        blocks.append(("p", f"Model error on {len(validation.runs)} held-out run(s): median "
+                            f"{validation.median_abs_error_pct:.1f}%, maximum "
+                            f"{validation.max_abs_error_pct:.1f}% (absolute)."))
     if why_not:
         blocks.append(("p", why_not))
     return blocks
@@ -305,7 +305,7 @@ def _whatif_blocks(recommendation: list[str] | None, validation: dict[str, Any] 
 
 def report_blocks(summary: Summary, figures: Sequence[str] = (),
                   recommendation: list[str] | None = None,
-                  validation: dict[str, Any] | None = None,
+                  validation: ValidationDoc | None = None,
                   whatif_note: str | None = None, title: str = "Data-stall report") -> list[Block]:
     """The report's content: configuration, stall table, verdicts, what-if, figures.
 

@@ -12,7 +12,8 @@ figures and the what-if output name a resource configuration the same way.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dsanalyze.analysis.stalls import KnobHold
@@ -57,10 +58,24 @@ def enforcement_text(knob: str, how: KnobHold) -> str:
     return f"cgroup{f' v{version}' if version else ''} {_CGROUP_CONTROLLER[knob]}{on}"
 
 
+@dataclass(frozen=True)
+class Knobs:
+    """Some knobs of a configuration, for the words below where no `ConfigSummary` or what-if
+    `GridRow` holds them (a figure's panel, an axis value, the probe's link)."""
+
+    cpus: int | None = None
+    cache_spec: str | None = None
+    cache_bytes: int | None = None
+    storage_read_bps: float | None = None
+    net_bw_bps: float | None = None
+    net_latency_s: float | None = None
+    modes: tuple[str, ...] = ()  # the modes measured (a `ConfigSummary`'s keys)
+
+
 def _field(cfg: Any, name: str) -> Any:
-    """A configuration's knob: a typed `ConfigSummary`, or a row of the figures' documents
-    (the what-if rows and `Summary.to_dict()`'s configurations are still dicts)."""
-    return cfg.get(name) if isinstance(cfg, Mapping) else getattr(cfg, name, None)
+    """A configuration's knob: of a `ConfigSummary`, a what-if `GridRow` or `Knobs` (None where
+    the value has no such knob)."""
+    return getattr(cfg, name, None)
 
 
 def remote_text(cfg: Any) -> str | None:
@@ -85,7 +100,7 @@ def config_label(cfg: Any) -> str:
     parts = [f"cpus={cpus}"]
     if (remote := remote_text(cfg)) is not None:
         parts.append(remote)
-    elif "disk" in _field(cfg, "modes"):
+    elif "disk" in (_field(cfg, "modes") or ()):
         parts += [f"cache={cache_text(_field(cfg, 'cache_spec'), _field(cfg, 'cache_bytes'))}",
                   f"bw={bandwidth_text(_field(cfg, 'storage_read_bps'))}"]
     return " ".join(parts)
@@ -116,4 +131,4 @@ def fixed_width(header: Sequence[str], rows: Sequence[Sequence[str]],
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.ljust(w) if i in left else c.rjust(w)
                          for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    return [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+    return [line(header), line([w * "-" for w in widths]), *(line(r) for r in rows)]

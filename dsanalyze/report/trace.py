@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from dsanalyze.analysis.samples import MonitorSample, monitor_samples
 from dsanalyze.errors import StoreError
 from dsanalyze.records import RankRecord, RunResult
 
@@ -70,7 +71,7 @@ def _origin_unix_s(run: RunResult) -> float:
     starts = [r.start_unix_s for r in run.ranks if r.start_unix_s]
     if run.started_unix_s:
         starts.append(run.started_unix_s)
-    starts += [m["unix_s"] for m in run.monitor[:1] if "unix_s" in m]
+    starts += [m.unix_s for m in monitor_samples(run.monitor[:1])]
     return min(starts) if starts else 0.0
 
 
@@ -109,52 +110,55 @@ def rank_events(rank: RankRecord, pid: int, origin_s: float) -> list[dict[str, A
     return events
 
 
-def _rate(prev: dict[str, Any], cur: dict[str, Any], key: str) -> float | None:
-    dt = cur["unix_s"] - prev["unix_s"]
-    if key not in prev or key not in cur or dt <= 0:
+def _rate(prev: MonitorSample, cur: MonitorSample, counter: str) -> float | None:
+    """d(counter) / d(wall seconds) between two samples; None where either lacks it."""
+    a, b = getattr(prev, counter), getattr(cur, counter)
+    dt = cur.unix_s - prev.unix_s
+    if a is None or b is None or dt <= 0:
         return None
-    return max(0.0, cur[key] - prev[key]) / dt
+    return max(0.0, b - a) / dt
 
 
-def counter_values(prev: dict[str, Any], cur: dict[str, Any]) -> dict[str, dict[str, float]]:
+def counter_values(prev: MonitorSample, cur: MonitorSample) -> dict[str, dict[str, float]]:
     """Counter tracks at one monitor sample, in display units, from the cgroup when it has them.
 
     CPU: cores busy = d(cpu seconds) / d(wall seconds) since the previous sample;
     read bandwidth: MB/s (10^6 bytes) read from storage; page cache and memory: MiB;
     each GPU's utilisation (%) and memory (MiB) where NVML sampled them.
     """
-    out: dict[str, dict[str, float]] = {}
-    cgroup = "cpu_usage_s" in cur
+    tracks: list[tuple[str, dict[str, float]]] = []
+    cgroup = cur.in_cgroup
     cpu = _rate(prev, cur, "cpu_usage_s" if cgroup else "tree_cpu_s")
     if cpu is not None:
-        out["CPU"] = {"cores busy": round(cpu, 4)}
-    read_key = "read_bytes" if "read_bytes" in cur else "tree_read_chars"
-    read = _rate(prev, cur, read_key)
+        tracks.append(("CPU", {"cores busy": round(cpu, 4)}))
+    storage = cur.read_bytes is not None
+    read = _rate(prev, cur, "read_bytes" if storage else "tree_read_chars")
     if read is not None:
-        name = "read bandwidth" if read_key == "read_bytes" else "read calls (incl. cache hits)"
-        out[name] = {"MB/s": round(read / 1e6, 4)}
-    if "cache_bytes" in cur:
-        out["page cache"] = {"MiB": round(cur["cache_bytes"] / _MIB, 3)}
-    mem = cur.get("memory_bytes", None if cgroup else cur.get("tree_rss_bytes"))
+        name = "read bandwidth" if storage else "read calls (incl. cache hits)"
+        tracks.append((name, {"MB/s": round(read / 1e6, 4)}))
+    if cur.cache_bytes is not None:
+        tracks.append(("page cache", {"MiB": round(cur.cache_bytes / _MIB, 3)}))
+    mem = cur.memory_bytes if cur.memory_bytes is not None else \
+        None if cgroup else cur.tree_rss_bytes
     if mem is not None:
-        out["memory"] = {"MiB": round(mem / _MIB, 3)}
-    for i, gpu in enumerate(cur.get("gpu", [])):  # NVML, on a machine with GPUs
-        out[f"GPU {i}"] = {"util %": gpu["util_pct"],
-                           "memory MiB": round(gpu["mem_used_bytes"] / _MIB, 3)}
-    return out
+        tracks.append(("memory", {"MiB": round(mem / _MIB, 3)}))
+    for i, gpu in enumerate(cur.gpu):  # NVML, on a machine with GPUs
+        tracks.append((f"GPU {i}", {"util %": gpu.util_pct,
+                                    "memory MiB": round(gpu.mem_used_bytes / _MIB, 3)}))
+    return dict(tracks)
 
 
-def counter_events(monitor: Iterable[dict[str, Any]], pid: int,
+def counter_events(samples: Iterable[MonitorSample], pid: int,
                    origin_s: float) -> list[dict[str, Any]]:
     """One "C" event per track per monitor sample (rates from the second sample on)."""
     events = []
-    samples = [m for m in monitor if "unix_s" in m]
-    for prev, cur in zip([{}, *samples], samples):
-        if not prev:
-            prev = {"unix_s": cur["unix_s"]}
+    samples = list(samples)
+    # the first sample against itself at its own time: levels only, no rate yet
+    for prev, cur in zip([MonitorSample(unix_s=s.unix_s) for s in samples[:1]] + samples,
+                         samples):
         for name, args in counter_values(prev, cur).items():
             events.append({"ph": "C", "pid": pid, "tid": 0, "name": name,
-                           "ts": _us(cur["unix_s"], origin_s), "args": args})
+                           "ts": _us(cur.unix_s, origin_s), "args": args})
     return events
 
 
@@ -169,7 +173,7 @@ def run_events(run: RunResult, first_pid: int, origin_s: float) -> list[dict[str
         pid += 1
     if run.monitor:
         events += _meta(pid, f"{run.run_id} job", pid, {0: "counters"})
-        events += counter_events(run.monitor, pid, origin_s)
+        events += counter_events(monitor_samples(run.monitor), pid, origin_s)
     return events
 
 

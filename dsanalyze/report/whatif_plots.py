@@ -10,7 +10,8 @@ layout.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import matplotlib
 
@@ -19,14 +20,32 @@ from matplotlib.colors import Normalize  # noqa: E402  (after choosing the backe
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
-from dsanalyze.config import format_bytes, unlimited_last  # noqa: E402
-from dsanalyze.report.text import knob_text  # noqa: E402
+from dsanalyze.analysis.summary import Summary  # noqa: E402
+from dsanalyze.config import Mode, format_bytes, unlimited_last  # noqa: E402
+from dsanalyze.report.text import Knobs, knob_text  # noqa: E402
 from dsanalyze.report.whatif_docs import is_recommended  # noqa: E402
+from dsanalyze.whatif.documents import GridRow  # noqa: E402
 
 RECOMMEND_COLOR = "#D55E00"
 
 
-SLICE_KNOBS = ("storage_read_bps", "gpu_speedup", "nproc", "workers")
+class Slice(NamedTuple):
+    """What one panel of the grid holds fixed (its CPUs x cache plane varies)."""
+
+    storage_read_bps: float | None
+    gpu_speedup: float | None
+    nproc: int | None
+    workers: int | None
+
+    @classmethod
+    def of(cls, row: GridRow) -> Slice:
+        return cls(*(getattr(row, k) for k in cls._fields))
+
+
+def _value(row: GridRow, metric: str) -> float | None:
+    """A row's figure by its name in `whatif.json` (rate_sps, epoch_s, rate_sps_low, ...)."""
+    return getattr(row, metric)
+
 MEASURED_OF = {"rate_sps": "measured_sps"}  # a metric -> the row's measured figure of that kind
 METRIC_LABELS = {"rate_sps": "predicted throughput (samples/s)", "epoch_s": "epoch time (s)"}
 
@@ -34,26 +53,26 @@ METRIC_LABELS = {"rate_sps": "predicted throughput (samples/s)", "epoch_s": "epo
 MAX_PANELS = 4
 
 
-def whatif_planes(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+def whatif_planes(rows: Sequence[GridRow]) -> list[tuple[Slice, list[GridRow]]]:
     """The CPUs x cache planes of the grid: one per storage bandwidth, GPU speed-up, ranks,
     DataLoader workers.
 
     Ordered by bandwidth (the slowest first, unthrottled last); at most
     MAX_PANELS, the recommended one always among them.
     """
-    planes: dict[tuple, list[dict[str, Any]]] = {}
+    planes: dict[Slice, list[GridRow]] = {}
     for r in rows:
-        planes.setdefault(tuple(r.get(k) for k in SLICE_KNOBS), []).append(r)
+        planes.setdefault(Slice.of(r), []).append(r)
     keys = sorted(planes, key=lambda k: tuple(unlimited_last(x) for x in k))
     rec = [k for k in keys if any(is_recommended(r) for r in planes[k])]
     keys = (rec + [k for k in keys if k not in rec])[:MAX_PANELS] if rec else keys[:MAX_PANELS]
     keys.sort(key=lambda k: tuple(unlimited_last(x) for x in k))
-    return [(dict(zip(SLICE_KNOBS, k)), planes[k]) for k in keys]
+    return [(k, planes[k]) for k in keys]
 
 
-def _cache_axis(rows: list[dict[str, Any]]) -> tuple[list[Any], list[str]]:
-    keys = sorted({r["cache_bytes"] for r in rows}, key=unlimited_last)
-    spec = {r["cache_bytes"]: r.get("cache_spec") for r in rows}
+def _cache_axis(rows: Sequence[GridRow]) -> tuple[list[Any], list[str]]:
+    keys = sorted({r.cache_bytes for r in rows}, key=unlimited_last)
+    spec = {r.cache_bytes: r.cache_spec for r in rows}
     labels = []
     for k in keys:
         s = spec[k] or ""
@@ -62,37 +81,31 @@ def _cache_axis(rows: list[dict[str, Any]]) -> tuple[list[Any], list[str]]:
     return keys, labels
 
 
-def _slice_title(fixed: dict[str, Any], sep: str = ", ") -> str:
-    parts = [knob_text("bw", {"storage_read_bps": fixed.get("storage_read_bps")})]
-    if fixed.get("gpu_speedup") not in (None, 1, 1.0):
-        parts.append(f"GPU x{fixed['gpu_speedup']:g}")
-    if fixed.get("nproc") is not None:
-        parts.append(f"{fixed['nproc']} rank" + "s" * (fixed["nproc"] > 1))
-    if fixed.get("workers") is not None:
-        parts.append(f"{fixed['workers']} worker" + "s" * (fixed["workers"] != 1) + " per rank")
+def _slice_title(fixed: Slice, sep: str = ", ") -> str:
+    parts = [knob_text("bw", Knobs(storage_read_bps=fixed.storage_read_bps))]
+    if fixed.gpu_speedup not in (None, 1, 1.0):
+        parts.append(f"GPU x{fixed.gpu_speedup:g}")
+    if fixed.nproc is not None:
+        parts.append(f"{fixed.nproc} rank" + "s" * (fixed.nproc > 1))
+    if fixed.workers is not None:
+        parts.append(f"{fixed.workers} worker" + "s" * (fixed.workers != 1) + " per rank")
     return sep.join(parts)
 
 
-def heatmap_grid(rows: list[dict[str, Any]], metric: str = "rate_sps"
+def heatmap_grid(rows: Sequence[GridRow], metric: str = "rate_sps"
                  ) -> tuple[list[int], list[Any], list[list[float]]]:
     """(cpus, cache_bytes, values[cpu][cache]) of a slice; NaN where not predicted."""
-    cpus = sorted({r["cpus"] for r in rows}, key=unlimited_last)
+    cpus = sorted({r.cpus for r in rows}, key=unlimited_last)
     caches, _ = _cache_axis(rows)
-    cell = {(r["cpus"], r["cache_bytes"]): r.get(metric) for r in rows}
+    cell = {(r.cpus, r.cache_bytes): _value(r, metric) for r in rows}
     grid = [[float("nan") if cell.get((c, k)) is None else float(cell[(c, k)]) for k in caches]
             for c in cpus]
     return cpus, caches, grid
 
 
-def half_width(row: dict[str, Any]) -> float | None:
-    """Half the width of a row's prediction interval (samples/s); None without one."""
-    lo, hi = row.get("rate_sps_low"), row.get("rate_sps_high")
-    return (hi - lo) / 2 if lo is not None and hi is not None and hi > 0 else None
-
-
-def interval_level(rows: list[dict[str, Any]]) -> float:
+def interval_level(rows: Sequence[GridRow]) -> float:
     """The prediction intervals' level (0.9), as the rows say."""
-    return next((r["interval_level"] for r in rows if r.get("interval_level")), 0.9)
+    return next((r.interval_level for r in rows if r.interval_level), 0.9)
 
 
 MAX_WIDTH_IN = 12.8  # 1920 px at the saved 150 dpi: a screen's width
@@ -107,7 +120,7 @@ def panel_layout(n_panels: int, n_cache: int) -> tuple[int, int, float]:
     return -(-n_panels // max(1, cols)), max(1, cols), width
 
 
-def whatif_heatmap(rows: list[dict[str, Any]], metric: str = "rate_sps") -> Figure:
+def whatif_heatmap(rows: Sequence[GridRow], metric: str = "rate_sps") -> Figure:
     """Predicted `metric` over CPUs (rows) x cache (columns), one panel per storage bandwidth.
 
     One colour scale from 0 for every panel, each cell labelled with its value
@@ -118,7 +131,7 @@ def whatif_heatmap(rows: list[dict[str, Any]], metric: str = "rate_sps") -> Figu
     """
     planes = whatif_planes(rows)
     n_cache = max((len(_cache_axis(p)[0]) for _, p in planes), default=1)
-    n_cpu = max((len({r["cpus"] for r in p}) for _, p in planes), default=1)
+    n_cpu = max((len({r.cpus for r in p}) for _, p in planes), default=1)
     n_rows, n_cols, panel_w = panel_layout(len(planes), n_cache)
     fig = Figure(figsize=(min(MAX_WIDTH_IN, max(5.5, panel_w * n_cols + 1.6)),
                           n_rows * max(2.6, 0.62 * n_cpu + 1.6) + 1.0), layout="constrained")
@@ -126,7 +139,7 @@ def whatif_heatmap(rows: list[dict[str, Any]], metric: str = "rate_sps") -> Figu
     axes = [ax for row in grid_axes for ax in row]
     for ax in axes[len(planes):]:
         ax.set_visible(False)
-    values = [r[metric] for _, p in planes for r in p if r.get(metric) is not None]
+    values = [v for _, p in planes for r in p if (v := _value(r, metric)) is not None]
     norm = Normalize(0.0, max(values, default=1.0) or 1.0)
     styles = {"measured": dict(edgecolor="white", linestyle="--", linewidth=1.6),
               "recommended": dict(edgecolor=RECOMMEND_COLOR, linewidth=3.0)}
@@ -154,15 +167,15 @@ def _cell_text(value: float, half: float | None, measured: float | None) -> str:
     return text + (f"\nmeas. {measured:.0f}" if measured is not None else "")
 
 
-def _heatmap_panel(ax: Any, plane: list[dict[str, Any]], metric: str, norm: Normalize,
+def _heatmap_panel(ax: Any, plane: list[GridRow], metric: str, norm: Normalize,
                    styles: dict[str, dict[str, Any]], drawn: set[str]) -> Any:
     cpus, caches, grid = heatmap_grid(plane, metric)
     im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis", norm=norm)
     index = {(c, k): (j, i) for i, c in enumerate(cpus) for j, k in enumerate(caches)}
-    key = MEASURED_OF.get(metric, "")
-    seen = {index[(r["cpus"], r["cache_bytes"])]: r[key] for r in plane
-            if r.get(key) is not None}
-    halves = {index[(r["cpus"], r["cache_bytes"])]: half_width(r) for r in plane
+    def measured(r: GridRow) -> float | None:
+        return _value(r, MEASURED_OF[metric]) if metric in MEASURED_OF else None
+    seen = {index[(r.cpus, r.cache_bytes)]: m for r in plane if (m := measured(r)) is not None}
+    halves = {index[(r.cpus, r.cache_bytes)]: r.half_width_sps() for r in plane
               if metric == "rate_sps"}
     for i, row in enumerate(grid):
         for j, v in enumerate(row):
@@ -170,31 +183,35 @@ def _heatmap_panel(ax: Any, plane: list[dict[str, Any]], metric: str, norm: Norm
                 ax.text(j, i, _cell_text(v, halves.get((j, i)), seen.get((j, i))),
                         ha="center", va="center", fontsize=8,
                         color="white" if norm(v) < 0.55 else "black")
-    for label, pick in (("measured", lambda r: r.get(key) is not None),
+    for label, pick in (("measured", lambda r: measured(r) is not None),
                         ("recommended", is_recommended)):
         for r in plane:
             if pick(r):
-                j, i = index[(r["cpus"], r["cache_bytes"])]
+                j, i = index[(r.cpus, r.cache_bytes)]
                 style = dict(styles[label])
                 if label == "measured" and norm(grid[i][j]) >= 0.55:
-                    style["edgecolor"] = "black"  # as the cell's text: visible on a light cell
+                    style.update(edgecolor="black")  # as the cell's text: visible on a light cell
                 ax.add_patch(Rectangle((j - 0.44, i - 0.42), 0.88, 0.84, fill=False, gid=label,
                                        **style))
                 drawn.add(label)
     ax.set_xticks(range(len(caches)), _cache_axis(plane)[1], fontsize=7.5)
-    ax.set_yticks(range(len(cpus)), ["all" if c is None else str(c) for c in cpus])
+    ax.set_yticks(range(len(cpus)), [cpu_tick(c) for c in cpus])
     ax.set_xlabel("page cache")
     return im
 
 
-def measured_rate(summary: dict[str, Any] | None, cpus: Any, cache_bytes: Any,
+def cpu_tick(cpus: int | None) -> str:
+    return "all" if cpus is None else str(cpus)
+
+
+def measured_rate(summary: Summary | None, cpus: Any, cache_bytes: Any,
                   storage_read_bps: Any) -> float | None:
     """The measured steady-state rate of a configuration: its disk run, else its cached run."""
-    for cfg in (summary or {}).get("configs", []):
-        if (cfg["cpus"], cfg["cache_bytes"], cfg["storage_read_bps"]) == \
+    for cfg in summary.configs if summary else ():
+        if (cfg.cpus, cfg.cache_bytes, cfg.storage_read_bps) == \
                 (cpus, cache_bytes, storage_read_bps):
-            mode = cfg["modes"].get("disk") or cfg["modes"].get("cached") or {}
-            return mode.get("rate_sps")
+            mode = cfg.modes.get(Mode.DISK.value) or cfg.modes.get(Mode.CACHED.value)
+            return mode.rate_sps if mode else None
     return None
 
 
@@ -228,7 +245,7 @@ def fold_series(labels: list[str], series: list[list[float]]) -> list[tuple[str,
     return out
 
 
-def whatif_curves(rows: list[dict[str, Any]], summary: dict[str, Any] | None = None) -> Figure:
+def whatif_curves(rows: Sequence[GridRow], summary: Summary | None = None) -> Figure:
     """Predicted throughput vs CPUs (a line per cache) and vs cache (a line per CPU count).
 
     One row of two panels per storage bandwidth (as the heatmap's panels).
@@ -270,8 +287,8 @@ def _lines(ax: Any, xs: list[int], labels: list[str], series: list[list[float]],
     return line_of
 
 
-def _curves_row(ax_cpu: Any, ax_cache: Any, plane: list[dict[str, Any]], fixed: dict[str, Any],
-                summary: dict[str, Any] | None) -> None:
+def _curves_row(ax_cpu: Any, ax_cache: Any, plane: list[GridRow], fixed: Slice,
+                summary: Summary | None) -> None:
     cpus, caches, grid = heatmap_grid(plane, "rate_sps")
     lows, highs = (heatmap_grid(plane, k)[2] for k in ("rate_sps_low", "rate_sps_high"))
     _, cache_labels = _cache_axis(plane)
@@ -281,13 +298,13 @@ def _curves_row(ax_cpu: Any, ax_cache: Any, plane: list[dict[str, Any]], fixed: 
                          [([g[j] for g in lows], [g[j] for g in highs])
                           for j in range(len(caches))])
     cpu_lines = _lines(ax_cache, list(range(len(caches))),
-                       [knob_text("cpus", {"cpus": c}) for c in cpus], grid,
+                       [knob_text("cpus", Knobs(cpus=c)) for c in cpus], grid,
                        list(zip(lows, highs)))
     # the steady state, as the lines: a run of one cold epoch has no point (measured_sps None)
-    pts = [(r, r["measured_sps"] if "measured_sps" in r else
-            measured_rate(summary, r["cpus"], r["cache_bytes"], fixed.get("storage_read_bps")))
-           for r in plane if r.get("measured")]
-    pts = [(cpus.index(r["cpus"]), caches.index(r["cache_bytes"]), m) for r, m in pts
+    pts = [(r, r.measured_sps if r.measured_sps_stored else
+            measured_rate(summary, r.cpus, r.cache_bytes, fixed.storage_read_bps))
+           for r in plane if r.measured]
+    pts = [(cpus.index(r.cpus), caches.index(r.cache_bytes), m) for r, m in pts
            if m is not None]
     for ax, xs, lines in ((ax_cpu, [i for i, _, _ in pts], [cache_lines[j] for _, j, _ in pts]),
                           (ax_cache, [j for _, j, _ in pts], [cpu_lines[i] for i, _, _ in pts])):
@@ -300,7 +317,7 @@ def _curves_row(ax_cpu: Any, ax_cache: Any, plane: list[dict[str, Any]], fixed: 
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7.5, frameon=False, loc="best")
     where = _slice_title(fixed)
-    ax_cpu.set_xticks(cpu_x, ["all" if c is None else str(c) for c in cpus])
+    ax_cpu.set_xticks(cpu_x, [cpu_tick(c) for c in cpus])
     ax_cpu.set(xlabel="CPUs", ylabel="throughput (samples/s)",
                title=f"{where}\nvs CPUs (a line per cache)")
     ax_cache.set_xticks(range(len(caches)), cache_labels, fontsize=8)

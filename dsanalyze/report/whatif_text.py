@@ -11,7 +11,14 @@ from typing import Any
 
 from dsanalyze.config import format_bytes
 from dsanalyze.report.text import bandwidth_text, cache_text, fixed_width, number
-from dsanalyze.whatif.validation import split_summary
+from dsanalyze.whatif.validation import split_figures
+
+PARAMS_TITLE = "Model parameters (value, runs it came from, how)"
+
+
+def _paragraph(*lines: str) -> list[str]:
+    """A blank line, then `lines`: one paragraph of the terminal text."""
+    return list(("", *lines))
 
 
 def _dash(x: float | None, fmt: str) -> str:
@@ -20,7 +27,7 @@ def _dash(x: float | None, fmt: str) -> str:
 
 def params_lines(model: Any) -> list[str]:
     """Each fitted parameter: value, how it was obtained, and the runs it came from."""
-    lines = ["Model parameters (value, runs it came from, how)"]
+    lines = [PARAMS_TITLE]
     for p in model.params:
         if p.value is None:
             value = "-"
@@ -63,8 +70,8 @@ def rate_text(p: Any) -> str:
 def untested_lines(preds: list[Any]) -> list[str]:
     """Each assumption some prediction rests on that no run tested, once."""
     seen = list(dict.fromkeys(u for p in preds for u in p.untested))
-    return ["", "untested by any run (predictions rest on these assumptions):",
-            *[f"  - {u}" for u in seen]] if seen else []
+    return _paragraph("untested by any run (predictions rest on these assumptions):",
+                      *(f"  - {u}" for u in seen)) if seen else []
 
 
 def range_text(caches: Any) -> str:
@@ -81,7 +88,7 @@ def whatif_lines(preds: list[Any], advice: Any | None, level: float = 0.9) -> li
     from dsanalyze.report.advice import advice_text
     from dsanalyze.whatif.fold import fold
 
-    marked = [p for p, row in zip(preds, advice.rows) if row["recommended"]] if advice else []
+    marked = [p for p, row in zip(preds, advice.rows) if row.recommended] if advice else []
     grid = fold(preds)
     rows = [_grid_row(r, marked) for r in grid]
     lines = fixed_width(("cpus", "cache", "storage", "gpu", "ranks", "-j",
@@ -93,7 +100,7 @@ def whatif_lines(preds: list[Any], advice: Any | None, level: float = 0.9) -> li
         lines.append(f"note: {folded} row(s) folded: a row with a cache range stands for every "
                      "budget in it, the page cache not changing its prediction")
     lines += untested_lines(preds)
-    return lines + (["", "recommendation: " + advice_text(advice)] if advice else [])
+    return lines + (_paragraph("recommendation: " + advice_text(advice)) if advice else [])
 
 
 def _hits_text(hits: tuple[float | None, ...]) -> str:
@@ -117,7 +124,7 @@ def _grid_row(row: Any, marked: list[Any]) -> list[str]:
 
 
 def _split_lines(split: Any) -> list[str]:
-    lines = ["", f"{split.name}: {split.rule}"]
+    lines = _paragraph(f"{split.name}: {split.rule}")
     if split.fit_runs:
         lines.append(f"fitted on: {', '.join(split.fit_runs)}")
     if split.note:
@@ -140,8 +147,8 @@ def validation_lines(val: Any, cache_checks: list[Any]) -> list[str]:
     for split in val.splits:
         lines += _split_lines(split)
     if cache_checks:
-        lines += ["", "cache simulator against the disk runs (bytes read from storage; dataset "
-                      "resident at the end; a diagnosis, no prediction reads these)"]
+        lines += _paragraph("cache simulator against the disk runs (bytes read from storage; "
+                            "dataset resident at the end; a diagnosis, no prediction reads these)")
         lines += fixed_width(("run", "cache", "read sim", "read measured", "resident sim",
                               "resident measured"),
                              [[c.run_id, format_bytes(c.cache_bytes),
@@ -152,14 +159,14 @@ def validation_lines(val: Any, cache_checks: list[Any]) -> list[str]:
     lines.append("")
     for split in val.splits:
         if split.checks:
-            f = split_summary(split.checks)
-            lines.append(f"{split.name}: median absolute error {f['median_abs_error_pct']:.1f}%, "
-                         f"maximum {f['max_abs_error_pct']:.1f}% over {f['held_out']} held-out "
-                         f"configuration(s); {f['coverage']:.0%} inside their {f['nominal']:.0%} interval")
-    f = split_summary(val.checks)
-    lines.append(f"both splits: median absolute error {f['median_abs_error_pct']:.1f}%, maximum "
-                 f"{f['max_abs_error_pct']:.1f}% over {f['held_out']} held-out configuration(s); coverage "
-                 f"{f['coverage']:.0%} (nominal {f['nominal']:.0%})")
+            f = split_figures(split.name, split.checks)
+            lines.append(f"{split.name}: median absolute error {f.median_abs_error_pct:.1f}%, "
+                         f"maximum {f.max_abs_error_pct:.1f}% over {f.held_out} held-out "
+                         f"configuration(s); {f.coverage:.0%} inside their {f.nominal:.0%} interval")
+    f = split_figures("both splits", val.checks)
+    lines.append(f"both splits: median absolute error {f.median_abs_error_pct:.1f}%, maximum "
+                 f"{f.max_abs_error_pct:.1f}% over {f.held_out} held-out configuration(s); coverage "
+                 f"{f.coverage:.0%} (nominal {f.nominal:.0%})")
     return lines
 
 

@@ -15,7 +15,7 @@ This module is the only place that fits the what-if model for the advice
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dsanalyze.analysis.jobrun import job_as_run
@@ -24,6 +24,7 @@ from dsanalyze.config import Mode
 from dsanalyze.errors import DsAnalyzeError
 from dsanalyze.records import RunResult
 from dsanalyze.whatif.decision import MAX_STALL_PCT, Decision, Facts, decide, measured_epochs
+from dsanalyze.whatif.documents import GridRow, ValidationDoc
 
 DEFAULT_CACHES = ("0", "25%", "50%", "75%", "100%")  # the what-if's budgets, with the measured
 
@@ -34,8 +35,8 @@ class Advice:
     fitted_runs: int = 0
     note: str = ""  # why no model
     validation_note: str = ""  # why the model was not validated
-    rows: list[dict[str, Any]] = field(default_factory=list)  # the grid, whatif.json-style
-    validation: dict[str, Any] | None = None  # the `validate --json` document
+    rows: list[GridRow] = field(default_factory=list)  # the grid, as `whatif.json` holds it
+    validation: ValidationDoc | None = None  # the `validate --json` document
     model: Any = field(default=None, compare=False)  # the fitted whatif Model (None: no model)
 
     def to_dict(self) -> dict[str, Any]:
@@ -53,14 +54,14 @@ def advise(results: Sequence[RunResult], sizes: Sequence[int] | None = None,
         model, preds = _fit_and_predict(results, sizes)
         val, why = validation(results, sizes)
         return conclude(model, preds, results, val, why, max_stall_pct, None,
-                        rows_of=whatif.whatif_document)
+                        rows_of=whatif.grid_rows)
     except Exception as e:  # noqa: BLE001 - a failed model is a line of the answer, not a crash
         return table_only(results, max_stall_pct, failure_note(e))
 
 
 def table_only(results: Sequence[RunResult], max_stall_pct: float, why: str) -> Advice:
     """The decision of the measured table alone, when the model cannot speak (`why`)."""
-    summary = summarize(list(results)).to_dict()  # the decision reads summary.json's keys
+    summary = summarize(list(results))
     ok = [r for r in results if r.ok and r.ranks]
     workers = job_as_run(ok[0]).workers if ok else None
     facts = Facts(measured_epochs(summary), max_stall_pct, workers, _cpus_of_all(results))
@@ -68,27 +69,26 @@ def table_only(results: Sequence[RunResult], max_stall_pct: float, why: str) -> 
 
 
 def conclude(model: Any, preds: Sequence[Any], results: Sequence[RunResult],
-             val: dict[str, Any] | None, why: str, max_stall_pct: float,
+             val: ValidationDoc | None, why: str, max_stall_pct: float,
              epochs: int | None, rows_of: Any) -> Advice:
     """The decision over `preds` (and the free knobs) against the runs' table, with the grid's
     rows marked where they hold the answer."""
     from dsanalyze.whatif import recommend
 
     d = recommend.recommend(model, preds, results, max_stall_pct, epochs, val)
-    rows = [{**row, "recommended": _holds(row, d)} for row in rows_of(preds, d.prediction)]
+    rows = [replace(row, recommended=_holds(row, d)) for row in rows_of(preds, d.prediction)]
     fitted = sum(1 for r in results if r.ok and r.ranks)
     return Advice(d, fitted, "", why, rows, val, model)
 
 
-def _holds(row: dict[str, Any], d: Decision) -> bool:
+def _holds(row: GridRow, d: Decision) -> bool:
     """A grid row is the decision's answer (a measured answer marks the row that measured it)."""
     o = d.choice
     if o is None:
         return False
-    return (row["cpus"], row["cache_bytes"], row["storage_read_bps"], row["workers"],
-            row["gpu_speedup"], row["nproc"]) == (o.cpus_used, o.cache_bytes,
-                                                  o.storage_read_bps, o.workers,
-                                                  o.gpu_speedup, o.nproc or row["nproc"])
+    return (row.cpus, row.cache_bytes, row.storage_read_bps, row.workers, row.gpu_speedup,
+            row.nproc) == (o.cpus_used, o.cache_bytes, o.storage_read_bps, o.workers,
+                           o.gpu_speedup, o.nproc or row.nproc)
 
 
 # ---- the what-if model: the one place the advice calls it -----------------------------------
@@ -140,12 +140,12 @@ def _fit_and_predict(results: list[RunResult], sizes: Sequence[int] | None
 
 
 def validation(results: Sequence[RunResult], sizes: Sequence[int] | None,
-               policy: str = "pagecache") -> tuple[dict[str, Any] | None, str]:
+               policy: str = "pagecache") -> tuple[ValidationDoc | None, str]:
     """The model validated on held-out runs (`validate --json`), or None and why not."""
     from dsanalyze.whatif import api as whatif
 
     try:
-        return whatif.validation_document(whatif.validate(results, sizes, policy)), ""
+        return whatif.validation_doc(whatif.validate(results, sizes, policy)), ""
     except DsAnalyzeError as e:
         return None, str(e).split(":")[0]
     except Exception as e:  # noqa: BLE001 - as a failed fit

@@ -33,6 +33,7 @@ from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
 from dsanalyze.whatif import cachesim
 from dsanalyze.whatif.calibrate import fit
+from dsanalyze.whatif.documents import GridRow
 from dsanalyze.whatif.model import (
     LEVEL,
     Config,
@@ -56,8 +57,8 @@ from dsanalyze.whatif.model import (
 )
 
 __all__ = ["Check", "Config", "Model", "Prediction", "Split", "Validation", "cache_check",
-           "configs", "configurations", "fit", "grid", "predict", "run_cpus", "spec_only", "split_summary",
-           "untested", "validate", "validation_document", "whatif_document"]
+           "configs", "configurations", "fit", "grid", "grid_rows", "predict", "run_cpus",
+           "spec_only", "split_summary", "untested", "validate", "validation_doc", "validation_document", "whatif_document"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,10 @@ class Prediction:
                 "fetch_stall_s_high": max(0.0, hi_epoch - self.cached_s),
                 "stall_s_low": max(0.0, lo_epoch - self.compute_s),
                 "stall_s_high": max(0.0, hi_epoch - self.compute_s)}
+
+    def row(self, recommended: bool = False) -> GridRow:
+        """This prediction as a row of `whatif.json`."""
+        return GridRow.from_dict(self.to_dict(recommended))
 
     def to_dict(self, recommended: bool = False) -> dict[str, Any]:
         c = self.config
@@ -214,14 +219,19 @@ def grid(model: Model, cfgs: Sequence[Config], results: Sequence[RunResult]) -> 
     return out
 
 
-def whatif_document(preds: Sequence[Prediction],
-                    pick: Prediction | None = None) -> list[dict[str, Any]]:
-    """`whatif.json`: one object per combination, the recommended prediction `pick` marked
+def grid_rows(preds: Sequence[Prediction], pick: Prediction | None = None) -> list[GridRow]:
+    """`whatif.json`'s rows: one per combination, the recommended prediction `pick` marked
     (appended when it is a worker count the grid did not hold)."""
     rows = list(preds)
     if pick is not None and all(p.config != pick.config for p in rows):
         rows.append(pick)
-    return [p.to_dict(recommended=pick is not None and p.config == pick.config) for p in rows]
+    return [p.row(recommended=pick is not None and p.config == pick.config) for p in rows]
+
+
+def whatif_document(preds: Sequence[Prediction],
+                    pick: Prediction | None = None) -> list[dict[str, Any]]:
+    """`whatif.json`: `grid_rows` as JSON."""
+    return [r.to_dict() for r in grid_rows(preds, pick)]
 
 
 # ---- the cache simulator against the measured runs -------------------------------------------
@@ -274,6 +284,7 @@ from dsanalyze.whatif.validation import (  # noqa: E402
     spec_only,
     split_summary,
     validate,
+    validation_doc,
     validation_document,
 )
 

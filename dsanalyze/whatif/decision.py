@@ -2,8 +2,8 @@
 
     d = decide(summary, candidates, Facts(epochs, max_stall_pct, workers, all_cpus), validation)
 
-Pure: the `summary.json` document (the measured table), the model's
-predictions and the `validate --json` document in, a `Decision` out;
+Pure: the typed summary (`analysis.summary.Summary`: the measured table), the
+model's predictions and the validation (`documents.ValidationDoc`) in, a `Decision` out;
 `report/advice.py` words it. The end-of-run advice, `dsanalyze whatif
 --recommend` and the report all come from this one function.
 
@@ -39,7 +39,9 @@ from typing import Any
 
 from dsanalyze.analysis import coldepoch
 from dsanalyze.analysis.stalls import INPUT_BOUND_PCT, Bound
+from dsanalyze.analysis.summary import ConfigSummary, Summary
 from dsanalyze.config import Mode, unlimited_last
+from dsanalyze.whatif.documents import ValidationDoc
 
 MAX_STALL_PCT = INPUT_BOUND_PCT
 TOLERANCE = 0.02  # job times closer than this (relative) are ties, broken by cost
@@ -149,54 +151,59 @@ class Decision:
 
 # ---- the measured table's configurations ----------------------------------------------------
 
-def measured_epochs(summary: dict[str, Any]) -> int:
+def measured_epochs(summary: Summary) -> int:
     """Epochs per disk run (the first one cold): 1 when a disk run measured a single epoch."""
-    disk = [r for r in summary["runs"] if r["mode"] == Mode.DISK.value and r["rate_sps"]]
-    return max((r["steady_epochs"] + 1 for r in disk), default=1)
+    disk = [r for r in summary.runs if r.mode == Mode.DISK.value and r.rate_sps]
+    return max((r.steady_epochs + 1 for r in disk), default=1)
 
 
-def _stalled_s(cfg: dict[str, Any]) -> tuple[float, float | None]:
+def _stalled_s(cfg: ConfigSummary) -> tuple[float, float | None]:
     """The table's stall seconds of a steady epoch (each clamped at 0, as drawn), and of the
     cold first epoch (None without one)."""
-    steady = (cfg["prep_stall_s"] or 0.0) + (cfg["fetch_stall_s"] or 0.0)
-    cold = cfg.get("cold_epoch")
-    return steady, None if not cold else \
-        (cold["prep_stall_s"] or 0.0) + (cold["fetch_stall_s"] or 0.0)
+    steady = (cfg.prep_stall_s or 0.0) + (cfg.fetch_stall_s or 0.0)
+    cold = cfg.cold_epoch
+    return steady, None if not cold else (cold.prep_stall_s or 0.0) + (cold.fetch_stall_s or 0.0)
 
 
-def measured_options(summary: dict[str, Any], facts: Facts) -> list[Option]:
+def _measured(summary: Summary) -> list[ConfigSummary]:
+    """The table's configurations with an epoch time (the others measured no rate)."""
+    return [c for c in summary.configs if c.total_s is not None]
+
+
+def measured_options(summary: Summary, facts: Facts) -> list[Option]:
     """Each configuration of the table over a job of `facts.epochs` epochs, by its measured
     numbers: the span from its cold and steady epochs, the stall from the table's."""
     out = []
-    for cfg in summary["configs"]:
-        if cfg["total_s"] is None:
-            continue
-        disk = cfg["modes"].get("disk") or {}
-        mode = disk or cfg["modes"].get("cached") or {}
+    for cfg in _measured(summary):
+        disk = cfg.modes.get(Mode.DISK.value)
+        mode = disk or cfg.modes.get(Mode.CACHED.value)
         steady_s, cold_s = _stalled_s(cfg)
         # one measured epoch (cold only, or cached runs alone) stands for every epoch
-        epoch1 = disk.get("epoch1_s") if not cfg.get("cold_only") else None
-        span = coldepoch.job_s(cfg["total_s"], epoch1, facts.epochs)
+        epoch1 = disk.epoch1_s if disk is not None and not cfg.cold_only else None
+        span = coldepoch.job_s(cfg.total_s, epoch1, facts.epochs)
         stalled = (cold_s if epoch1 is not None and cold_s is not None else steady_s) + \
             (facts.epochs - 1) * steady_s
         out.append(Option(
-            cfg["cpus"], cfg["cpus"] or facts.all_cpus, cfg["cache_spec"], cfg["cache_bytes"],
-            cfg["storage_read_bps"], facts.workers,
-            mode.get("rate_sps") or cfg["samples_per_epoch"] / cfg["total_s"], span,
-            coldepoch.stall_pct(span, stalled), True, mode.get("rate_sps_low"),
-            mode.get("rate_sps_high"), cfg.get("bound"), mode.get("run_id"),
-            fetch_dominates=(cfg["fetch_stall_s"] or 0.0) > (cfg["prep_stall_s"] or 0.0),
+            cfg.cpus, cfg.cpus or facts.all_cpus, cfg.cache_spec, cfg.cache_bytes,
+            cfg.storage_read_bps, facts.workers,
+            (mode.rate_sps if mode else None) or cfg.samples_per_epoch / cfg.total_s, span,
+            coldepoch.stall_pct(span, stalled), True, mode.rate_sps_low if mode else None,
+            mode.rate_sps_high if mode else None, cfg.bound, mode.run_id if mode else None,
+            fetch_dominates=(cfg.fetch_stall_s or 0.0) > (cfg.prep_stall_s or 0.0),
             nproc=facts.ranks))
     return out
 
 
-def meets_budget(o: Option, cfg: dict[str, Any] | None, max_stall_pct: float) -> bool:
+def meets_budget(o: Option, cfg: ConfigSummary | None, max_stall_pct: float) -> bool:
     """A measured configuration meets the budget: its job's stall, and the upper end of each
     of the table's stall intervals, at most `max_stall_pct`."""
     if o.stall_pct > max_stall_pct or o.bound in (None, Bound.UNKNOWN.value):
         return False
-    highs = [cfg.get(f"{k}_stall_pct_high", cfg.get(f"{k}_stall_pct")) for k in ("prep", "fetch")
-             if cfg is not None and cfg.get(f"{k}_stall_pct") is not None]
+    if cfg is None:
+        return True
+    highs = [high for pct, high in ((cfg.prep_stall_pct, cfg.prep_stall_pct_high),
+                                    (cfg.fetch_stall_pct, cfg.fetch_stall_pct_high))
+             if pct is not None]
     return all(h is None or h <= max_stall_pct for h in highs)
 
 
@@ -244,18 +251,18 @@ def beyond_measured(o: Option, measured: Sequence[Option], facts: Facts) -> tupl
     return tuple(out)
 
 
-def error_quote(validation: dict[str, Any] | None, beyond: bool) -> ErrorQuote | None:
+def error_quote(validation: ValidationDoc | None, beyond: bool) -> ErrorQuote | None:
     """The validation split that speaks for a prediction: extrapolation beyond the measured
     range, leave-one-out within it."""
     if validation is None:
         return None
     name = EXTRAPOLATION if beyond else LOO
-    split = next((s for s in validation.get("splits", ()) if s["name"] == name), None)
+    split = validation.split(name)
     if split is None:
         return ErrorQuote(name, 0, None, None, None, None, "not made")
-    return ErrorQuote(name, split["held_out"], split["median_abs_error_pct"],
-                      split["max_abs_error_pct"], split["coverage"], split["nominal"],
-                      split.get("note") or ("" if split["held_out"] else "no run held out"))
+    return ErrorQuote(name, split.held_out, split.median_abs_error_pct,
+                      split.max_abs_error_pct, split.coverage, split.nominal,
+                      split.note or ("" if split.held_out else "no run held out"))
 
 
 def _reason(o: Option) -> StallReason:
@@ -269,13 +276,12 @@ def _reason(o: Option) -> StallReason:
 
 # ---- the decision ---------------------------------------------------------------------------
 
-def decide(summary: dict[str, Any], candidates: Sequence[Any], facts: Facts,
-           validation: dict[str, Any] | None = None) -> Decision:
+def decide(summary: Summary, candidates: Sequence[Any], facts: Facts,
+           validation: ValidationDoc | None = None) -> Decision:
     """The one answer (the module docstring's rules) over the measured table `summary`, the
     model's predictions `candidates` and the validation document."""
     measured = measured_options(summary, facts)
-    cfgs = {o.run_id: c for o, c in zip(measured, (c for c in summary["configs"]
-                                                   if c["total_s"] is not None))}
+    cfgs = {o.run_id: c for o, c in zip(measured, _measured(summary))}
     best = min(measured, key=lambda o: o.span_s, default=None)
     common = dict(epochs=facts.epochs, max_stall_pct=facts.max_stall_pct, workers=facts.workers,
                   loader=facts.loader, best_measured=best)
@@ -283,7 +289,7 @@ def decide(summary: dict[str, Any], candidates: Sequence[Any], facts: Facts,
     if calm:
         pick = min(calm, key=lambda o: cost(o, facts.workers))
         return Decision(DecisionKind.MEASURED, choice=pick, **common)
-    seen = {_hardware(o) for o in measured if cfgs[o.run_id]["modes"].get("disk")}
+    seen = {_hardware(o) for o in measured if Mode.DISK.value in cfgs[o.run_id].modes}
     preds = [(p, predicted_option(p, facts.epochs)) for p in candidates]
     preds = [(p, o) for p, o in preds if _hardware(o) not in seen]
     faster = [(p, o) for p, o in preds

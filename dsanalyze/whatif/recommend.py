@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
-from dsanalyze.analysis.summary import summarize
+from dsanalyze.analysis.summary import Summary, summarize
 from dsanalyze.config import Mode, format_bytes, unlimited_last
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
@@ -36,6 +35,7 @@ from dsanalyze.whatif.decision import (
     predicted_option,
 )
 from dsanalyze.whatif.decision import cost as decision_cost
+from dsanalyze.whatif.documents import ValidationDoc
 from dsanalyze.whatif.model import Config, HeldOut, Model, run_config, run_cpus
 
 WORKER_CHOICES = (1, 2, 4, 8, 16)
@@ -75,7 +75,7 @@ def software(model: Model, results: Sequence[RunResult],
     return [predict(model, replace(base, workers=w)) for w in counts]
 
 
-def facts(model: Model, results: Sequence[RunResult], summary: dict[str, Any],
+def facts(model: Model, results: Sequence[RunResult], summary: Summary,
           max_stall_pct: float = MAX_STALL_PCT, epochs: int | None = None) -> Facts:
     """What the decision needs of the model and the runs besides the table."""
     if epochs is not None and epochs < 1:
@@ -87,12 +87,12 @@ def facts(model: Model, results: Sequence[RunResult], summary: dict[str, Any],
 
 def recommend(model: Model, preds: Sequence[Prediction], results: Sequence[RunResult],
               max_stall_pct: float = MAX_STALL_PCT, epochs: int | None = None,
-              validation: dict[str, Any] | None = None) -> Decision:
+              validation: ValidationDoc | None = None) -> Decision:
     """The decision over the grid's predictions and the worker counts on the measured
     hardware, against the runs' table."""
     if not preds:
         raise ConfigError("nothing to recommend from: give --cpus and --cache values")
-    summary = summarize(list(results)).to_dict()
+    summary = summarize(list(results))
     cands = [*preds, *(p for p in software(model, results, preds)
                        if all(p.config != q.config for q in preds))]
     return decide(summary, cands, facts(model, results, summary, max_stall_pct, epochs),

@@ -27,6 +27,7 @@ from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
 from dsanalyze.whatif import cachesim
 from dsanalyze.whatif.calibrate import base_runs, fit
+from dsanalyze.whatif.documents import SplitFigures, ValidationDoc
 from dsanalyze.whatif.model import (
     LEVEL,
     HeldOut,
@@ -245,6 +246,11 @@ def split_summary(checks: Sequence[Check]) -> dict[str, Any]:
             "nominal": LEVEL}
 
 
+def validation_doc(v: Validation) -> ValidationDoc:
+    """`validation_document` as the typed value the decision and the report read."""
+    return ValidationDoc.from_dict(validation_document(v))
+
+
 def validation_document(v: Validation) -> dict[str, Any]:
     """The `validate --json` document: every check of both splits, and each split's figures."""
     return {"runs": [c.to_dict() for c in v.checks],
@@ -253,3 +259,8 @@ def validation_document(v: Validation) -> dict[str, Any]:
             "splits": [{"name": s.name, "rule": s.rule, "fit_runs": list(s.fit_runs),
                         "note": s.note, **split_summary(s.checks)} for s in v.splits],
             "policy": v.model.policy, "model": v.model.to_dict()}
+
+
+def split_figures(name: str, checks: Sequence[Check]) -> SplitFigures:
+    """`split_summary` as the typed figures the report words."""
+    return SplitFigures.from_dict({"name": name, **split_summary(checks)})

@@ -1,0 +1,124 @@
+"""The what-if's stored documents as typed values: `whatif.json`'s rows and `validation.json`.
+
+    rows = [GridRow.from_dict(d) for d in json.load(whatif_json)]
+    doc = ValidationDoc.from_dict(json.load(validation_json))
+
+`whatif/api.py` writes a `GridRow` per prediction, `whatif/validation.py` a
+`ValidationDoc`; the report draws and words them by attribute. Frozen
+dataclasses with the documents' own key names, so that `to_dict` writes the
+JSON the files always held and `from_dict` reads back an older file (a key it
+lacks takes the field's default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Self
+
+from dsanalyze.plain import PlainJson
+
+
+@dataclass(frozen=True)
+class GridRow(PlainJson):
+    """One combination of the what-if grid: the prediction, its interval and stall split (s per
+    epoch), and whether a run measured it or the advice recommends it."""
+
+    cpus: int | None
+    cache_spec: str | None
+    cache_bytes: int | None
+    storage_read_bps: int | None
+    rate_sps: float
+    gpu_speedup: float = 1.0
+    nproc: int | None = None
+    workers: int | None = None
+    loader: str = "pytorch"
+    rate_sps_low: float | None = None
+    rate_sps_high: float | None = None
+    interval_level: float | None = None
+    epoch_s: float | None = None
+    compute_s: float | None = None
+    prep_stall_s: float | None = None
+    fetch_stall_s: float | None = None
+    prep_stall_s_low: float | None = None
+    prep_stall_s_high: float | None = None
+    fetch_stall_s_low: float | None = None
+    fetch_stall_s_high: float | None = None
+    stall_s_low: float | None = None
+    stall_s_high: float | None = None
+    stall_pct: float | None = None  # of the epoch (None: a row written before it was stored)
+    epoch1_s: float | None = None
+    hit_rate: float | None = None
+    cache_effective_bytes: float | None = None
+    bound_sps: float | None = None
+    untested: tuple[str, ...] = ()
+    measured: bool = False
+    measured_run: str | None = None
+    measured_sps: float | None = None  # the run's steady rate (None: one cold epoch only)
+    measured_epoch1_sps: float | None = None
+    recommended: bool = False
+    # False: a row written before `measured_sps` was stored; the summary's rate stands for it
+    measured_sps_stored: bool = True
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        return super().from_dict({"measured_sps_stored": "measured_sps" in d, **d})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in super().to_dict().items() if k != "measured_sps_stored"}
+
+    def half_width_sps(self) -> float | None:
+        """Half the width of the prediction interval (samples/s); None without one."""
+        lo, hi = self.rate_sps_low, self.rate_sps_high
+        return (hi - lo) / 2 if lo is not None and hi is not None and hi > 0 else None
+
+
+@dataclass(frozen=True)
+class CheckRow(PlainJson):
+    """One held-out configuration of `validation.json`: measured against predicted."""
+
+    run_id: str
+    measured_sps: float
+    predicted_sps: float
+    split: str = "loo"  # loo, extrapolation
+    mode: str = "disk"
+    predicted_sps_low: float | None = None
+    predicted_sps_high: float | None = None
+    covered: bool = False
+    error_pct: float = 0.0
+    measured_epoch1_sps: float | None = None
+    predicted_epoch1_sps: float | None = None
+    cache_bytes: float | None = None
+    untested: tuple[str, ...] = ()
+    repeats: int = 1
+
+
+@dataclass(frozen=True)
+class SplitFigures(PlainJson):
+    """One validation split: its rule, fit runs, and figures over its held-out runs."""
+
+    name: str
+    rule: str = ""
+    fit_runs: tuple[str, ...] = ()
+    note: str = ""
+    held_out: int = 0
+    median_abs_error_pct: float | None = None
+    max_abs_error_pct: float | None = None
+    coverage: float | None = None
+    nominal: float | None = None
+
+
+@dataclass(frozen=True)
+class ValidationDoc(PlainJson):
+    """`validation.json` (`validate --json`): every check of both splits and their figures."""
+
+    runs: tuple[CheckRow, ...] = ()
+    median_abs_error_pct: float | None = None
+    max_abs_error_pct: float | None = None
+    coverage: float | None = None
+    nominal: float = 0.9
+    splits: tuple[SplitFigures, ...] = ()
+    policy: str | None = None
+    model: dict[str, Any] | None = None
+
+    def split(self, name: str) -> SplitFigures | None:
+        return next((s for s in self.splits if s.name == name), None)
