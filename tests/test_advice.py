@@ -12,11 +12,12 @@ import pytest
 from conftest import copy_of, harness
 
 from dsanalyze import app, cli, store
-from dsanalyze.analysis.stalls import Bound
-from dsanalyze.analysis.summary import summarize
+from dsanalyze.analysis.stalls import Bound, Verdict
+from dsanalyze.analysis.summary import Summary, summarize
 from dsanalyze.dataset import scan_dataset
 from dsanalyze.records import RunResult
 from dsanalyze.report.advice import advice_text, option_label
+from dsanalyze.report.verdicts import verdict_text
 from dsanalyze.whatif.advice import Advice, advise
 from dsanalyze.whatif.decision import (
     Decision,
@@ -33,6 +34,11 @@ DATA = Path(__file__).parent / "data"
 FIXTURES = sorted(p.name for p in DATA.iterdir() if (p / "runs").is_dir())
 SLOW_FIXTURES = {"whatif_caches", "report_sweep", "report_2ranks", "whatif_fetch"}  # fits of a large grid: tens of seconds each on 2 cores
 MIB = 1 << 20
+
+def typed(summary: dict) -> Summary:
+    """`summary.json` read back: what the decision takes (the test reads the document)."""
+    return Summary.from_dict(summary)
+
 
 BASE = Option(cpus=1, cpus_used=1, cache_spec="none", cache_bytes=None,
               storage_read_bps=8 * MIB, workers=2, rate_sps=80.0, span_s=6.0, stall_pct=70.0,
@@ -74,7 +80,7 @@ def test_measured_configurations_count_the_cold_epoch():
     stalled by the table's stalls (the cold epoch's, then the steady one's)."""
     summary = summarize(store.load_runs(DATA / "report_2ranks")).to_dict()
     (cfg,) = summary["configs"]
-    (o,) = measured_options(summary, Facts(2))
+    (o,) = measured_options(typed(summary), Facts(2))
     disk, cold = cfg["modes"]["disk"], cfg["cold_epoch"]
     assert o.span_s == pytest.approx(disk["epoch1_s"] + disk["time_s"])
     stalled = cold["prep_stall_s"] + cold["fetch_stall_s"] + cfg["prep_stall_s"] + \
@@ -101,12 +107,13 @@ def test_a_configuration_the_table_calls_prep_bound_is_never_called_compute_boun
                         0.86)
     summary = summarize(runs).to_dict()
     cfg = next(c for c in summary["configs"] if c["key"] == "cpus1-cachenone-bwnone")
-    assert cfg["bound"] == Bound.PREP.value and "likely prep-bound" in cfg["verdict"]
+    assert cfg["bound"] == Bound.PREP.value and \
+        "likely prep-bound" in verdict_text(Verdict.from_dict(cfg["verdict"]))
     assert 100 * (1 - cfg["compute_s"] / cfg["total_s"]) <= 5  # the old rule's "calm"
-    facts = Facts(measured_epochs(summary), workers=2, all_cpus=2, ranks=1)
-    d = decide(summary, [], facts)
+    facts = Facts(measured_epochs(typed(summary)), workers=2, all_cpus=2, ranks=1)
+    d = decide(typed(summary), [], facts)
     assert d.kind is not DecisionKind.MEASURED or d.choice.bound == Bound.COMPUTE.value
-    (o,) = [o for o in measured_options(summary, facts) if o.run_id == cfg["modes"]["disk"]
+    (o,) = [o for o in measured_options(typed(summary), facts) if o.run_id == cfg["modes"]["disk"]
             ["run_id"]]
     assert o.stall_pct >= cfg["prep_stall_pct"]  # the table's stall, not hidden
     text = advice_text(Advice(d, fitted_runs=8))
@@ -124,14 +131,14 @@ def _check_against_table(summary: dict, a: Advice) -> None:
         assert not d.choice.measured and d.choice.span_s < d.best_measured.span_s
         # no run measured the configuration picked: a measured one is judged by its numbers
         measured = {(o.cpus_used, o.cache_bytes, o.storage_read_bps, o.workers)
-                    for o in measured_options(summary, Facts(d.epochs, workers=d.workers))}
+                    for o in measured_options(typed(summary), Facts(d.epochs, workers=d.workers))}
         assert (d.choice.cpus_used, d.choice.cache_bytes, d.choice.storage_read_bps,
                 d.choice.workers) not in measured or any(
             c["modes"].get("disk") is None for c in summary["configs"])
         quoted = d.error.split if d.error else None
         assert quoted in (None, "extrapolation" if d.beyond else "leave-one-out")
     for label, bound in ((option_label(o), bounds.get(o.run_id)) for o in
-                         measured_options(summary, Facts(d.epochs))):
+                         measured_options(typed(summary), Facts(d.epochs))):
         if bound in (Bound.PREP.value, Bound.FETCH.value):
             assert not re.search(re.escape(label) + r"[^.]*compute-bound", advice_text(a))
 

@@ -11,9 +11,10 @@ import pytest
 from conftest import harness, needs_cgroups
 
 from dsanalyze import store
-from dsanalyze.analysis.coldepoch import cold_verdict
+from dsanalyze.analysis.coldepoch import ColdEpoch, cold_bound
 from dsanalyze.analysis.summary import summarize
 from dsanalyze.report import summary as report
+from dsanalyze.report.verdicts import cold_text
 
 DATA = Path(__file__).parent / "data"
 
@@ -24,7 +25,11 @@ DATA = Path(__file__).parent / "data"
     (10.0, 0.2, 0.1, "compute-bound, 0.3 s of 10.0 s stalled"),
 ])
 def test_cold_verdict(epoch_s, prep_s, fetch_s, text):
-    assert cold_verdict(epoch_s, prep_s, fetch_s) == text
+    """The cold epoch's bound (analysis), worded by the report with the epoch's own seconds."""
+    bound, highly = cold_bound(epoch_s, prep_s, fetch_s)
+    cold = ColdEpoch(epoch_s, None, None, prep_s, fetch_s, None, 100 * fetch_s / epoch_s,
+                     bound, highly)
+    assert cold_text(cold) == text
 
 
 def test_a_sweep_of_one_epoch_says_its_disk_figures_are_cold():

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import STEP_BOUND, assert_step_bound_rate, harness
 
+from dsanalyze.analysis.stalls import Verdict
+from dsanalyze.report.verdicts import verdict_text
 from dsanalyze.store import load_runs
 
 pytestmark = pytest.mark.slow
@@ -72,6 +74,11 @@ def test_cached_prep_stall(small_dataset, tmp_path, workers, batch, step_ms, bou
     assert rc == 0
     cfg = summary_of(prefix)["configs"][0]
     if bound == "prep":
-        assert cfg["prep_stall_pct"] > 50 and cfg["verdict"].startswith("likely highly prep-bound")
+        assert cfg["prep_stall_pct"] > 50 and said(cfg).startswith("likely highly prep-bound")
     else:
-        assert cfg["prep_stall_pct"] < 3 and cfg["verdict"].startswith("compute-bound")
+        assert cfg["prep_stall_pct"] < 3 and said(cfg).startswith("compute-bound")
+
+
+def said(cfg: dict) -> str:
+    """A configuration's verdict of summary.json, as the table words it."""
+    return verdict_text(Verdict.from_dict(cfg["verdict"]))

@@ -18,6 +18,7 @@ from dsanalyze.analysis.summary import summarize
 from dsanalyze.records import RunResult
 from dsanalyze.report import plots
 from dsanalyze.report.summary import render_table
+from dsanalyze.report.verdicts import verdict_text
 
 TWELVE = Path(__file__).parent / "data" / "report_12configs"
 
@@ -84,9 +85,9 @@ def test_cached_slower_than_disk_beyond_both_intervals_is_flagged_as_suspect():
     assert f"({d.rate_sps:.1f} vs {c.rate_sps:.1f} samples/s)" in note
     # both runs had their other core busy: no more during the cached run, so drift is named
     assert "suspected: drift between the runs" in note
-    assert "compute-bound" not in cfg.verdict
+    assert "compute-bound" not in verdict_text(cfg.verdict)
     # the figure: the bar stands at the table's epoch time, the fetch stall labelled suspect
-    fig = plots.stall_breakdown(summary.to_dict())
+    fig = plots.stall_breakdown(summary)
     ax = fig.axes[0]
     heights = sum(c.patches[0].get_height() for c in ax.containers if hasattr(c, "patches"))
     assert heights == pytest.approx(cfg.total_s, rel=1e-12)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from test_stalls import JOB, make_run
 
 from dsanalyze.analysis.stalls import breakdowns
+from dsanalyze.analysis.summary import ConfigSummary, Summary
 from dsanalyze.config import Mode, Resources, RunSpec, Sweep
 from dsanalyze.errors import ConfigError
 from dsanalyze.linkrecords import EndpointProbe, LinkRecord, LinkShape, ProbePoint
@@ -82,16 +83,15 @@ def test_the_fetch_stall_of_a_remote_configuration_and_its_words():
     (b,) = breakdowns(runs)
     assert b.fetch_stall_pct == pytest.approx(100 * 0.2 / 0.3)
     assert (b.net_bw_bps, b.net_latency_s) == (100 << 20, 0.02)
-    cfg = b.to_dict()
+    cfg = ConfigSummary.of(b)
     assert config_label(cfg) == "cpus=1 remote (100M/s, 20 ms)"
-    doc = {"configs": [cfg], "runs": [], "failed_runs": []}
-    assert summary.columns(doc)[3] == "remote/s"
-    assert summary.columns({"configs": [make_local_cfg()]})[3] == "disk/s"
+    assert summary.columns(Summary(None, None, configs=(cfg,)))[3] == "remote/s"
+    assert summary.columns(Summary(None, None, configs=(make_local_cfg(),)))[3] == "disk/s"
 
 
-def make_local_cfg() -> dict:
+def make_local_cfg() -> ConfigSummary:
     (b,) = breakdowns([make_run(Mode.CACHED, 0.1), make_run(Mode.DISK, 0.2, cache="0")])
-    return b.to_dict()
+    return ConfigSummary.of(b)
 
 
 def test_the_probe_curve_draws_the_stored_throughputs():

@@ -15,6 +15,7 @@ from dsanalyze.analysis.summary import Summary, summarize
 from dsanalyze.report import summary as report
 from dsanalyze.report.document import render_html, render_markdown
 from dsanalyze.report.text import Knobs, bandwidth_text, cache_text, fixed_width
+from dsanalyze.report.verdicts import verdict_text
 from dsanalyze.whatif.documents import ValidationDoc
 
 DATA = Path(__file__).parent / "data"
@@ -72,7 +73,7 @@ def test_markdown_report_reads_every_number_from_the_summary():
     for row in report.table_rows(summary):
         assert "| " + " | ".join(row) + " |" in md
     for cfg in summary.configs:
-        assert f"- **{report.config_label(cfg)}**: {cfg.verdict}" in md
+        assert f"- **{report.config_label(cfg)}**: {verdict_text(cfg.verdict)}" in md
     assert "- **CPUs**: 1 CPU, 2 CPUs" in md
     assert "- **Storage**: disk unthrottled, disk 8M/s" in md
     assert "- **Enforced** storage bw: cgroup v1 read throttle on 254:0" in md
@@ -171,5 +172,5 @@ def test_headline_names_the_most_and_least_stalled():
     by_stall = sorted(summary.configs, key=lambda c: c.prep_stall_pct + c.fetch_stall_pct)
     most, least = by_stall[-1], by_stall[0]
     assert most.storage_read_bps == 8 * MIB and least.cpus == 2
-    assert f"Most stalled: **{report.config_label(most)}**, {most.verdict}. " \
-           f"Least stalled: **{report.config_label(least)}**, {least.verdict}." in md
+    assert f"Most stalled: **{report.config_label(most)}**, {verdict_text(most.verdict)}. " \
+           f"Least stalled: **{report.config_label(least)}**, {verdict_text(least.verdict)}." in md

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from dsanalyze.analysis.stalls import breakdowns, run_rate, verdict
+from dsanalyze.analysis.stalls import bound, breakdowns, run_rate, verdict
 from dsanalyze.analysis.summary import summarize
 from dsanalyze.analysis.uncertainty import Significance, StallInterval
 from dsanalyze.config import CacheBudget, Job, Mode, Resources, RunSpec
 from dsanalyze.records import RankRecord, RunResult
+from dsanalyze.report.verdicts import verdict_text
 
 JOB = Job(data_dir="/d", batch_size=10)
 
@@ -38,7 +39,7 @@ def test_breakdown(g_iter, c_iter, d_iter, prep_pct, fetch_pct, word):
     assert b.total_s == pytest.approx(n / (10 / d_iter))
     assert b.prep_stall_pct == pytest.approx(prep_pct)
     assert b.fetch_stall_pct == pytest.approx(fetch_pct)
-    assert b.verdict.startswith(word)
+    assert verdict_text(b.verdict).startswith(word)
 
 
 def test_two_ranks_are_combined():
@@ -84,7 +85,10 @@ def stall(pct: float, half: float) -> StallInterval:
     (None, None, "unknown: no synthetic and cached runs to compare"),
 ])
 def test_verdict(prep, fetch, text):
-    assert verdict(prep and stall(*prep), fetch and stall(*fetch)) == text
+    """The typed verdict, worded by the report: the sentence the table has always printed."""
+    v = verdict(prep and stall(*prep), fetch and stall(*fetch))
+    assert verdict_text(v) == text
+    assert v.bound is bound(prep and stall(*prep), fetch and stall(*fetch))
 
 
 @pytest.mark.parametrize("dataset_bytes,cache,warned", [

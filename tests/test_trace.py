@@ -10,6 +10,7 @@ from conftest import copy_of
 
 from dsanalyze import cli, records, store
 from dsanalyze.analysis import stalls
+from dsanalyze.analysis.samples import MonitorSample
 from dsanalyze.config import Mode
 from dsanalyze.errors import StoreError
 from dsanalyze.report import trace
@@ -126,7 +127,8 @@ def test_counter_tracks_from_the_cgroup():
      {"page cache": {"MiB": 0.0}, "memory": {"MiB": 0.0}}),
 ])
 def test_counter_values(prev, cur, expected):
-    assert trace.counter_values(prev, cur) == expected
+    assert trace.counter_values(MonitorSample.from_dict(prev), MonitorSample.from_dict(cur)) == \
+        expected
 
 
 def test_iteration_spans_of_a_rank():

@@ -169,7 +169,7 @@ ROWS = [
 def test_transform_times_plot_draws_the_table(rows):
     from dsanalyze.report import plots
 
-    fig = plots.transform_times(rows, "cached-cpusall")
+    fig = plots.transform_times([step_tables.StepTime.of(r) for r in rows], "cached-cpusall")
     ax = fig.axes[0]
     bars = [p for p in ax.patches if p.get_gid() == "transform_times"] or ax.containers[0]
     assert [b.get_width() for b in bars] == pytest.approx([r["mean_s_per_sample"] * 1e3

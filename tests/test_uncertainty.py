@@ -21,6 +21,7 @@ from dsanalyze.analysis.uncertainty import RateInterval, Significance
 from dsanalyze.config import Job, Mode, Resources, RunSpec
 from dsanalyze.records import RankRecord, RunResult
 from dsanalyze.report import summary as report
+from dsanalyze.report.verdicts import verdict_text
 
 PAIR = DATA_DIR / "uncertainty_pair"
 
@@ -101,7 +102,7 @@ def test_a_clearly_fetch_bound_pair_has_an_interval_excluding_zero():
     # disk 45 ms against cached 30.3 ms per iteration: fetch is 1 - 30.3/45 = 33% of the epoch
     assert 0 < cfg.fetch_stall_pct_low < 33 < cfg.fetch_stall_pct_high < 40
     assert cfg.fetch_stall_s_low > 0 and cfg.fetch_stall_significance == "likely"
-    assert cfg.verdict.startswith("likely highly fetch-bound: 34% ±")
+    assert verdict_text(cfg.verdict).startswith("likely highly fetch-bound: 34% ±")
     half = (cfg.fetch_stall_pct_high - cfg.fetch_stall_pct_low) / 2
     assert report.table_rows(doc)[0][7] == \
         f"{cfg.fetch_stall_s:.1f}s {cfg.fetch_stall_pct:.1f}% ±{half:.1f}"

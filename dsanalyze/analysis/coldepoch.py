@@ -20,18 +20,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsanalyze.analysis.stalls import HIGHLY_INPUT_BOUND_PCT, INPUT_BOUND_PCT, Breakdown
+from dsanalyze.analysis.stalls import HIGHLY_INPUT_BOUND_PCT, INPUT_BOUND_PCT, Bound, Breakdown
 from dsanalyze.plain import PlainJson
 
 
-def cold_verdict(epoch_s: float, prep_s: float, fetch_s: float) -> str:
-    """In words: `fetch-bound, 4.5 s of 5.5 s waiting on storage`."""
+def cold_bound(epoch_s: float, prep_s: float, fetch_s: float) -> tuple[Bound, bool]:
+    """What the cold epoch is bound by, and whether highly: compute when its stalls are at
+    most 5% of it, else the larger stall (fetch on a tie), highly above 20%
+    (`report/verdicts.py` words it: `highly fetch-bound, 4.5 s of 5.5 s waiting on storage`)."""
     if 100 * (prep_s + fetch_s) / epoch_s <= INPUT_BOUND_PCT:
-        return f"compute-bound, {prep_s + fetch_s:.1f} s of {epoch_s:.1f} s stalled"
-    kind, stall_s, what = ("fetch", fetch_s, "storage") if fetch_s >= prep_s else \
-        ("prep", prep_s, "pre-processing")
-    level = "highly " if 100 * stall_s / epoch_s > HIGHLY_INPUT_BOUND_PCT else ""
-    return f"{level}{kind}-bound, {stall_s:.1f} s of {epoch_s:.1f} s waiting on {what}"
+        return Bound.COMPUTE, False
+    kind, stall_s = (Bound.FETCH, fetch_s) if fetch_s >= prep_s else (Bound.PREP, prep_s)
+    return kind, 100 * stall_s / epoch_s > HIGHLY_INPUT_BOUND_PCT
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,8 @@ class ColdEpoch(PlainJson):
     fetch_stall_s: float
     prep_stall_pct: float | None
     fetch_stall_pct: float
-    verdict: str
+    bound: Bound = Bound.UNKNOWN  # `cold_bound` (UNKNOWN: a summary stored before it was)
+    highly: bool = False
 
 
 def cold_epoch(b: Breakdown) -> ColdEpoch | None:
@@ -59,7 +60,7 @@ def cold_epoch(b: Breakdown) -> ColdEpoch | None:
     fetch = max(0.0, epoch_s - cached_s)
     return ColdEpoch(epoch_s, disk.epoch1_rate_sps, b.compute_s, b.prep_stall_s, fetch,
                      100 * prep / epoch_s if b.prep_stall_s is not None else None,
-                     100 * fetch / epoch_s, cold_verdict(epoch_s, prep, fetch))
+                     100 * fetch / epoch_s, *cold_bound(epoch_s, prep, fetch))
 
 
 def cold_only(b: Breakdown) -> bool:

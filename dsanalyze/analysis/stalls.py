@@ -42,7 +42,8 @@ WIDE_SPREAD_PCT = 10.0  # torch.utils.benchmark warns when IQR/median > 10%
 
 
 class Bound(enum.Enum):
-    """What the table calls a configuration (`verdict` words it; the advice reads it)."""
+    """What the table calls a configuration (`verdict`; `report/verdicts.py` words it; the
+    advice reads it)."""
 
     PREP = "prep"  # a prep stall above 5% of the time, its whole interval above 0
     FETCH = "fetch"  # the same of the fetch stall (the larger of the two when both are)
@@ -193,9 +194,9 @@ class Breakdown(PlainJson):
     total_s: float | None
     prep_stall_pct: float | None
     fetch_stall_pct: float | None
-    verdict: str
+    verdict: Verdict  # what the table calls it, with the numbers it quotes
     warnings: tuple[str, ...] = ()
-    bound: str = Bound.UNKNOWN.value  # `Bound` value: what the verdict calls it
+    bound: str = Bound.UNKNOWN.value  # `Bound` value: the verdict's (what the advice reads)
     prep_stall_s_low: float | None = None
     prep_stall_s_high: float | None = None
     prep_stall_pct_low: float | None = None
@@ -218,8 +219,39 @@ class Breakdown(PlainJson):
         return max(widths) if widths else None
 
 
-def _likely_text(kind: str, stall: StallInterval) -> str:
-    return f"{stall.pct:.0f}% ±{stall.half_width_pct:.0f} of time is {kind} stall"
+@dataclass(frozen=True)
+class StallShare(PlainJson):
+    """A stall a verdict quotes: its share of the epoch and the interval's half-width (points)."""
+
+    kind: str  # prep, fetch
+    pct: float
+    half_width_pct: float
+
+    @classmethod
+    def of(cls, kind: str, s: StallInterval) -> StallShare:
+        return cls(kind, s.pct, s.half_width_pct)
+
+
+@dataclass(frozen=True)
+class Verdict(PlainJson):
+    """What the table calls a configuration, and the numbers its words quote
+    (`report/verdicts.py` words it):
+
+    - PREP / FETCH: `stalls`, the stalls above 5% whose whole interval is above 0, the
+      largest first (`highly`: it is above 20%);
+    - COMPUTE: every stall's interval at most 5%; `stalled_pct` their sum (each clamped at
+      0), `within_noise` when no stall is a finding;
+    - NOISE: `stalls`, the one with the highest upper end, that cannot be told from 0;
+    - UNKNOWN: `suspect`, the stall whose rates inverted beyond both intervals, or None when
+      no synthetic and cached runs were there to compare.
+    """
+
+    bound: Bound
+    stalls: tuple[StallShare, ...] = ()
+    highly: bool = False
+    stalled_pct: float | None = None
+    within_noise: bool = False
+    suspect: str | None = None
 
 
 def _likely(stalls: dict[str, StallInterval]) -> list[tuple[float, str]]:
@@ -230,42 +262,28 @@ def _likely(stalls: dict[str, StallInterval]) -> list[tuple[float, str]]:
 
 def bound(prep: StallInterval | None, fetch: StallInterval | None) -> Bound:
     """The table's classification of one configuration (the rules of `verdict`)."""
+    return verdict(prep, fetch).bound
+
+
+def verdict(prep: StallInterval | None, fetch: StallInterval | None) -> Verdict:
+    """The table's verdict on one configuration (see `Verdict`): a likely stall first, then a
+    suspect one, then compute-bound when no interval reaches above 5%, else within noise."""
     stalls = {k: s for k, s in (("prep", prep), ("fetch", fetch)) if s is not None}
     if not stalls:
-        return Bound.UNKNOWN
+        return Verdict(Bound.UNKNOWN)
     likely = _likely(stalls)
     if likely:
-        return Bound(likely[0][1])
-    if any(s.significance is Significance.SUSPECT for s in stalls.values()):
-        return Bound.UNKNOWN  # as the verdict: a suspect stall is no finding either way
-    if all(s.pct_high <= INPUT_BOUND_PCT for s in stalls.values()):
-        return Bound.COMPUTE
-    return Bound.NOISE
-
-
-def verdict(prep: StallInterval | None, fetch: StallInterval | None) -> str:
-    """In words: `likely prep-bound: 41% ±3 of time is prep stall`, or `within noise: ...`."""
-    if prep is None and fetch is None:
-        return "unknown: no synthetic and cached runs to compare"
-    stalls = {k: s for k, s in (("prep", prep), ("fetch", fetch)) if s is not None}
+        return Verdict(Bound(likely[0][1]), tuple(StallShare.of(k, stalls[k]) for _, k in likely),
+                       highly=likely[0][0] > HIGHLY_INPUT_BOUND_PCT)
     suspects = [k for k, s in stalls.items() if s.significance is Significance.SUSPECT]
-    if suspects and not any(s.significance is Significance.LIKELY for s in stalls.values()):
-        return f"unknown: the {suspects[0]} stall is suspect (see the note)"
-    likely = _likely(stalls)
-    if likely:
-        (pct, kind), *rest = likely
-        level = "highly " if pct > HIGHLY_INPUT_BOUND_PCT else ""
-        text = f"likely {level}{kind}-bound: {_likely_text(kind, stalls[kind])}"
-        for _, other in rest:
-            text += f", {stalls[other].pct:.0f}% ±{stalls[other].half_width_pct:.0f} {other} stall"
-        return text
+    if suspects:  # no finding either way
+        return Verdict(Bound.UNKNOWN, suspect=suspects[0])
     if all(s.pct_high <= INPUT_BOUND_PCT for s in stalls.values()):
-        total = sum(max(s.pct, 0.0) for s in stalls.values())
-        noise = all(s.significance is not Significance.LIKELY for s in stalls.values())
-        return f"compute-bound: stalls are {total:.0f}% of time" + (" (within noise)" if noise else "")
+        return Verdict(Bound.COMPUTE, stalled_pct=sum(max(s.pct, 0.0) for s in stalls.values()),
+                       within_noise=all(s.significance is not Significance.LIKELY
+                                        for s in stalls.values()))
     kind, s = max(stalls.items(), key=lambda ks: ks[1].pct_high)
-    return (f"within noise: {kind} stall {s.pct:.0f}% ±{s.half_width_pct:.0f} cannot be told "
-            "from 0; repeat the runs (--repeats, --target-ci)")
+    return Verdict(Bound.NOISE, (StallShare.of(kind, s),))
 
 
 def _mode_entry(rates: list[RunRate], samples: RateSamples | None, n: int | None,
@@ -350,7 +368,7 @@ def _breakdown(anchor: RunResult, group: dict[Mode, list[RunResult]], level: flo
         enforced=enforcement([r for runs in group.values() for r in runs]),
         compute_s=t_g[0] if t_g else None, total_s=total[0] if total else None,
         **_stall_fields("prep", prep), **_stall_fields("fetch", fetch),
-        verdict=verdict(prep, fetch), bound=bound(prep, fetch).value,
+        verdict=(v := verdict(prep, fetch)), bound=v.bound.value,
         warnings=tuple(_warnings(anchor, rates, prep, fetch)),
         level=level, net_bw_bps=res.net_bw_bps, net_latency_s=res.net_latency_s)
 

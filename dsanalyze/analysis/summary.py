@@ -15,14 +15,15 @@ from dsanalyze.analysis import measured, pernode
 from dsanalyze.analysis.coldepoch import ColdEpoch, cold_epoch, cold_only
 from dsanalyze.analysis.measured import MeasuredWindow
 from dsanalyze.analysis.pernode import NodeRun
-from dsanalyze.analysis.stalls import Breakdown, RunRate, breakdowns, run_rate
+from dsanalyze.analysis.stalls import Bound, Breakdown, RunRate, breakdowns, run_rate
 from dsanalyze.config import Job
 from dsanalyze.plain import PlainJson
 from dsanalyze.records import DatasetRecord, RunResult
 
-# 1: typed (this module); documents without `schema` are the untyped dict of before, which
-# has the same keys and reads the same way.
-SCHEMA_VERSION = 1
+# 2: the verdicts typed (`stalls.Verdict`, `ColdEpoch.bound`), worded by the report;
+# 1: typed (this module), the verdicts in words; documents without `schema` are the untyped
+# dict of before, with the keys of 1. Before 2, a verdict reads back as its bound alone.
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,12 @@ class Summary(PlainJson):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Summary:
-        return super().from_dict({**d, "schema": d.get("schema", 0)})
+        schema = d.get("schema", 0)
+        configs = d.get("configs", [])
+        if schema < 2:  # the verdict was a sentence: keep what it classified
+            configs = [{**c, "verdict": {"bound": c.get("bound", Bound.UNKNOWN.value)}}
+                       for c in configs]
+        return super().from_dict({**d, "configs": configs, "schema": schema})
 
 
 def summarize(results: list[RunResult]) -> Summary:

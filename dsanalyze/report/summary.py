@@ -2,8 +2,9 @@
 
 Pure formatting over the typed summary (`analysis.summary.summarize`) and the
 what-if documents (`whatif.documents`): every number shown is read from them, none is
-computed here. The verdict thresholds (input-bound above 5% of the time
-stalled, highly above 20%) live with the verdict in `analysis/stalls.py`.
+computed here. The verdicts are worded in `report/verdicts.py`; their thresholds
+(input-bound above 5% of the time stalled, highly above 20%) live with the
+classification in `analysis/stalls.py`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dsanalyze.report.text import (
     number,
     storage_word,
 )
+from dsanalyze.report.verdicts import cold_text, verdict_text
 from dsanalyze.whatif.documents import ValidationDoc
 
 COLUMNS = ("config", "synthetic/s", "cached/s", "disk/s", "epoch s", "compute s",
@@ -66,7 +68,8 @@ COLD_LABEL = "  first epoch (cold)"
 
 def _verdict(cfg: ConfigSummary) -> str:
     """The steady state's verdict, said to be the steady state's when a cold epoch follows."""
-    return f"steady: {cfg.verdict}" if cfg.cold_epoch else cfg.verdict
+    text = verdict_text(cfg.verdict)
+    return f"steady: {text}" if cfg.cold_epoch else text
 
 
 def _cold_rows(cfg: ConfigSummary) -> list[list[str]]:
@@ -77,7 +80,7 @@ def _cold_rows(cfg: ConfigSummary) -> list[list[str]]:
     return [[COLD_LABEL, "", "", _num(cold.rate_sps), _num(cold.epoch_s),
              _num(cold.compute_s), _plain_stall(cold.prep_stall_s, cold.prep_stall_pct),
              _plain_stall(cold.fetch_stall_s, cold.fetch_stall_pct),
-             f"first epoch: {cold.verdict}"]]
+             f"first epoch: {cold_text(cold)}"]]
 
 
 def _mode_rate(cfg: ConfigSummary, mode: str) -> float | None:
@@ -269,7 +272,7 @@ def _verdict_lines(summary: Summary) -> list[str]:
         line = f"**{config_label(cfg)}**: {_verdict(cfg)}"
         disk, cold = cfg.modes.get("disk"), cfg.cold_epoch
         if cold and disk is not None and disk.time_s is not None:
-            line += (f"; first epoch: {cold.verdict} (the first (cold) epoch took "
+            line += (f"; first epoch: {cold_text(cold)} (the first (cold) epoch took "
                      f"{cold.epoch_s:.2f} s, the steady-state epochs {disk.time_s:.2f} s)")
         out.append(line)
     return out
@@ -285,8 +288,8 @@ def _headline(summary: Summary) -> list[Block]:
     def stalled(cfg: ConfigSummary) -> float:
         return (cfg.prep_stall_pct or 0.0) + (cfg.fetch_stall_pct or 0.0)
     most, least = max(rated, key=stalled), min(rated, key=stalled)
-    return [("p", f"Most stalled: **{config_label(most)}**, {most.verdict}. "
-                  f"Least stalled: **{config_label(least)}**, {least.verdict}.")]
+    return [("p", f"Most stalled: **{config_label(most)}**, {verdict_text(most.verdict)}. "
+                  f"Least stalled: **{config_label(least)}**, {verdict_text(least.verdict)}.")]
 
 
 def _whatif_blocks(recommendation: list[str] | None, validation: ValidationDoc | None,
