@@ -112,7 +112,7 @@ def transform_times(rows: list[StepTime], run_id: str = "") -> Figure:
 
 def transform_run(runs: list[RunResult]) -> RunResult | None:
     """The run whose step table to draw: a cached run (no I/O in read+decode), else any."""
-    timed = [r for r in runs if r.ok and any(k.extra.get("transforms") for k in r.ranks)]
+    timed = [r for r in runs if r.ok and step_timing.step_times(r)]
     order = {"cached": 0, "loader": 1, "disk": 2}
     return min(timed, key=lambda r: (order.get(r.mode.value, 3), r.run_id), default=None)
 
