@@ -21,7 +21,16 @@ from dsanalyze.analysis import uncertainty
 from dsanalyze.analysis.coldepoch import ColdEpoch
 from dsanalyze.analysis.measured import MeasuredWindow, ShortRun
 from dsanalyze.analysis.pernode import NodeRun, NodeShare
-from dsanalyze.analysis.stalls import Breakdown, KnobHold, ModeRate, RunRate, breakdowns
+from dsanalyze.analysis.stalls import (
+    Bound,
+    Breakdown,
+    KnobHold,
+    ModeRate,
+    RunRate,
+    StallShare,
+    Verdict,
+    breakdowns,
+)
 from dsanalyze.analysis.summary import ConfigSummary, FailedRun, Summary
 from dsanalyze.config import CacheBudget, Job, Mode, Resources, RunSpec
 from dsanalyze.records import (
@@ -185,12 +194,17 @@ mode_rates = st.builds(ModeRate, words, st.lists(words, max_size=3).map(tuple),
                        maybe, maybe, maybe, maybe, maybe, st.lists(words, max_size=2).map(tuple))
 holds = st.builds(KnobHold, st.sampled_from([h.value for h in How]), st.none() | words,
                   st.none() | st.sampled_from([1, 2]), st.none() | words)
-colds = st.builds(ColdEpoch, finite, maybe, maybe, maybe, finite, maybe, finite, words)
+colds = st.builds(ColdEpoch, finite, maybe, maybe, maybe, finite, maybe, finite,
+                  st.sampled_from(list(Bound)), st.booleans())
+verdicts = st.builds(Verdict, st.sampled_from(list(Bound)),
+                     st.lists(st.builds(StallShare, st.sampled_from(["prep", "fetch"]), finite,
+                                        finite), max_size=2).map(tuple),
+                     st.booleans(), maybe, st.booleans(), st.none() | words)
 configs = st.builds(ConfigSummary, words, st.none() | st.integers(1, 64), words,
                     st.none() | ints, st.none() | ints, st.none() | ints,
                     st.dictionaries(st.sampled_from([m.value for m in Mode]), mode_rates, max_size=3),
                     st.dictionaries(st.sampled_from(list(Enforcement.KNOBS)), holds, max_size=3),
-                    maybe, maybe, maybe, maybe, maybe, maybe, words,
+                    maybe, maybe, maybe, maybe, maybe, maybe, verdicts,
                     warnings=st.lists(words, max_size=2).map(tuple), cold_epoch=st.none() | colds,
                     cold_only=st.booleans())
 rates = st.builds(RunRate, words, st.sampled_from([m.value for m in Mode]), words, maybe,
