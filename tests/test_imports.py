@@ -43,6 +43,7 @@ WRONG_WAY = [
     ("dsanalyze/store.py", "dsanalyze.sweep"),  # the store below the sweep
     ("dsanalyze/app.py", "dsanalyze.cli"),  # the facade below the command line
     ("dsanalyze/cli.py", "dsanalyze.launch"),  # the command line reaches the rest through app
+    ("dsanalyze/settings.py", "dsanalyze.whatif.model"),  # the settings are a value
 ]
 
 
