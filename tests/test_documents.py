@@ -12,10 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dsanalyze import store
-from dsanalyze.analysis.stalls import HIGHLY_INPUT_BOUND_PCT, Bound, verdict
+from dsanalyze.analysis.stalls import Bound, verdict
 from dsanalyze.analysis.summary import SCHEMA_VERSION, Summary, summarize
 from dsanalyze.analysis.uncertainty import Significance, StallInterval
 from dsanalyze.report.verdicts import verdict_text
+from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif.documents import CheckRow, GridRow, SplitFigures, ValidationDoc
 
 DATA = Path(__file__).parent / "data"
@@ -73,7 +74,7 @@ def test_the_words_name_the_bound_and_quote_the_numbers(prep, fetch):
     if v.bound in (Bound.PREP, Bound.FETCH):
         first = {"prep": prep, "fetch": fetch}[v.bound.value]
         assert first.significance is Significance.LIKELY and first.pct > 5
-        assert text.startswith(f"likely {'highly ' * (first.pct > HIGHLY_INPUT_BOUND_PCT)}"
+        assert text.startswith(f"likely {'highly ' * (first.pct > SETTINGS.highly_input_bound_pct)}"
                                f"{v.bound.value}-bound: {first.pct:.0f}% ±"
                                f"{(first.pct_high - first.pct_low) / 2:.0f} of time")
     if v.bound is Bound.COMPUTE:

@@ -20,18 +20,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsanalyze.analysis.stalls import HIGHLY_INPUT_BOUND_PCT, INPUT_BOUND_PCT, Bound, Breakdown
+from dsanalyze.analysis.stalls import Bound, Breakdown
 from dsanalyze.plain import PlainJson
+from dsanalyze.settings import SETTINGS
 
 
 def cold_bound(epoch_s: float, prep_s: float, fetch_s: float) -> tuple[Bound, bool]:
     """What the cold epoch is bound by, and whether highly: compute when its stalls are at
     most 5% of it, else the larger stall (fetch on a tie), highly above 20%
     (`report/verdicts.py` words it: `highly fetch-bound, 4.5 s of 5.5 s waiting on storage`)."""
-    if 100 * (prep_s + fetch_s) / epoch_s <= INPUT_BOUND_PCT:
+    if 100 * (prep_s + fetch_s) / epoch_s <= SETTINGS.input_bound_pct:
         return Bound.COMPUTE, False
     kind, stall_s = (Bound.FETCH, fetch_s) if fetch_s >= prep_s else (Bound.PREP, prep_s)
-    return kind, 100 * stall_s / epoch_s > HIGHLY_INPUT_BOUND_PCT
+    return kind, 100 * stall_s / epoch_s > SETTINGS.highly_input_bound_pct
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,7 @@ from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import Mode
 from dsanalyze.plain import PlainJson
 from dsanalyze.records import CacheAction, How, RunResult
-
-INPUT_BOUND_PCT = 5.0  # TF profiler: input-bound when > 5% of step time waits for data
-HIGHLY_INPUT_BOUND_PCT = 20.0
-WIDE_SPREAD_PCT = 10.0  # torch.utils.benchmark warns when IQR/median > 10%
+from dsanalyze.settings import SETTINGS
 
 
 class Bound(enum.Enum):
@@ -256,7 +253,7 @@ class Verdict(PlainJson):
 
 def _likely(stalls: dict[str, StallInterval]) -> list[tuple[float, str]]:
     return sorted(((s.pct, k) for k, s in stalls.items()
-                   if s.significance is Significance.LIKELY and s.pct > INPUT_BOUND_PCT),
+                   if s.significance is Significance.LIKELY and s.pct > SETTINGS.input_bound_pct),
                   reverse=True)
 
 
@@ -274,11 +271,11 @@ def verdict(prep: StallInterval | None, fetch: StallInterval | None) -> Verdict:
     likely = _likely(stalls)
     if likely:
         return Verdict(Bound(likely[0][1]), tuple(StallShare.of(k, stalls[k]) for _, k in likely),
-                       highly=likely[0][0] > HIGHLY_INPUT_BOUND_PCT)
+                       highly=likely[0][0] > SETTINGS.highly_input_bound_pct)
     suspects = [k for k, s in stalls.items() if s.significance is Significance.SUSPECT]
     if suspects:  # no finding either way
         return Verdict(Bound.UNKNOWN, suspect=suspects[0])
-    if all(s.pct_high <= INPUT_BOUND_PCT for s in stalls.values()):
+    if all(s.pct_high <= SETTINGS.input_bound_pct for s in stalls.values()):
         return Verdict(Bound.COMPUTE, stalled_pct=sum(max(s.pct, 0.0) for s in stalls.values()),
                        within_noise=all(s.significance is not Significance.LIKELY
                                         for s in stalls.values()))
@@ -410,7 +407,7 @@ def _warnings(anchor: RunResult, rates: dict[Mode, list[RunRate]], prep: StallIn
               fetch: StallInterval | None) -> list[str]:
     out = [f"{m.value}: iteration times spread widely (IQR {r.iter_iqr_pct:.0f}% of median)"
            for m, rs in rates.items() for r in rs[:1]
-           if r.iter_iqr_pct and r.iter_iqr_pct > WIDE_SPREAD_PCT and m is Mode.SYNTHETIC]
+           if r.iter_iqr_pct and r.iter_iqr_pct > SETTINGS.wide_spread_pct and m is Mode.SYNTHETIC]
     out += [f"{m.value} run {r.run_id} {r.status}: {r.error}" for m, rs in rates.items()
             for r in rs if r.status != "ok"]
     out += [w for m, rs in rates.items() for r in rs
