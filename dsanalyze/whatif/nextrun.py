@@ -15,9 +15,12 @@ Then, in order:
    chance is that of a cheaper configuration staying under the limit too;
    else, that of it staying under the limit or running faster than the pick
    (by more than the ranking's tolerance).
-3. Else stop: `CONFIDENT` when the pick's interval is within ±`target_pct`,
+3. The pick is measured, its interval (its runs' own, pooled over repeats) is
+   wider than ±`target_pct`, and it has had fewer than `MAX_PICK_RUNS` runs:
+   `REPEAT` it (one more run of it; the runs pool, the interval narrows).
+4. Else stop: `CONFIDENT` when the pick's interval is within ±`target_pct`,
    `SETTLED` when it is not but no configuration left to measure could change
-   the answer (the pick is measured: its interval is its run's own noise).
+   the answer (the pick is measured `MAX_PICK_RUNS` times, or not measurable).
 
 Chances treat a rate as log-normal, sigma read off its interval: the
 prediction's (`LEVEL`, the model's error) or, for a measured configuration,
@@ -39,12 +42,14 @@ from dsanalyze.whatif.model import LEVEL
 from dsanalyze.whatif.recommend import TOLERANCE, config_text, cost, rank
 
 CHANCE_MIN = 0.02  # a configuration less likely than this to change the answer is left alone
+MAX_PICK_RUNS = 3  # a measured pick still wider than the target is run again up to this many times
 MEASURED_LEVEL = 0.95  # a run's rate interval (analysis/uncertainty.py)
 _NORMAL = NormalDist()
 
 
 class Verdict(str, enum.Enum):
     MEASURE = "measure"  # measure `next_key`
+    REPEAT = "repeat"  # measure the measured pick `next_key` once more (its runs pool)
     CONFIDENT = "confident"  # the pick's interval is within the target, no rival likely
     SETTLED = "settled"  # the interval is wider, but nothing left to measure could change it
     BUDGET = "budget"  # the budget is spent (decided by the loop, not here)
@@ -59,6 +64,7 @@ class Candidate:
     measured_sps: float | None = None  # its disk run's steady rate and 95% interval
     measured_low_sps: float | None = None
     measured_high_sps: float | None = None
+    runs: int = 0  # its disk runs so far (repeats and failed ones included)
 
     @property
     def measured(self) -> bool:
@@ -153,12 +159,15 @@ def choose(candidates: Sequence[Candidate], max_stall_pct: float, epochs: int,
     if rival is not None and chance >= CHANCE_MIN:
         return decided(Verdict.MEASURE, rival, f"{rival} has a {chance:.0%} chance to "
                        + ("be cheaper under the limit" if chosen else "do better") + ": measuring it")
+    if pick.measured and hw > target_pct and pick.runs < MAX_PICK_RUNS:
+        return decided(Verdict.REPEAT, pick.key, f"wider than ±{target_pct:g}% after "
+                       f"{pick.runs} run(s): measuring it again (run {pick.runs + 1})")
     left = (f"no configuration left to measure has a {CHANCE_MIN:.0%} chance to change it"
             + (f" (likeliest {rival}: {chance:.1%})" if rival else ""))
     if hw <= target_pct:
         return decided(Verdict.CONFIDENT, None, f"within ±{target_pct:g}% and {left}")
     return decided(Verdict.SETTLED, None, f"wider than ±{target_pct:g}% "
-                   + ("(its run's own noise)" if pick.measured else "(not measurable)")
+                   + (f"after {pick.runs} runs of it" if pick.measured else "(not measurable)")
                    + f", but {left}")
 
 
