@@ -47,6 +47,11 @@ def cand(key: str, p: Prediction, measured_rel: float | None = None, runs: int =
     return Candidate(key, p, p.rate_sps, p.rate_sps / k, p.rate_sps * k, runs)
 
 
+def at_cached(p: Prediction, cached_rate: float) -> Prediction:
+    """`p` with its cached epoch (prep and compute, every file cached) at `cached_rate`."""
+    return dataclasses.replace(p, cached_s=N / cached_rate)
+
+
 @dataclasses.dataclass(frozen=True)
 class TC:
     name: str
@@ -74,6 +79,18 @@ CASES = [
     TC("a rival likely to change the answer is measured before the pick is run again",
        (cand("c1", pred(1, 370, 0.15)), cand("c2", pred(2, 395, 0.2), 0.2)),
        Verdict.MEASURE, "c1"),
+    TC("the pick prep-bound; a rival differing only in storage cannot beat it: confident",
+       (cand("c2", at_cached(pred(2, 300, 0.2), 300), 0.01),
+        cand("c2-16M", at_cached(pred(2, 290, 0.2, bw=16 << 20), 300))),
+       Verdict.CONFIDENT, None),
+    TC("the pick fetch-stalled; the rival with other storage could beat it: measured",
+       (cand("c2", at_cached(pred(2, 300, 0.2), 380), 0.01),
+        cand("c2-16M", at_cached(pred(2, 290, 0.2, bw=16 << 20), 380))),
+       Verdict.MEASURE, "c2-16M"),
+    TC("the pick prep-bound; a rival with more CPUs may beat it: measured",
+       (cand("c2", at_cached(pred(2, 300, 0.2), 300), 0.01),
+        cand("c3", at_cached(pred(3, 290, 0.2), 290))),
+       Verdict.MEASURE, "c3"),
     TC("a failed run is not tried again",
        (cand("c1", pred(1, 200, 0.03), 0.01), cand("c2", pred(2, 300, 0.2))),
        Verdict.SETTLED, None, frozenset({"c2"})),

@@ -14,7 +14,9 @@ Then, in order:
    pick's place: measure the likeliest. With the pick under the limit, the
    chance is that of a cheaper configuration staying under the limit too;
    else, that of it staying under the limit or running faster than the pick
-   (by more than the ranking's tolerance).
+   (by more than the ranking's tolerance): none, when it differs from the pick
+   only in cache and storage and the pick is already within the tolerance of
+   its job with no fetch stall (`cannot_beat`).
 3. The pick is measured, its interval (its runs' own, pooled over repeats) is
    wider than ±`target_pct`, and it has had fewer than `MAX_PICK_RUNS` runs:
    `REPEAT` it (one more run of it; the runs pool, the interval narrows).
@@ -135,7 +137,23 @@ def rival_chance(c: Candidate, pick: Candidate, under_limit: bool, max_stall_pct
     if under_limit:
         cheaper = cost(c.prediction)[:3] < cost(pick.prediction)[:3]
         return stall_chance(c, max_stall_pct, epochs) if cheaper else 0.0
-    return max(stall_chance(c, max_stall_pct, epochs), faster_chance(c, pick, epochs))
+    faster = 0.0 if cannot_beat(c, pick, epochs) else faster_chance(c, pick, epochs)
+    return max(stall_chance(c, max_stall_pct, epochs), faster)
+
+
+def cannot_beat(c: Candidate, pick: Candidate, epochs: int) -> bool:
+    """True when `c` differs from the pick only in page cache and storage and the pick is
+    within the tolerance of its job with no fetch stall (`epochs` epochs at its cached
+    epoch, prep and compute): cache and storage change only the fetch stall, so `c`'s job
+    is no shorter than that bound, the one figure of the model both share (their errors
+    cancel, where independent intervals would see a rival in every tie)."""
+    a, b = c.prediction.config, pick.prediction.config
+    if (a.cpus, a.gpu_speedup, a.nproc, a.workers, a.nnodes) != \
+            (b.cpus, b.gpu_speedup, b.nproc, b.workers, b.nnodes):
+        return False
+    p = pick.prediction
+    best_s = epochs * max(p.cached_s, p.compute_s)
+    return best_s >= p.job_s(epochs) * (1 - TOLERANCE)
 
 
 def choose(candidates: Sequence[Candidate], max_stall_pct: float, epochs: int,
