@@ -201,6 +201,7 @@ def replayed(run: RunResult, target_pct: float = 2.0) -> RunResult | None:
     own iteration times (`untilci.RankStop`, as in the rank); None if it would not have."""
     rec = SimpleNamespace(iter_s=[], samples=[], epoch=[], warmup=run.ranks[0].warmup)
     stop = RankStop(target_pct, 30, run.mode.value, 0, 1, None)
+    stop.epoch_batches = run.ranks[0].extra.get("batches_per_epoch")  # as the rank knew it
     r0 = run.ranks[0]
     for i in range(len(r0.iter_s)):
         rec.iter_s.append(r0.iter_s[i])
