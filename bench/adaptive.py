@@ -222,7 +222,10 @@ def replay_rows(prefix: Path, tag: str) -> list[tuple[str, float, float, int, in
     rows = []
     for r in store.load_runs(prefix):
         cut = replayed(r) if r.ok and r.ranks else None
-        if cut is not None:
+        if cut is None:
+            print(f"  {tag}/{r.run_id}: the rule would not have stopped it in "
+                  f"{len(r.ranks[0].iter_s) if r.ranks else 0} iterations ({r.error or 'ok'})")
+        else:
             a, b = stalls.run_rate(r).rate_sps, stalls.run_rate(cut).rate_sps
             if a and b:
                 rows.append((f"{tag}/{r.run_id}", a, b, len(r.ranks[0].iter_s),
