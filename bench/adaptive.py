@@ -119,6 +119,8 @@ def harness(*argv: str, log: Path) -> float:
                             stderr=subprocess.STDOUT, env=env, cwd=REPO).returncode
     wall_s = time.monotonic() - t
     print(f"  harness {' '.join(argv[-6:])}: exit {rc}, {wall_s:.0f} s (log {log})", flush=True)
+    if rc != 0:
+        sys.exit(f"harness.py failed (exit {rc}): see {log}")
     wall.write_text(json.dumps({"wall_s": wall_s, "exit": rc}))
     return wall_s
 
