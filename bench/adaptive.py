@@ -30,7 +30,7 @@ Part 2 (`early`), the early stop against full-length runs. The rule
 (`instrument/untilci.RankStop`) is a function of rank 0's iteration times up
 to the point where it stops, so the rate an `--until-ci 2%` run reports is
 the rate of the same process's first iterations up to that point. Each
-full-length run (`--iters 300`, no early stop) is cut where the rule would
+full-length run (`--iters 400`, no early stop) is cut where the rule would
 have stopped it (the rule replayed over its own iteration times, at the
 decision points of the live rule) and the cut rate compared with the same
 run's full-length rate: the rule's own error, with no run-to-run drift
@@ -167,9 +167,9 @@ def compare(w: Workload, root: Path) -> dict:
 
 
 def early(root: Path) -> list[Path]:
-    """Full-length runs (300 iterations, no early stop) of the checkpointing script in every
+    """Full-length runs (400 iterations, no early stop) of the checkpointing script in every
     mode at 1 and 2 CPUs, and of the built-in job cached at 1 CPU."""
-    common = ("--data", str(DEMO_DATA), "--warmup", "5", "--iters", "300", *QUIET)
+    common = ("--data", str(DEMO_DATA), "--warmup", "5", "--iters", "400", *QUIET)
     jobs = {"periodic": ("--cpus", "1,2", str(PERIODIC), str(DEMO_DATA), "-b", "8", "-j", "2",
                          "--step-ms", "30", "--every", "7", "--stall-ms", "60"),
             "builtin": ("--modes", "cached", "--cpus", "1", "--device", "sim", "-b", "16",
@@ -261,25 +261,30 @@ def main() -> None:
             res = compare(w, root)
             results.append(res)
             rows += early_rows(res["full"], res["adaptive"], w.name)
+    tried = [0]  # full-length runs replayed
     if "early" in only:
         for prefix in early(root):
             replays += replay_rows(prefix, prefix.name)
+            tried[0] += len(store.load_runs(prefix))
     print_results(results)
     within = print_rows("for reference, part 1's early-stopped runs against the grid's runs of "
                         "the same configuration (two runs: a shared machine's drift included)",
                         rows)
-    same = print_rows("part 2: the early stop against the same run at full length (300 "
+    same = print_rows("part 2: the early stop against the same run at full length (400 "
                       "iterations; the rule's own error)", replays)
     periodic = [r for r in replays if r[0].startswith("periodic/")]
-    print("\nFIGURE: " + "; ".join(
-        f"{r['name']}: adaptive {r['adaptive_runs']} runs {r['adaptive_s']:.0f} s, "
-        f"±{r['mine'].pick_half_width_pct:.1f}% vs grid {r['full_runs']} runs "
-        f"{r['full_s']:.0f} s ({r['adaptive_s'] / r['full_s']:.2f} of its time), "
-        f"{'same answer' if r['match'] else 'DIFFERENT answer'}" for r in results)
-        + (f"; early stop within 2% of the same run at full length: {same} of {len(replays)} "
-           f"configurations ({sum(abs(b - a) / a <= 0.02 for _, a, b, _, _ in periodic)} of "
-           f"{len(periodic)} with a periodic checkpoint stall)" if replays else "")
-        + (f"; against a separate full-length run: {within} of {len(rows)}" if rows else ""))
+    parts = [f"{r['name']}: adaptive {r['adaptive_runs']} runs {r['adaptive_s']:.0f} s, "
+             f"±{r['mine'].pick_half_width_pct:.1f}% vs grid {r['full_runs']} runs "
+             f"{r['full_s']:.0f} s ({r['adaptive_s'] / r['full_s']:.2f} of its time), "
+             f"{'same answer' if r['match'] else 'DIFFERENT answer'}" for r in results]
+    if tried[0]:
+        parts.append(f"early stop within 2% of the same run at full length: {same} of "
+                     f"{len(replays)} configurations it stopped, of {tried[0]} "
+                     f"({sum(abs(b - a) / a <= 0.02 for _, a, b, _, _ in periodic)} of "
+                     f"{len(periodic)} with a periodic checkpoint stall)")
+    if rows:
+        parts.append(f"against a separate full-length run: {within} of {len(rows)}")
+    print("\nFIGURE: " + "; ".join(parts))
 
 
 def print_results(results: list[dict]) -> None:
