@@ -29,7 +29,25 @@ def pytest_configure(config: pytest.Config) -> None:
         os.sched_setaffinity(0, cpus[int(worker.removeprefix("gw")) :: int(count)])
 
 
+# The modules whose tests take longest in all (`pytest --durations`), heaviest first: `make
+# test` starts them first and hands the two pytest-xdist workers a test (or an xdist_group's
+# tests, which share a fixture) at a time, in this order (--dist loadgroup
+# --no-loadscope-reorder), so that the short tests at the end even out the workers' finish.
+LONGEST_MODULES = ("test_repeats.py", "test_frameworks.py", "test_nodes.py", "test_advice.py",
+                   "test_verify.py", "test_dali.py", "test_harness.py", "test_datacache.py",
+                   "test_plots.py", "test_remote_loaders.py", "test_bootstrap.py",
+                   "test_untilci.py", "test_errors.py", "test_coldepoch.py")
+
+
+def longest_first(item: pytest.Item) -> int:
+    """An item's module's place in LONGEST_MODULES (the others after, in their order): a
+    module's tests stay together, so its module-scoped fixtures are made once per worker."""
+    name = item.path.name
+    return LONGEST_MODULES.index(name) if name in LONGEST_MODULES else len(LONGEST_MODULES)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=longest_first)  # stable: the collection's order within each module
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     why = pytest.mark.skip(reason="needs every CPU of the machine, and this pytest-xdist worker "
