@@ -77,7 +77,6 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("verify_sweep")  # one worker makes `swept` once
 def test_verify_measures_a_recommended_worker_count(tmp_path, swept):
     """A prep-bound job at one CPU and one worker; the decision "2 workers" is run for real
     (the built-in job's -j, into a sub-prefix) and judged by the model fitted before it."""
@@ -103,7 +102,6 @@ def test_verify_measures_a_recommended_worker_count(tmp_path, swept):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("verify_sweep")  # one worker makes `swept` once
 def test_harness_verify_checks_its_own_advice(tmp_path, capsys, swept):
     """`harness.py --verify`: after the advice, its recommended configuration measured into
     the prefix when this machine can run it, else the one-line reason (the sweep's runs
