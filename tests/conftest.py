@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import shutil
@@ -46,6 +47,7 @@ def longest_first(item: pytest.Item) -> int:
     return LONGEST_MODULES.index(name) if name in LONGEST_MODULES else len(LONGEST_MODULES)
 
 
+@functools.cache
 def shares_module_fixtures(module: str) -> bool:
     """Whether a test module defines a module-scoped fixture (a sweep made once for its tests)."""
     path = ROOT / module
@@ -54,7 +56,9 @@ def shares_module_fixtures(module: str) -> bool:
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """--dist loadscope, where a unit is one test, or a whole module whose tests share a
-    module-scoped fixture (one worker makes it once); the units go out in collection order."""
+    module-scoped fixture (one worker makes it once); the units go out in collection order.
+    (Not --dist loadgroup: pytest-xdist 3.8 groups by renaming `item._nodeid`, which pytest 9
+    no longer reads.)"""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
