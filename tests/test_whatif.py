@@ -35,7 +35,7 @@ from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif import pipeline, recommend
 from dsanalyze.whatif.advice import Advice
 from dsanalyze.whatif.decision import DecisionKind
-from dsanalyze.whatif.model import HeldOut, predict_run
+from dsanalyze.whatif.model import FIT_SIGMA_SCALE, UNTESTED_SIGMA, HeldOut, predict_run
 
 DATA = Path(__file__).parent / "data"
 
@@ -219,10 +219,11 @@ def test_an_untested_assumption_widens_the_interval() -> None:
     one, four = (whatif.predict(model, whatif.Config.of(c)) for c in (1, 4))
     width = lambda p: math.log(p.rate_sps_high / p.rate_sps_low)  # noqa: E731
     assert any("4 CPUs" in u for u in four.untested) and len(four.untested) > len(one.untested)
-    assert width(one) == pytest.approx(2 * 1.645 * math.sqrt(
-        model.rel_sigma ** 2 + len(one.untested) * 0.1 ** 2))
-    assert width(four) == pytest.approx(2 * 1.645 * math.sqrt(
-        model.rel_sigma ** 2 + len(four.untested) * 0.1 ** 2))
+    sigma = lambda n: math.sqrt((FIT_SIGMA_SCALE * model.rel_sigma) ** 2  # noqa: E731
+                                + n * UNTESTED_SIGMA ** 2)
+    assert width(one) == pytest.approx(2 * 1.645 * sigma(len(one.untested)))
+    assert width(four) == pytest.approx(2 * 1.645 * sigma(len(four.untested)))
+    assert width(four) > width(one)
 
 
 def test_more_cpus_remove_the_prep_stall_up_to_the_workers() -> None:
@@ -599,7 +600,8 @@ def test_no_negative_zero_in_the_whatif_table() -> None:
 
 def test_measured_noise_weighs_the_fit_and_floors_the_intervals() -> None:
     """The block bootstrap's sigma of each run is the fit's weight; a prediction's interval
-    is never narrower than the fit runs' median measured noise."""
+    is never narrower than the fit runs' median measured noise times FIT_SIGMA_SCALE (the
+    calibrated share of it a held-out single run shows)."""
     from dsanalyze.analysis import uncertainty
 
     runs = runs_of("prep")
@@ -610,7 +612,7 @@ def test_measured_noise_weighs_the_fit_and_floors_the_intervals() -> None:
     noisy = whatif.fit(runs, rate_rel_sigma={k: 0.3 for k in sigmas})
     assert noisy.rel_sigma >= 0.3
     p = whatif.predict(noisy, whatif.Config.of(1))
-    assert p.rate_sps_high / p.rate_sps >= math.exp(1.645 * 0.3) * 0.999
+    assert p.rate_sps_high / p.rate_sps >= math.exp(1.645 * FIT_SIGMA_SCALE * 0.3) * 0.999
 
 
 def test_read_cost_comes_from_the_contrast_across_cache_budgets() -> None:
