@@ -40,8 +40,9 @@ run of this bench (examples and timm, 1 CPU, unlimited cache, 4 MB/s). This benc
 (measured afresh under DIR: lightning besides, 2 CPUs, cache 0, other bandwidths) are the
 scoring grid: nothing was tuned on them.
 
-Runtime (3 scripts x 2 worker counts x 2 CPU counts x 4 runs, 48 runs, then 6 fits per
-script and worker count): about 10 minutes on 2 quiet cores; `--rescore` a few minutes.
+Runtime: 3 scripts x 2 CPU counts x (synthetic, cached, 2 disk runs at the fewest workers;
+cached, 2 disk at the others: the step is measured once), 42 runs, then the fits (two
+scripts at once): about 10 minutes on 2 quiet cores; `--rescore` the fits alone.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -58,7 +60,7 @@ sys.path.insert(0, str(REPO))
 
 from dsanalyze import store  # noqa: E402
 from dsanalyze.analysis import stalls  # noqa: E402
-from dsanalyze.config import Mode  # noqa: E402
+from dsanalyze.config import Mode, format_bytes  # noqa: E402
 from dsanalyze.dataset import scan_dataset  # noqa: E402
 from dsanalyze.errors import ConfigError  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset  # noqa: E402
@@ -78,7 +80,7 @@ SCRIPTS = {  # name: (file under tests/scripts, its own arguments; {w}: its work
 }
 # three epochs: a disk run's steady rate (the epochs after the cold first) is two epochs of
 # 20 batches, where two epochs left one (the earlier run's single runs lay 10% apart)
-HARNESS = ["--epochs", "3", "--warmup", "2", "--modes", "synthetic,cached,disk", "--resume",
+HARNESS = ["--epochs", "3", "--warmup", "2", "--resume",
            "--no-plots", "--no-advice"]
 TARGET_MEDIAN_PCT, TARGET_MAX_PCT, COVERAGE_LOW, COVERAGE_HIGH = 5.0, 15.0, 0.80, 0.97
 
@@ -94,7 +96,10 @@ def measure(base: Path, scripts: list[str], workers: list[int], cpus: str, bw: s
         for w in workers:
             prefix = base / f"{name}-w{w}"
             argv = [sys.executable, str(REPO / "harness.py"), "--data", str(data), "--prefix",
-                    str(prefix), "--cpus", cpus, "--cache", cache, "--storage-bw", bw, *HARNESS,
+                    str(prefix), "--cpus", cpus, "--cache", cache, "--storage-bw", bw,
+                    # the step does not depend on the workers: measured once, with the fewest
+                    "--modes", "synthetic,cached,disk" if w == min(workers) else "cached,disk",
+                    *HARNESS,
                     str(REPO / "tests" / "scripts" / file), str(data),
                     *(a.format(w=w) for a in args)]
             t0 = time.monotonic()
@@ -142,6 +147,24 @@ def extrapolation(runs: list[RunResult]) -> tuple[list[whatif.Check], list[str]]
             refused.append(f"{config[0].run_id} [{workers(config[0])} workers], fitted at "
                            f"{one} CPU(s): {str(e).split(':')[0]}")
     return checks, refused
+
+
+def splits(runs: list[RunResult]) -> tuple[list[whatif.Check], list[whatif.Check], list[str]]:
+    """One script's held-out runs: leave-one-out's, extrapolation's, and its refusals."""
+    return [*whatif.validate(runs).splits[0].checks], *extrapolation(runs)
+
+
+def grid_text(by_script: dict[str, list[RunResult]]) -> str:
+    """The grid the recorded disk runs span: scripts, workers, CPUs, caches, bandwidths."""
+    disk = [r for runs in by_script.values() for r in runs if r.mode is Mode.DISK]
+    knobs = {"workers": {HeldOut.of(r).job.workers for r in disk},
+             "CPUs": {HeldOut.of(r).cpus for r in disk},
+             "cache": {r.spec.resources.cache.spec for r in disk},
+             "bandwidths": {r.spec.resources.storage_read_bps or 0 for r in disk}}
+    knobs["bandwidths"] = {format_bytes(b) + "/s" if b else "none"
+                           for b in sorted(knobs["bandwidths"])}
+    return f"scripts {','.join(by_script)}, " + ", ".join(
+        f"{k} {','.join(map(str, sorted(v)))}" for k, v in knobs.items())
 
 
 def noise(runs: list[RunResult]) -> list[float]:
@@ -198,20 +221,18 @@ def main(argv: list[str] | None = None) -> int:
                 ns.cpus, ns.bw, ns.cache)
     by_script = recorded(ns.dir, ns.scripts.split(","))
     loo, extra, refused, spread = [], [], [], []
-    for name, runs in by_script.items():
-        spread += noise(runs)
-        val = whatif.validate(runs)
-        loo += val.splits[0].checks
-        ex, no = extrapolation(runs)
-        extra += ex
-        refused += [f"{name} {x}" for x in no]
-        _print(name, [*val.splits[0].checks, *ex])
+    with ProcessPoolExecutor(2) as pool:  # the fits of two scripts at once, on 2 cores
+        for name, (held, ex, no) in zip(by_script, pool.map(splits, by_script.values())):
+            spread += noise(by_script[name])
+            loo += held
+            extra += ex
+            refused += [f"{name} {x}" for x in no]
+            _print(name, [*held, *ex])
     for x in refused:
         print(f"  refused: {x}")
     print("\ntuning grid: bench/whatif_accuracy.py (the model's rules: built-in job, sim "
           "device) and bench/interval_tuning.py (the interval width); scoring grid: these "
-          f"runs under {ns.dir}: scripts {ns.scripts}, workers {ns.workers}, CPUs {ns.cpus}, "
-          f"cache {ns.cache}, bandwidths {ns.bw}")
+          f"runs under {ns.dir}: {grid_text(by_script)}")
     print(f"refused (a CPU-trained step at an unmeasured CPU count): {len(refused)}")
     if spread:
         print(f"run-to-run noise: disk runs the model cannot tell apart (throttles that do not "
