@@ -12,10 +12,11 @@ own, measured after the constants were set): recorded runs only, nothing is meas
 
 A held-out single run's standardised error is z = log(measured / predicted) / sigma, with
 sigma = sqrt((s * rel_sigma)^2 + n * u^2) (`model.rel_sigma_for`: the fit's own sigma
-scaled by s = FIT_SIGMA_SCALE, n untested assumptions of UNTESTED_SIGMA = u each).
+scaled by s = SETTINGS.fit_sigma_scale, n untested assumptions of u =
+SETTINGS.untested_sigma each).
 Well-sized 90% intervals hold 90% of the |z| under 1.645 and have a median |z| of 0.674 (a
 normal error's). Prints every held-out run, then the coverage and median |z| at the
-constants in dsanalyze/whatif/model.py and the (s, u) of a grid search that come closest
+constants in dsanalyze/settings.py and the (s, u) of a grid search that come closest
 to both (coverage weighted first). The figure, last.
 """
 
@@ -33,8 +34,11 @@ sys.path.insert(0, str(REPO))
 import scripts_accuracy  # noqa: E402  (this directory's bench: its splits)
 
 from dsanalyze import store  # noqa: E402
+from dsanalyze.settings import SETTINGS  # noqa: E402
 from dsanalyze.whatif import api as whatif  # noqa: E402
-from dsanalyze.whatif.model import FIT_SIGMA_SCALE, UNTESTED_SIGMA, Z  # noqa: E402
+from dsanalyze.whatif.model import Z  # noqa: E402
+
+FIT_SIGMA_SCALE, UNTESTED_SIGMA = SETTINGS.fit_sigma_scale, SETTINGS.untested_sigma
 
 MEDIAN_Z = 0.6745  # the median |z| of a normal error
 

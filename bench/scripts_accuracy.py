@@ -34,7 +34,7 @@
 
 Tuning grid against scoring grid: the model's rules and constants (PREP_BOUND, BINDS,
 NOISE_FLOOR, the physical bounds) were tuned on bench/whatif_accuracy.py's grid, the
-built-in job on the sim device; the interval width rule (FIT_SIGMA_SCALE, UNTESTED_SIGMA)
+built-in job on the sim device; the interval width rule (SETTINGS.fit_sigma_scale, .untested_sigma)
 on bench/interval_tuning.py's grid: recorded sweeps of the built-in job and an earlier
 run of this bench (examples and timm, 1 CPU, unlimited cache, 4 MB/s). This bench's runs
 (measured afresh under DIR: lightning besides, 2 CPUs, cache 0, other bandwidths) are the
