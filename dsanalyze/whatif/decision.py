@@ -22,6 +22,10 @@ stalls, a prediction only where no run measured its configuration.
    the fewest knobs changed from the fastest measured, then cost), with the
    reason the stall stays (`CHANGE`).
 3. None predicted faster: keep the fastest measured configuration (`KEEP`).
+4. A predicted pick whose validation split (below) rejects the model's intervals
+   (`failed`: more held-out runs outside them than their level allows, a binomial test)
+   is not advised: the fastest measured configuration stands, and the pick is named with
+   the check it failed (`REFUSED`).
 
 The cost order (`cost`): fewest CPUs, least page cache, least bandwidth (no
 limit last), then the measured worker count, then the fewest workers. The
@@ -33,6 +37,7 @@ bandwidth than any run had, other ranks, nodes or step), else leave-one-out.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -45,6 +50,7 @@ from dsanalyze.settings import SETTINGS
 # the defaults of a decision's stall limit and its ties (SETTINGS.input_bound_pct, .tie_tolerance)
 MAX_STALL_PCT = SETTINGS.input_bound_pct
 TOLERANCE = SETTINGS.tie_tolerance
+REJECT = 0.05  # a validation split whose misses are this improbable fails the model (`failed`)
 LOO, EXTRAPOLATION = "leave-one-out", "extrapolation"  # validation's split names
 
 
@@ -52,6 +58,7 @@ class DecisionKind(enum.Enum):
     MEASURED = "measured"  # a measured configuration meets the budget: no change needed
     CHANGE = "change"  # a configuration no run measured, predicted faster than every measured one
     KEEP = "keep"  # nothing predicted faster than the fastest measured configuration
+    REFUSED = "refused"  # a predicted pick, but the model failed its own held-out check
     NONE = "none"  # nothing measured to compare, and nothing predicted
 
 
@@ -299,9 +306,26 @@ def decide(summary: dict[str, Any], candidates: Sequence[Any], facts: Facts,
     p, pick = min(under, key=lambda po: cost(po[1], facts.workers)) if under else \
         next(po for po in faster if po[1] is _least_stalled([o for _, o in faster], facts, best))
     beyond = beyond_measured(pick, measured, facts)
-    return Decision(DecisionKind.CHANGE, choice=pick, beyond=beyond,
-                    error=error_quote(validation, bool(beyond)),
+    error = error_quote(validation, bool(beyond))
+    if failed(error):  # the table's answer stands; the pick is named with the failed check
+        return Decision(DecisionKind.REFUSED, choice=best, beyond=beyond, error=error,
+                        reason=None if best is None or best.stall_pct <= facts.max_stall_pct
+                        else _reason(best), prediction=p, **common)
+    return Decision(DecisionKind.CHANGE, choice=pick, beyond=beyond, error=error,
                     reason=None if under else _reason(pick), prediction=p, **common)
+
+
+def failed(error: ErrorQuote | None) -> bool:
+    """The split that speaks for a prediction rejects the model's intervals: so many of its
+    held-out runs fell outside them that intervals of their nominal level would do so less
+    than `REJECT` of the time (a one-sided binomial test: 2 of 2 outside 90% intervals,
+    3 of 4, 3 of 8)."""
+    if error is None or not error.held_out or error.coverage is None or error.nominal is None:
+        return False
+    n, p = error.held_out, 1 - error.nominal
+    outside = round(n * (1 - error.coverage))
+    tail = sum(math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(outside, n + 1))
+    return outside > 0 and tail < REJECT
 
 
 def _least_stalled(options: Sequence[Option], facts: Facts, best: Option | None) -> Option:
