@@ -129,6 +129,9 @@ def _network_options(p: argparse.ArgumentParser) -> None:
                    "host/shard-{000..099}.tar): checked and probed before the runs")
     r.add_argument("--probe-budget", dest="probe_budget",
                    help="bytes the endpoint probe reads at each concurrency (8M)")
+    r.add_argument("--local-cache", dest="local_cache",
+                   help="the streaming library's local cache dir (default: the script's --local "
+                        "value): filled with --data for cached runs, emptied for remote runs")
 
 
 def harness_parser() -> argparse.ArgumentParser:
