@@ -120,6 +120,7 @@ def test_webdataset_over_http(tiny_shards, tmp_path):
     check_link(runs, total, 48, requests_per_sample=1 / 6)
 
 
+@pytest.mark.extended  # streaming's imports and two runs: about 3 minutes on a busy machine
 @needs_netns
 def test_mosaic_streaming_local_cache(tiny_mds, tmp_path):
     """cached: the harness fills the script's --local cache, so the library fetches nothing
