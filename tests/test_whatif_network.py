@@ -150,3 +150,15 @@ def test_whatif_takes_the_links_and_workers_asked(tmp_path, capsys):
     assert at[(None, 0.0, 2)]["rate_sps"] > at[(1 << 20, 0.3, 2)]["rate_sps"]
     # 300 ms a request against 40 ms of the step a stream: 4x the streams, about 3x the rate
     assert at[(1 << 20, 0.3, 8)]["rate_sps"] > 2.5 * at[(1 << 20, 0.3, 2)]["rate_sps"]
+
+
+def test_a_faster_link_is_named_in_words():
+    from dsanalyze.report.advice import change_text
+    from dsanalyze.whatif.decision import Option
+
+    base = Option(1, 1, "none", None, None, 2, 5.0, 10.0, 50.0, True, net_bw_bps=1 << 20,
+                  net_latency_s=0.3)
+    faster = dataclasses.replace(base, net_bw_bps=4 << 20, measured=False)
+    more = dataclasses.replace(base, workers=8, measured=False)
+    assert "a link of 4M/s (1M/s measured)" in change_text(faster, base)
+    assert "link" not in change_text(more, base) and "8 DataLoader workers" in change_text(more, base)
