@@ -161,7 +161,8 @@ def heldout_rows(fit_obs: list[network.NetObservation],
     for o in held_obs:
         pred = net.rate_sps(o.cached_rate_sps, o.streams, o.requests_per_sample,
                             o.bytes_per_sample, o.bw_bps, o.latency_s)
-        rows.append({"link": f"{o.bw_bps or 'none'} B/s, {o.latency_s * 1000:g} ms",
+        bw = f"{o.bw_bps >> 10}K/s" if o.bw_bps else "unshaped"
+        rows.append({"link": f"{bw}, {o.latency_s * 1000:g} ms",
                      "measured": o.rate_sps, "predicted": pred, "err": pred / o.rate_sps - 1,
                      "low": pred / k, "high": pred * k,
                      "covered": pred / k <= o.rate_sps <= pred * k})
@@ -202,12 +203,12 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
         print(f"{r['loader']:<11} {x['requests_per_sample']:>10.2f} {interval:>26} "
               f"{x['explained_s']:>11.2f} {x['lat_ratio']:>9.2f} {x['held_s']:>7.2f} "
               f"{x['held_ratio']:>10.2f}")
-    print(f"\n{'loader':<11} {'held-out link':>22} {'measured/s':>10} {'predicted/s [90%]':>24} "
+    print(f"\n{'loader':<11} {'held-out link':>18} {'measured/s':>10} {'predicted/s [90%]':>24} "
           f"{'pred err':>8}")
     for r in rows:
         for h in r["heldout"]:
             pred = f"{h['predicted']:.1f} [{h['low']:.1f}, {h['high']:.1f}]"
-            print(f"{r['loader']:<11} {h['link']:>22} {h['measured']:>10.1f} {pred:>24} "
+            print(f"{r['loader']:<11} {h['link']:>18} {h['measured']:>10.1f} {pred:>24} "
                   f"{h['err']:>+8.0%}")
 
 
