@@ -130,6 +130,7 @@ def test_the_advice_names_more_workers_before_a_faster_link():
     # no pick meets the budget (8 workers still wait): the least stalled, a measured link kept
     assert d.choice.net_bw_bps in (1 << 20, 2 << 20) and d.choice.net_latency_s == 0.3
     assert d.choice.workers > 2 and "network bandwidth" not in d.beyond
+    assert d.error is None  # the disk law's validation does not speak for a link
 
 
 def test_whatif_takes_the_links_and_workers_asked(tmp_path, capsys):

@@ -304,8 +304,9 @@ def decide(summary: dict[str, Any], candidates: Sequence[Any], facts: Facts,
     p, pick = min(under, key=lambda po: cost(po[1], facts.workers)) if under else \
         next(po for po in faster if po[1] is _least_stalled([o for _, o in faster], facts, best))
     beyond = beyond_measured(pick, measured, facts)
-    return Decision(DecisionKind.CHANGE, choice=pick, beyond=beyond,
-                    error=error_quote(validation, bool(beyond)),
+    # the validation scores the disk's law; a link's prediction has its own error in its interval
+    quote = error_quote(validation, bool(beyond)) if pick.net_latency_s is None else None
+    return Decision(DecisionKind.CHANGE, choice=pick, beyond=beyond, error=quote,
                     reason=None if under else _reason(pick), prediction=p, **common)
 
 
