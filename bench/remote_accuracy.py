@@ -12,7 +12,9 @@ sweeps through the real harness against a server it starts behind a shaped link
   unshaped). `bw ratio` = rate × bytes per sample on the wire (the proxy's count of the
   server's bytes, HTTP headers included, per sample the ranks consumed) / BW. The tbf
   rate is the line rate and TCP/IP headers take 4.4% of each frame, so 0.956 is the most
-  a link gives; within 10% of 1 is the target.
+  a link gives; within 10% of 1 is the target. `cached feed/link`: the cached run's rate
+  × wire bytes per sample / BW; below about 1.3 the loader itself, not the link, may
+  bind the remote run, and that row does not test the link.
 - latency: `--net-bw none --net-latency 20ms,50ms`, 1 worker. Each request waits the
   delay, so the fetch stall (remote − cached, s per epoch) should be latency × requests
   per epoch, the requests counted by the proxy (`RunResult.link.requests`) per sample
@@ -120,13 +122,16 @@ def _remote_at(runs: list[store.RunResult], bw: int | None, latency_s: float) ->
 
 
 def bandwidth_rows(runs: list[store.RunResult], bws: list[int]) -> list[dict[str, Any]]:
-    """Each remote run's rate × wire bytes per sample against its link."""
+    """Each remote run's rate × wire bytes per sample against its link, and `feed`: what the
+    cached run's rate would ask of the link (below 1: the run could not be bandwidth-bound)."""
+    cached = stalls.run_rate(next(r for r in runs if r.mode.value == "cached" and r.ok)).rate_sps
     out = []
     for bw in bws:
         run = _remote_at(runs, bw, 0.0)
         rate = stalls.run_rate(run).rate_sps
         wire = run.link.bytes_down / _consumed(run)
-        out.append({"bw": bw, "rate_sps": rate, "wire_bytes": wire, "ratio": rate * wire / bw})
+        out.append({"bw": bw, "rate_sps": rate, "wire_bytes": wire, "ratio": rate * wire / bw,
+                    "feed": cached * wire / bw})
     return out
 
 
@@ -190,11 +195,12 @@ def figures(ns: argparse.Namespace, prefix: Path, loader: str, data: Path) -> di
 
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
-    print(f"{'loader':<11} {'link':>8} {'rate/s':>7} {'wire B/sample':>13} {'bw ratio':>8}")
+    print(f"{'loader':<11} {'link':>8} {'rate/s':>7} {'wire B/sample':>13} {'bw ratio':>8} "
+          f"{'cached feed/link':>16}")
     for r in rows:
         for b in r["bw"]:
             print(f"{r['loader']:<11} {b['bw'] >> 10:>6}K/s {b['rate_sps']:>7.1f} "
-                  f"{b['wire_bytes']:>13.0f} {b['ratio']:>8.2f}")
+                  f"{b['wire_bytes']:>13.0f} {b['ratio']:>8.2f} {b['feed']:>16.2f}")
     print(f"\n{'loader':<11} {'req/sample':>10} {'fetch stall s [interval]':>26} "
           f"{'explained s':>11} {'lat ratio':>9} {'held s':>7} {'held ratio':>10}")
     for r in rows:
