@@ -53,6 +53,7 @@ from dsanalyze.dataset import scan_dataset  # noqa: E402
 from dsanalyze.instrument.untilci import RankStop  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
+from dsanalyze.settings import SETTINGS  # noqa: E402
 from dsanalyze.whatif import nextrun  # noqa: E402
 
 DEMO_DATA = REPO / "results" / "demo" / "data"
@@ -108,7 +109,7 @@ def full_pick(prefix: Path, sweep: Sweep, epochs: int) -> nextrun.Decision:
     sizes = list(scan_dataset(sweep.job.data_dir).file_bytes)
     grid = sweep.resource_grid(sum(sizes))
     cands = adaptive.candidates(runs, grid, sizes, lambda c: c or len(os.sched_getaffinity(0)))
-    return nextrun.choose(cands, adaptive.MAX_STALL_PCT, epochs, adaptive.TARGET_PCT)
+    return nextrun.choose(cands, SETTINGS.input_bound_pct, epochs, SETTINGS.target_pct)
 
 
 def sweep_of(prefix: Path) -> Sweep:

@@ -7,7 +7,7 @@
 2. Then, in turn: fit the model on the runs so far (`whatif.api.fit`), predict
    every configuration of the grid, and let `whatif.nextrun.choose` name the
    next configuration to measure (its disk run) or say why to stop: the
-   recommendation's interval within ±`TARGET_PCT`, no configuration left that
+   recommendation's interval within ±`SETTINGS.target_pct`, no configuration left that
    could change it, or the budget (the runs' summed durations; a run is not
    started when the median run's duration would overrun it).
 3. The answer: the last decision, every decision on the way (each printed as
@@ -35,12 +35,10 @@ from dsanalyze.analysis import uncertainty
 from dsanalyze.config import Mode, Resources, RunSpec, Sweep
 from dsanalyze.errors import ConfigError, DsAnalyzeError
 from dsanalyze.records import RunResult
+from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import api, nextrun
 from dsanalyze.whatif.model import Config
 from dsanalyze.whatif.nextrun import Candidate, Decision, Verdict
-
-TARGET_PCT = 5.0  # the recommendation's interval, ± percent of its rate
-MAX_STALL_PCT = 5.0  # the recommendation's stall limit (as `whatif --recommend`)
 
 
 @dataclass(frozen=True)
@@ -147,8 +145,8 @@ class _Search:
         except DsAnalyzeError as e:
             raise ConfigError(f"--adaptive: the what-if model cannot be fitted on the seed runs "
                               f"({e}): measure the grid without --adaptive") from None
-        return nextrun.choose(cands, MAX_STALL_PCT, recommendation_epochs(self.sweep),
-                              TARGET_PCT, frozenset(self.tried))
+        return nextrun.choose(cands, SETTINGS.input_bound_pct, recommendation_epochs(self.sweep),
+                              SETTINGS.target_pct, frozenset(self.tried))
 
     def over_budget(self, decision: Decision) -> Decision | None:
         """The decision to stop when the next run would overrun the budget, else None."""

@@ -10,7 +10,7 @@ Then, in order:
 
 1. The pick is not measured and its interval is wider than ±`target_pct`:
    measure it (a measurement is the most direct way to narrow it).
-2. An unmeasured configuration has at least `CHANCE_MIN` chance of taking the
+2. An unmeasured configuration has at least `SETTINGS.chance_min` chance of taking the
    pick's place: measure the likeliest. With the pick under the limit, the
    chance is that of a cheaper configuration staying under the limit too;
    else, that of it staying under the limit or running faster than the pick
@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
+from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif.api import Prediction
 from dsanalyze.whatif.model import LEVEL
 from dsanalyze.whatif.recommend import TOLERANCE, config_text, cost, rank
 
-CHANCE_MIN = 0.02  # a configuration less likely than this to change the answer is left alone
 MEASURED_LEVEL = 0.95  # a run's rate interval (analysis/uncertainty.py)
 _NORMAL = NormalDist()
 
@@ -150,10 +150,10 @@ def choose(candidates: Sequence[Candidate], max_stall_pct: float, epochs: int,
                         next_key, what, why)
     if not pick.measured and pick.key not in tried and hw > target_pct:
         return decided(Verdict.MEASURE, pick.key, f"wider than ±{target_pct:g}%: measuring it")
-    if rival is not None and chance >= CHANCE_MIN:
+    if rival is not None and chance >= SETTINGS.chance_min:
         return decided(Verdict.MEASURE, rival, f"{rival} has a {chance:.0%} chance to "
                        + ("be cheaper under the limit" if chosen else "do better") + ": measuring it")
-    left = (f"no configuration left to measure has a {CHANCE_MIN:.0%} chance to change it"
+    left = (f"no configuration left to measure has a {SETTINGS.chance_min:.0%} chance to change it"
             + (f" (likeliest {rival}: {chance:.1%})" if rival else ""))
     if hw <= target_pct:
         return decided(Verdict.CONFIDENT, None, f"within ±{target_pct:g}% and {left}")
