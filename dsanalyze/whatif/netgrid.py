@@ -26,10 +26,11 @@ from dataclasses import replace
 
 from dsanalyze.config import Mode, Resources
 from dsanalyze.records import RunResult
+from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import network
 from dsanalyze.whatif.api import Prediction, predict
 from dsanalyze.whatif.heldout import run_cpus
-from dsanalyze.whatif.model import UNTESTED_SIGMA, Config, Model, Z, job_ranks, layout_for
+from dsanalyze.whatif.model import Config, Model, Z, job_ranks, layout_for
 
 MIN_SIGMA = 0.02  # a fit that explains its runs exactly still has the runs' own noise
 ASSUMPTIONS = ("request streams slow each other only through the link",
@@ -99,7 +100,7 @@ def _at_link(model: Model, net: network.NetModel, here: Prediction, cfg: Config,
     untested = [*here.untested, *ASSUMPTIONS]
     if not out_of_sample:
         untested.append(f"the network law's error from {net.runs} remote runs, in sample")
-    k = math.exp(Z * math.sqrt(sigma ** 2 + len(untested) * UNTESTED_SIGMA ** 2))
+    k = math.exp(Z * math.sqrt(sigma ** 2 + len(untested) * SETTINGS.untested_sigma ** 2))
     link_sps = res.net_bw_bps / b if res.net_bw_bps and b else math.inf
     return replace(here, config=cfg, rate_sps=rate, epoch_s=n / rate,
                    fetch_stall_s=max(0.0, n / rate - here.cached_s), epoch1_s=None,
