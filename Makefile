@@ -20,6 +20,11 @@ $(STAMP): setup.cfg pyproject.toml | system-packages
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	# mosaicml-streaming pins transformers<5 and numpy<2.2 (and cloud SDKs it imports only
+	# for their URL schemes); it runs with this project's pins: installed without its
+	# dependencies, with the compressors and registry it imports at start-up.
+	$(PY) -m pip install -q --no-deps 'mosaicml-streaming==0.13.0'
+	$(PY) -m pip install -q 'Brotli==1.2.1' 'python-snappy==0.7.3' 'zstd==1.5.7.2' 'catalogue==2.0.10'
 	touch $(STAMP)
 
 install: $(STAMP)

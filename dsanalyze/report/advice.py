@@ -55,6 +55,9 @@ def change_text(choice: Option, base: Option | None, loader: str = "pytorch") ->
         disk = bandwidth_text(choice.storage_read_bps, "this machine's disk, unthrottled")
         parts.append(f"storage at {disk}" + (f" ({bandwidth_text(base.storage_read_bps)} "
                                              "measured)" if base else ""))
+    if choice.net_latency_s is not None and (base is None or choice.net_bw_bps != base.net_bw_bps):
+        parts.append(f"a link of {bandwidth_text(choice.net_bw_bps, 'no limit')}" + (
+            f" ({bandwidth_text(base.net_bw_bps, 'no limit')} measured)" if base else ""))
     if base is not None and choice.workers != base.workers:
         parts.append(f"{choice.workers} {worker_word(loader, choice.workers)} per rank "
                      f"({base.workers} measured)")

@@ -114,6 +114,7 @@ class Prediction:
         c = self.config
         return {"cpus": c.cpus, "cache_spec": c.cache_spec, "cache_bytes": c.cache_bytes,
                 "storage_read_bps": c.storage_read_bps, "gpu_speedup": c.gpu_speedup,
+                "net_bw_bps": c.resources.net_bw_bps, "net_latency_s": c.resources.net_latency_s,
                 "nproc": self.nproc, "workers": c.workers, "loader": self.loader,
                 "rate_sps": self.rate_sps, "rate_sps_low": self.rate_sps_low,
                 "rate_sps_high": self.rate_sps_high, "interval_level": LEVEL,

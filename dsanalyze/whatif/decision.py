@@ -94,6 +94,8 @@ class Option:
     gpu_speedup: float = 1.0
     nproc: int | None = None
     nnodes: int = 1
+    net_bw_bps: int | None = None  # remote data: the link (None: unshaped)
+    net_latency_s: float | None = None  # None: the data is local
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "untested": list(self.untested)}
@@ -195,7 +197,8 @@ def measured_options(summary: dict[str, Any], facts: Facts) -> list[Option]:
             coldepoch.stall_pct(span, stalled), True, mode.get("rate_sps_low"),
             mode.get("rate_sps_high"), cfg.get("bound"), mode.get("run_id"),
             fetch_dominates=(cfg["fetch_stall_s"] or 0.0) > (cfg["prep_stall_s"] or 0.0),
-            nproc=facts.ranks))
+            nproc=facts.ranks, net_bw_bps=cfg.get("net_bw_bps"),
+            net_latency_s=cfg.get("net_latency_s")))
     return out
 
 
@@ -218,19 +221,22 @@ def predicted_option(p: Any, epochs: int) -> Option:
                   p.rate_sps, p.job_s(epochs), p.job_stall_pct(epochs), False, p.rate_sps_low,
                   p.rate_sps_high, untested=tuple(p.untested),
                   fetch_dominates=p.fetch_stall_s > p.prep_stall_s,
-                  gpu_speedup=c.gpu_speedup, nproc=p.nproc, nnodes=c.nnodes)
+                  gpu_speedup=c.gpu_speedup, nproc=p.nproc, nnodes=c.nnodes,
+                  net_bw_bps=c.resources.net_bw_bps, net_latency_s=c.resources.net_latency_s)
 
 
 def cost(o: Option, workers: int | None = None) -> tuple:
-    """The one cost order: fewest CPUs, least cache, least bandwidth (no limit last), then
-    the measured worker count (`workers`), then the fewest workers."""
+    """The one cost order: fewest CPUs, least cache, least bandwidth (storage, then the
+    network link; no limit last), then the measured worker count (`workers`), then the
+    fewest workers."""
     return (unlimited_last(o.cpus_used), unlimited_last(o.cache_bytes),
-            unlimited_last(o.storage_read_bps), o.workers != workers, o.workers or 0)
+            unlimited_last(o.storage_read_bps), unlimited_last(o.net_bw_bps),
+            o.workers != workers, o.workers or 0)
 
 
 def _hardware(o: Option) -> tuple:
     return (o.cpus_used, o.cache_bytes, o.storage_read_bps, o.workers, round(o.gpu_speedup, 6),
-            o.nproc, o.nnodes)
+            o.nproc, o.nnodes, o.net_bw_bps, o.net_latency_s)
 
 
 def beyond_measured(o: Option, measured: Sequence[Option], facts: Facts) -> tuple[str, ...]:
@@ -239,7 +245,8 @@ def beyond_measured(o: Option, measured: Sequence[Option], facts: Facts) -> tupl
         return ("every knob: no configuration measured",)
     out = []
     for name, get in (("CPUs", lambda x: x.cpus_used), ("page cache", lambda x: x.cache_bytes),
-                      ("storage bandwidth", lambda x: x.storage_read_bps)):
+                      ("storage bandwidth", lambda x: x.storage_read_bps),
+                      ("network bandwidth", lambda x: x.net_bw_bps)):
         if unlimited_last(get(o)) > max(unlimited_last(get(m)) for m in measured):
             out.append(name)
     if facts.workers is not None and (o.workers or 0) > facts.workers:
@@ -306,7 +313,8 @@ def decide(summary: dict[str, Any], candidates: Sequence[Any], facts: Facts,
     p, pick = min(under, key=lambda po: cost(po[1], facts.workers)) if under else \
         next(po for po in faster if po[1] is _least_stalled([o for _, o in faster], facts, best))
     beyond = beyond_measured(pick, measured, facts)
-    error = error_quote(validation, bool(beyond))
+    # the validation scores the disk's law; a link's prediction has its own error in its interval
+    error = error_quote(validation, bool(beyond)) if pick.net_latency_s is None else None
     if failed(error):  # the table's answer stands; the pick is named with the failed check
         return Decision(DecisionKind.REFUSED, choice=best, beyond=beyond, error=error,
                         reason=None if best is None or best.stall_pct <= facts.max_stall_pct
