@@ -290,7 +290,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     started, t0 = time.time(), time.perf_counter()
     ex = execute(spec, ctx, limits, env, log_path, run_dir)
     job_peak = _job_memory_peak(ex.monitor.samples)
-    ctx.job_memory_seen_bytes = max(ctx.job_memory_seen_bytes or 0, job_peak or 0) or None
+    _note_job_memory(ctx, job_peak, ex.mapped_files)
     disk_after = diskstats_read_bytes(limits.device)
     link = ctx.remote.record(shape, link_before) if ctx.remote is not None and shape is not None \
         else None
@@ -475,6 +475,14 @@ def _wait_job(proc: subprocess.Popen, timeout_s: float,
 def local_ranks(job: Job) -> range:
     """Global ranks of this node's processes (torchrun numbers them node by node)."""
     return range(job.node_rank * job.nproc_per_node, (job.node_rank + 1) * job.nproc_per_node)
+
+
+def _note_job_memory(ctx: LaunchContext, job_peak: int | None,
+                     mapped: tuple[str, ...] | None) -> None:
+    """The largest memory of the job so far, its code's pages included (what a cached subset
+    must leave room for: `memroom.code_bytes`)."""
+    job_memory = (job_peak or 0) + memroom.code_bytes(mapped, ctx.dataset.files)
+    ctx.job_memory_seen_bytes = max(ctx.job_memory_seen_bytes or 0, job_memory) or None
 
 
 def _job_memory_peak(samples: list[dict[str, Any]]) -> int | None:
