@@ -56,7 +56,7 @@ from dsanalyze.records import (
 )
 from dsanalyze.remote.runlink import RemoteData
 from dsanalyze.resources import cgroups, libmaps, memroom, pagecache, storage
-from dsanalyze.resources.datacache import DatasetCacheLimiter
+from dsanalyze.resources.cacheproc import LimiterProcess
 from dsanalyze.resources.libmaps import MapsRecorder, tree_pids
 from dsanalyze.resources.lifeline import Lifeline
 from dsanalyze.resources.throttle import ThrottleGate
@@ -78,7 +78,7 @@ class LaunchContext:
     hierarchy: cgroups.Hierarchy | None  # None: --no-cgroups or not permitted
     no_cgroup_reason: str = ""
     monitor_interval_s: float = 0.2
-    hold_cache_budget: bool = True  # a disk run's budget held by the DatasetCacheLimiter
+    hold_cache_budget: bool = True  # a disk run's budget held by the LimiterProcess
     drop_caches_globally: bool = False  # --drop-caches-globally: pages eviction left, dropped
     library_files: tuple[str, ...] = ()  # what the runs' processes mapped: warmed before disk
     # Several nodes (dsanalyze.nodes): called once the run is prepared, just
@@ -399,13 +399,13 @@ def _wrapper(cg: cgroups.RunCgroup | None, limits: cgroups.Limits, line: Lifelin
 
 
 def cache_limiter(spec: RunSpec, ctx: LaunchContext
-                  ) -> contextlib.AbstractContextManager[DatasetCacheLimiter | None]:
+                  ) -> contextlib.AbstractContextManager[LimiterProcess | None]:
     """The dataset's page-cache limiter of a disk run with a budget, or a context that does
     nothing."""
     budget = spec.resources.cache.cache_bytes
     if spec.mode is not Mode.DISK or budget is None or not ctx.hold_cache_budget:
         return contextlib.nullcontext()
-    return DatasetCacheLimiter(ctx.dataset.files, budget)
+    return LimiterProcess(ctx.dataset.files, budget)
 
 
 def classify(spec: RunSpec, ex: Execution, ranks: list[RankRecord],
