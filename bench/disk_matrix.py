@@ -91,7 +91,8 @@ def interrupted_then_resumed(argv: list[str], prefix: Path, after: int) -> tuple
         proc.send_signal(signal.SIGINT)
     proc.wait()
     with log:
-        return at, subprocess.run([*argv, "--resume"], env=env, stdout=log,
+        resume = [*argv[:2], "--resume", *argv[2:]]  # before the script: not one of its args
+        return at, subprocess.run(resume, env=env, stdout=log,
                                   stderr=subprocess.STDOUT).returncode
 
 

@@ -30,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,14 +52,26 @@ def sweep(prefix: Path, data: Path, subset: str, cgroup: Path | None, repeats: i
     modes = "synthetic,cached,disk" if disk else "synthetic,cached"
     argv = [sys.executable, str(ROOT / "harness.py"), "--prefix", str(prefix), "--data",
             str(data), "--modes", modes, *disk, "--iters", "40", "--warmup", "3",
-            "-b", "4", "-j", "1", "--cached-subset", subset, "--repeats", str(repeats),
-            "--no-plots", "--no-advice", str(SCRIPT), str(data)]
+            "-b", "4", "-j", "2", "--cached-subset", subset, "--repeats", str(repeats),
+            "--no-plots", "--no-advice", str(SCRIPT), str(data), "-j", "2"]
     if cgroup is not None:  # join the cgroup, then become the harness
         argv = [sys.executable, "-c", f"import os, sys; open({str(cgroup / 'cgroup.procs')!r}, "
                 "'w').write('0'); os.execv(sys.executable, [sys.executable] + sys.argv[1:])",
                 *argv[1:]]
     subprocess.run(argv, check=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     return json.loads((prefix / "summary.json").read_text())
+
+
+def remove(cg: Path) -> None:
+    """rmdir the memory cgroup once the harness's last helper processes in it are gone."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return cg.rmdir()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def prep(summary: dict) -> tuple[float, float]:
@@ -97,7 +110,7 @@ def main() -> None:
         disk = ["--cache", "0", "--storage-bw", str(a.storage_bw)]
         inside = sweep(work / "a", work / "data", "auto", cg, a.repeats, disk)
     finally:
-        cg.rmdir()
+        remove(cg)
     sub = inside["measured"]["subsets"][0]
     outside = sweep(work / "b", work / "data", str(sub["bytes"]), None, a.repeats, [])
     (a_s, a_half), (b_s, b_half) = prep(inside), prep(outside)
