@@ -5,11 +5,13 @@ the stored records.
     python bench/disk_matrix.py [--dir /tmp/dsanalyze-matrix] [--images 160]
                                 [--stall-timeout 300] [--only builtin|script]
 
-A dataset of `--images` JPEGs (make-dataset, 320x240, 4 classes). Sweeps, one per
-(job, modes, -j): modes `disk` and `synthetic,cached,disk`, `-j 1` and `-j 4` (-j takes one
-value), each with `--cache 0,25%,100% --storage-bw 2M,none --repeats 2 --epochs 2`. The
-jobs: the built-in one (`--device sim`, 2 ms steps) and a user-style script,
-tests/scripts/train_examples.py (pytorch/examples' ImageFolder + resnet18, 32 px). Each
+A dataset of `--images` JPEGs (make-dataset, 320x240, 4 classes); each sweep on its own
+copy, `--parallel` side by side. The built-in job (`--device sim`, 2 ms steps): one sweep
+per modes `disk` and `synthetic,cached,disk` and `-j 1` and `-j 4` (-j takes one value),
+each with `--cache 0,25%,100% --storage-bw 2M,none --repeats 2 --epochs 2`. A user-style
+script, tests/scripts/train_examples.py (pytorch/examples' ImageFolder + resnet18, 16 px,
+its own -j): `--script-sweeps` (default `disk` at -j 4) with `--cache 25%,100%
+--storage-bw 2M` (a CPU model on a 2-core machine: its whole matrix would take hours). Each
 sweep is started, SIGINTed once `--interrupt-after` of its runs are stored, and then run
 again with `--resume` to completion.
 
@@ -43,7 +45,8 @@ from dsanalyze.store import load_runs, runs_dir  # noqa: E402
 SCRIPT = ROOT / "tests" / "scripts" / "train_examples.py"
 MODES = ("disk", "synthetic,cached,disk")
 WORKERS = (1, 4)
-MATRIX = ["--cache", "0,25%,100%", "--storage-bw", "2M,none", "--repeats", "2",
+CELLS = {"builtin": ("0,25%,100%", "2M,none"), "script": ("25%,100%", "2M")}  # --cache, -bw
+MATRIX = ["--repeats", "2",
           "--epochs", "2", "--warmup", "2", "-b", "8", "--no-plots", "--no-advice"]
 
 
@@ -70,10 +73,11 @@ def harness_argv(prefix: Path, data: Path, job: str, modes: str, workers: int,
                  stall_timeout_s: float) -> list[str]:
     argv = [sys.executable, str(ROOT / "harness.py"), "--prefix", str(prefix), "--data",
             str(data), "--modes", modes, "-j", str(workers), "--stall-timeout",
-            str(stall_timeout_s), *MATRIX]
+            str(stall_timeout_s), "--cache", CELLS[job][0], "--storage-bw", CELLS[job][1],
+            *MATRIX]
     if job == "builtin":
         return [*argv, "--device", "sim", "--sim-step-ms", "2"]
-    return [*argv, str(SCRIPT), str(data), "-a", "resnet18", "--img-size", "32", "-b", "8",
+    return [*argv, str(SCRIPT), str(data), "-a", "resnet18", "--img-size", "16", "-b", "8",
             "-j", str(workers)]
 
 
@@ -138,9 +142,11 @@ def check(prefix: Path, expected: int) -> tuple[list[str], list[str], list[float
     return rows, failures, errors
 
 
-def expected_runs(modes: str) -> int:
-    per_repeat = 6 if modes == "disk" else 8  # 3 caches x 2 throttles (+ synthetic, cached)
-    return 2 * per_repeat
+def expected_runs(job: str, modes: str) -> int:
+    """Runs of a sweep: its cache x throttle cells (+ synthetic and cached), twice."""
+    cache, bw = CELLS[job]
+    cells = len(cache.split(",")) * len(bw.split(","))
+    return 2 * (cells + (0 if modes == "disk" else 2))
 
 
 def one_sweep(work: Path, job: str, modes: str, j: int, a: argparse.Namespace
@@ -155,8 +161,8 @@ def one_sweep(work: Path, job: str, modes: str, j: int, a: argparse.Namespace
     argv = harness_argv(prefix, data, job, modes, j, a.stall_timeout)
     at, rc = interrupted_then_resumed(argv, prefix, a.interrupt_after)
     print(f"# {name}: SIGINT with {at} runs stored; --resume exit {rc}", flush=True)
-    rows, failures, errors = check(prefix, expected_runs(modes))
-    if at >= expected_runs(modes):
+    rows, failures, errors = check(prefix, expected_runs(job, modes))
+    if at >= expected_runs(job, modes):
         failures.append(f"{name}: finished before the SIGINT")
     if rc != 0:
         failures.append(f"{name}: the resumed sweep exited {rc}")
@@ -193,7 +199,7 @@ def main() -> None:
             rows += r
             failures += f
             errors += e
-    total = sum(expected_runs(modes) for _, modes, _ in sweeps)
+    total = sum(expected_runs(job, modes) for job, modes, _ in sweeps)
     dropped = drop_pagecache_count() - drops
     if dropped:
         failures.append(f"/proc/vmstat drop_pagecache moved by {dropped}")
