@@ -129,8 +129,12 @@ def check(prefix: Path, expected: int) -> tuple[list[str], list[str], list[float
                     + (f"{100 * err:6.2f}%" if err is not None else
                        f"{zero_bytes / 1024:5.0f}Ki" if zero_bytes is not None else "      -")
                     + (f" {len(held.filled()):4d}" if held else "    -"))
-        if not run.ok or oom or run.status.value in ("oom", "stalled"):
-            failures.append(f"{run.run_id}: {run.status.value} oom_kills={oom} {run.error}")
+        if oom or run.status.value == "oom":
+            failures.append(f"OOM {run.run_id}: {run.status.value} oom_kills={oom} {run.error}")
+        elif run.status.value == "stalled":
+            failures.append(f"STALLED {run.run_id}: {run.error}")
+        elif not run.ok:
+            failures.append(f"FAILED {run.run_id}: {run.status.value} {run.error}")
         if disk and held is None and run.spec.resources.cache.cache_bytes is not None:
             failures.append(f"{run.run_id}: no residency recorded")
         if err is not None:
@@ -180,6 +184,8 @@ def main() -> None:
     p.add_argument("--script-sweeps", default="disk:4",
                    help="the user script's sweeps, MODES:J,... ('+' for ',' in MODES)")
     p.add_argument("--parallel", type=int, default=4, help="sweeps side by side")
+    p.add_argument("--check-only", action="store_true",
+                   help="run nothing: check the sweeps stored under --dir")
     a = p.parse_args()
     # a shell's background job starts with SIGINT ignored, and a child inherits that: the
     # harness must see the SIGINT this bench sends
@@ -194,8 +200,13 @@ def main() -> None:
     drops = drop_pagecache_count()
     started = time.monotonic()
     rows, failures, errors = [], [], []
+    def sweep(job: str, modes: str, j: int) -> tuple[list[str], list[str], list[float]]:
+        if a.check_only:
+            return check(work / f"{job}-{modes.replace(',', '+')}-j{j}", expected_runs(job, modes))
+        return one_sweep(work, job, modes, j, a)
+
     with ThreadPoolExecutor(a.parallel) as pool:
-        for r, f, e in pool.map(lambda s: one_sweep(work, *s, a), sweeps):
+        for r, f, e in pool.map(lambda s: sweep(*s), sweeps):
             rows += r
             failures += f
             errors += e
@@ -206,8 +217,8 @@ def main() -> None:
     print(f"{'sweep':28s} {'run':40s} {'status':8s} oom resid.err filled-samples")
     print("\n".join(rows))
     print(json.dumps({"failures": failures}, indent=1))
-    ooms = sum(1 for f in failures if "oom" in f and "oom_kills=0" not in f)
-    stalls = sum(1 for f in failures if ": stalled" in f)
+    ooms = sum(1 for f in failures if f.startswith("OOM "))
+    stalls = sum(1 for f in failures if f.startswith("STALLED "))
     print(f"{total} runs in {len(sweeps)} sweeps ({(time.monotonic() - started) / 60:.1f} min), "
           f"{ooms} OOM, {stalls} stalled, {len(failures)} failures, drop_pagecache "
           f"+{dropped}, worst residency error {100 * max(errors, default=0):.2f}% of budget "
