@@ -2,10 +2,10 @@
 """Disk mode's matrix (issue 25): every combination, interrupted and resumed, checked from
 the stored records.
 
-    python bench/disk_matrix.py [--dir /tmp/dsanalyze-matrix] [--images 160]
+    python bench/disk_matrix.py [--dir /tmp/dsanalyze-matrix] [--images 400]
                                 [--stall-timeout 300] [--only builtin|script]
 
-A dataset of `--images` JPEGs (make-dataset, 320x240, 4 classes); each sweep on its own
+A dataset of `--images` JPEGs (make-dataset, `--size`, 4 classes); each sweep on its own
 copy, `--parallel` side by side. The built-in job (`--device sim`, 2 ms steps): one sweep
 per modes `disk` and `synthetic,cached,disk` and `-j 1` and `-j 4` (-j takes one value),
 each with `--cache 0,25%,100% --storage-bw 2M,none --repeats 2 --epochs 2`. A user-style
@@ -56,11 +56,11 @@ def drop_pagecache_count() -> int:
     return int(counts.get("drop_pagecache", 0))
 
 
-def make_data(data: Path, images: int) -> None:
+def make_data(data: Path, images: int, size: str) -> None:
     if data.is_dir() and len(list(data.rglob("*.jpg"))) == images:
         return
     subprocess.run([sys.executable, "-m", "dsanalyze.cli", "make-dataset", str(data),
-                    "--images", str(images), "--classes", "4", "--size", "320x240",
+                    "--images", str(images), "--classes", "4", "--size", size,
                     "--seed", "25"], check=True)
 
 
@@ -176,7 +176,10 @@ def one_sweep(work: Path, job: str, modes: str, j: int, a: argparse.Namespace
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--dir", default="/tmp/dsanalyze-matrix")
-    p.add_argument("--images", type=int, default=160)
+    p.add_argument("--images", type=int, default=400)
+    p.add_argument("--size", default="160x120", help="JPEGs of about 10 KB: a 25%% budget "
+                   "holds 100 of them, so that a file read between two of the limiter's "
+                   "passes is 1%% of it")
     p.add_argument("--stall-timeout", type=float, default=300.0,
                    help="generous: a run starved of CPU (nice 19) is not a stalled one")
     p.add_argument("--interrupt-after", type=int, default=2)
@@ -191,7 +194,7 @@ def main() -> None:
     # harness must see the SIGINT this bench sends
     signal.signal(signal.SIGINT, signal.default_int_handler)
     work = Path(a.dir)
-    make_data(work / "data", a.images)
+    make_data(work / "data", a.images, a.size)
     sweeps = [("builtin", modes, j) for modes in MODES for j in WORKERS
               if a.only in (None, "builtin")]
     sweeps += [("script", m.replace("+", ","), int(j)) for m, j in
