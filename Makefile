@@ -41,7 +41,7 @@ lint: $(STAMP)
 # Two phases: the tests that fit a share of the CPUs on two pytest-xdist workers (each
 # pinned to its own CPUs, tests/conftest.py), then those that need every CPU, alone.
 test: lint
-	$(PY) -m pytest -q -ra -n 2 -m 'not extended and not whole_machine'
+	$(PY) -m pytest -q -ra -n 2 --dist loadscope --no-loadscope-reorder -m 'not extended and not whole_machine'
 	$(PY) -m pytest -q -ra -m 'whole_machine and not extended'
 
 test-gpu: $(STAMP)

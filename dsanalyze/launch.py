@@ -272,11 +272,7 @@ def _run_env(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, run_dir:
 
 def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     """Measure one run and return its result (failed runs too). Never leaves a cgroup."""
-    run_dir = ctx.prefix / "tmp" / spec.run_id
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
-    log_path = ctx.prefix / "logs" / f"{spec.run_id}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    run_dir, log_path = _run_paths(spec, ctx)
     limits, enforced = plan_limits(spec, ctx)
     subset = subset_for(spec, ctx, run_dir)
     cache_state = prepare_cache(spec, subset.dataset if subset else ctx.dataset,
@@ -312,10 +308,24 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
         environment=_environment(spec, ctx, ex, threads, ranks, rank_errors, log_path), io=io,
         monitor=tuple(ex.monitor.samples), started_unix_s=started,
         duration_s=time.perf_counter() - t0, log_path=str(log_path), stall=ex.stall, link=link)
+    _remove_run_dir(run_dir)
+    return result
+
+
+def _run_paths(spec: RunSpec, ctx: LaunchContext) -> tuple[Path, Path]:
+    """(the run's scratch directory, emptied; its log's path), both made."""
+    run_dir = ctx.prefix / "tmp" / spec.run_id
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    log_path = ctx.prefix / "logs" / f"{spec.run_id}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    return run_dir, log_path
+
+
+def _remove_run_dir(run_dir: Path) -> None:
     shutil.rmtree(run_dir, ignore_errors=True)
     with contextlib.suppress(OSError):  # no empty tmp/ left in the prefix (kept if not empty)
         run_dir.parent.rmdir()
-    return result
 
 
 @dataclass(frozen=True)
@@ -340,15 +350,7 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
     with ExitStack() as stack:
         # Exits in reverse: the limiter stops, then the cgroup is removed, then the reaper goes.
         line = stack.enter_context(Lifeline())
-        cg = gate = None
-        if ctx.hierarchy is not None:
-            # the throttle comes on when the training loader starts (ThrottleGate)
-            cg = stack.enter_context(cgroups.RunCgroup.create(
-                spec.run_id, replace(limits, read_bps=None), ctx.hierarchy))
-            line.watch_cgroups(sorted(set(cg.dirs.values())))
-            if limits.read_bps is not None and limits.device:
-                gate = stack.enter_context(ThrottleGate(cg, limits.device, limits.read_bps,
-                                                        run_dir, ctx.dataset.files))
+        cg, gate = _enter_cgroup(stack, spec, ctx, limits, line, run_dir)
         log = stack.enter_context(open(log_path, "w"))
         if ctx.start_gate is not None:
             ctx.start_gate()
@@ -384,6 +386,23 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
     return Execution(rc, status, error, counters, interference, monitor, tuple(maps.files),
                      limiter.record() if limiter is not None else None,
                      gate.record(counters.get("read_bytes")) if gate else None, stall)
+
+
+def _enter_cgroup(stack: ExitStack, spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits,
+                  line: Lifeline, run_dir: Path
+                  ) -> tuple[cgroups.RunCgroup | None, ThrottleGate | None]:
+    """The run's cgroup (None without a hierarchy) and its throttle gate (None without a
+    throttle), entered on `stack`; the lifeline watches the cgroup's directories."""
+    if ctx.hierarchy is None:
+        return None, None
+    # the throttle comes on when the training loader starts (ThrottleGate)
+    cg = stack.enter_context(cgroups.RunCgroup.create(
+        spec.run_id, replace(limits, read_bps=None), ctx.hierarchy))
+    line.watch_cgroups(sorted(set(cg.dirs.values())))
+    if limits.read_bps is None or not limits.device:
+        return cg, None
+    return cg, stack.enter_context(ThrottleGate(cg, limits.device, limits.read_bps, run_dir,
+                                                ctx.dataset.files))
 
 
 def _wrapper(cg: cgroups.RunCgroup | None, limits: cgroups.Limits, line: Lifeline) -> list[str]:

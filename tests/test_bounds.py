@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from dsanalyze import store
 from dsanalyze.report import whatif_text
+from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif import bounds
 
@@ -58,4 +59,4 @@ def test_bounds_keep_the_plausible_and_drop_the_rest(bound, inside, outside) -> 
 
 @given(st.floats(min_value=1e-3, max_value=1e12, allow_nan=False))
 def test_a_read_cost_is_plausible_exactly_when_slower_than_memory(bps: float) -> None:
-    assert bounds.READ_CPU_BPS.holds(bps) == (bps <= bounds.MEMORY_BPS)
+    assert bounds.READ_CPU_BPS.holds(bps) == (bps <= SETTINGS.memory_bps)

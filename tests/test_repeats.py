@@ -163,8 +163,13 @@ def _burn_while_loading(mode: str, burners: Burners) -> threading.Thread:
 
 @pytest.mark.slow
 @needs_cgroups
-@pytest.mark.parametrize("noisy", [pytest.param(False, marks=pytest.mark.extended), True],
-                         ids=["steady", "noisy"])
+@pytest.mark.parametrize("noisy", [
+    # steady only on a quiet machine: other load widens the first two repeats' interval past
+    # ±8% and a third is run, as the rule says it should be (make test-extended, not make test)
+    pytest.param(False, marks=[pytest.mark.extended, pytest.mark.timing(
+        reason="two repeats within ±8% need a machine quieter than the job's own 100 ms step "
+               "noise; under load a third repeat is the right answer")]),
+    True], ids=["steady", "noisy"])
 def test_target_ci_stops_early_on_a_steady_job_and_repeats_a_noisy_one(small_dataset, tmp_path,
                                                                        noisy):
     """One image per 100 ms step: one worker keeps up, so cached and synthetic agree

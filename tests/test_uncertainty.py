@@ -9,6 +9,7 @@ fetch-bound).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -41,13 +42,20 @@ def run_of(iter_s: np.ndarray, samples: int = 10, mode: Mode = Mode.CACHED,
     return RunResult(RunSpec(Job(data_dir="/d"), mode, Resources(1), repeat), "ok", ranks=(rank,))
 
 
+def binomial_band(p: float, n: int, z: float = 3.0) -> tuple[float, float]:
+    """Where a share of `n` independent trials, each a success with chance `p`, falls
+    but for a chance of about 0.3% (z = 3 standard deviations of the binomial share)."""
+    half = z * math.sqrt(p * (1 - p) / n)
+    return p - half, p + half
+
+
 @pytest.mark.parametrize("rho", [0.0, 0.5, 0.8])
 def test_block_bootstrap_covers_the_true_rate_of_autocorrelated_series(rho):
     """200 AR(1) series of 200 iterations of mean 0.1 s, 10 samples each: the true rate is
-    100 samples/s. Two-sided: the 95% intervals cover it 88-99% of the time (too wide fails as
-    too narrow does), the 80% ones 70-90%, and their misses fall on both sides, neither side
-    taking more than 80% of them (an interval shifted off the rate would miss on one side).
-    Bounds: binomial spread of 200 series, about 2.5 standard deviations."""
+    100 samples/s. Two-sided: the 95% and the 80% intervals cover it as often as their level
+    says, within the binomial spread of 200 series (too wide fails as too narrow does), and
+    their misses fall on both sides as a fair coin would (an interval shifted off the rate
+    would miss on one side)."""
     rng = np.random.default_rng(7)
     covered = {0.95: 0, 0.8: 0}
     below = above = 0
@@ -59,9 +67,11 @@ def test_block_bootstrap_covers_the_true_rate_of_autocorrelated_series(rho):
         ci = samples.interval(0.8)
         below += ci.high_sps < 100.0
         above += ci.low_sps > 100.0
-    assert 0.88 <= covered[0.95] / 200 <= 0.99
-    assert 0.70 <= covered[0.8] / 200 <= 0.90
-    assert 0.2 <= below / (below + above) <= 0.8
+    for level, hits in covered.items():
+        low, high = binomial_band(level, 200)
+        assert low <= hits / 200 <= high, (level, hits)
+    low, high = binomial_band(0.5, below + above)
+    assert low <= below / (below + above) <= high, (below, above)
 
 
 def test_the_block_grows_with_the_autocorrelation():

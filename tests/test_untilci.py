@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from dsanalyze import store
 from dsanalyze.analysis import stalls
 from dsanalyze.instrument.loader import IterationRecorder
-from dsanalyze.instrument.untilci import MIN_BLOCKS, RankStop, estimate, stall_period, window_start
+from dsanalyze.instrument.untilci import RankStop, estimate, stall_period, window_start
+from dsanalyze.settings import SETTINGS
 
 SCRIPT = Path(__file__).parent / "scripts" / "train_periodic.py"
 
@@ -63,7 +64,7 @@ def test_a_periodic_stall_is_never_cut_short(every, phase, stall, noise, seed):
     if stall >= 0.06:  # a stall (over twice the median step, noise included): seen as one
         # the blocks each span a period: the window holds MIN_BLOCKS stalls or more
         stalls_seen = int(((np.arange(stop) + phase % every) % every == every - 1).sum())
-        assert est.block > every and stalls_seen >= MIN_BLOCKS
+        assert est.block > every and stalls_seen >= SETTINGS.min_blocks
     true_rate = 1 / (0.04 * np.exp(noise ** 2 / 2) + stall / every)
     share = stall / every / (0.04 + stall / every)
     # the window's error: noise within the interval, plus at most one stall's share per period
@@ -123,6 +124,22 @@ def test_disk_mode_measures_the_first_epoch_whole():
     assert sorted(set(rec.epoch)) == [0, 1]
 
 
+@pytest.mark.parametrize("epoch_batches, first_boundary", [(40, 40), (None, None), (5000, None)])
+def test_a_short_epoch_is_seen_to_its_end_before_the_run_stops(epoch_batches, first_boundary):
+    """A steady series stops soon after the minimum, unless the loader's epoch is short: then
+    not before the epoch's boundary (its stall, unseen yet, would be counted in no window)."""
+    x = periodic(500, 0.04, 10**6, 0.0, 0, 0.03, 3)
+    stop = RankStop(2.0, 10, "cached", 0, 1, None)
+    stop.epoch_batches = epoch_batches
+    rec = IterationRecorder(0, warmup=2, stopper=stop)
+    ran = _record(rec, x, epoch_len=40)
+    assert rec.stopped
+    if first_boundary is None:
+        assert ran < 40  # a long epoch (or one of no known length) is not waited for
+    else:
+        assert ran > first_boundary and rec.epoch[-1] == 1
+
+
 @pytest.mark.slow
 def test_real_runs_stop_once_sure_and_not_on_the_checkpoint_stall(tmp_path, small_dataset):
     """Two DDP ranks, a real DataLoader, a checkpoint stall every 5 batches: both ranks stop at
@@ -140,7 +157,7 @@ def test_real_runs_stop_once_sure_and_not_on_the_checkpoint_stall(tmp_path, smal
     extra = run.ranks[0].extra
     assert extra["until_ci"]["stopped"] and "--until-ci" in extra["stopped"]
     est = extra["until_ci"]["estimate"]
-    assert est["half_width_pct"] <= 10 and est["block"] > 5 and est["blocks"] >= MIN_BLOCKS
+    assert est["half_width_pct"] <= 10 and est["block"] > 5 and est["blocks"] >= SETTINGS.min_blocks
     rate = stalls.run_rate(run).rate_sps
     # 2 ranks x 4 samples every (20 ms + the loader) + 60 ms every 5: at most this fast
     assert rate < 8 / (0.020 + 0.060 / 5)

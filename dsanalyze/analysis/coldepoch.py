@@ -20,17 +20,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsanalyze.analysis.stalls import HIGHLY_INPUT_BOUND_PCT, INPUT_BOUND_PCT, Breakdown
+from dsanalyze.analysis.stalls import Breakdown
 from dsanalyze.plain import PlainJson
+from dsanalyze.settings import SETTINGS
 
 
 def cold_verdict(epoch_s: float, prep_s: float, fetch_s: float) -> str:
     """In words: `fetch-bound, 4.5 s of 5.5 s waiting on storage`."""
-    if 100 * (prep_s + fetch_s) / epoch_s <= INPUT_BOUND_PCT:
+    if 100 * (prep_s + fetch_s) / epoch_s <= SETTINGS.input_bound_pct:
         return f"compute-bound, {prep_s + fetch_s:.1f} s of {epoch_s:.1f} s stalled"
     kind, stall_s, what = ("fetch", fetch_s, "storage") if fetch_s >= prep_s else \
         ("prep", prep_s, "pre-processing")
-    level = "highly " if 100 * stall_s / epoch_s > HIGHLY_INPUT_BOUND_PCT else ""
+    level = "highly " if 100 * stall_s / epoch_s > SETTINGS.highly_input_bound_pct else ""
     return f"{level}{kind}-bound, {stall_s:.1f} s of {epoch_s:.1f} s waiting on {what}"
 
 

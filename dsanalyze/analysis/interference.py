@@ -5,9 +5,9 @@ the CPU seconds spent on the run's CPUs by processes outside its cgroup
 (busy time of those CPUs in /proc/stat minus the cgroup's own per-CPU usage)
 and the bytes others read from the dataset's disk (/proc/diskstats minus the
 cgroup's blkio counters), over the run's wall time. A run is disturbed when
-others took more than `CPU_PCT` of its CPUs' capacity, or (a disk run) read
-more than `READ_SHARE` of what it read itself, or kept the CPUs it was not
-given more than `MACHINE_PCT` busy (`Interference.MACHINE`).
+others took more than `SETTINGS.others_cpu_pct` of its CPUs' capacity, or (a disk run) read
+more than `SETTINGS.others_read_share` of what it read itself, or kept the CPUs it was not
+given more than `SETTINGS.others_machine_pct` busy (`Interference.MACHINE`).
 
 That last check is why a cached run 2.5x slower than its disk run went
 unflagged: with `--cpus 1` of 2 the check looked at the run's own CPU only,
@@ -30,13 +30,7 @@ from typing import Any
 from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
-
-CPU_PCT = 10.0  # others' share of the run's CPU capacity above which it is disturbed
-# others' share of the CPUs the run was not given: the harness's monitor and limiter and the
-# kernel's I/O for the job take a few percent there; a busy neighbour takes most of a core
-MACHINE_PCT = 40.0
-READ_SHARE = 0.10  # others' reads on the dataset's disk, as a share of the run's own
-READ_FLOOR_BYTES = 4 << 20  # below this, reads by others do not matter
+from dsanalyze.settings import SETTINGS
 
 AFFECTS = {Mode.SYNTHETIC: ("compute", "prep stall"), Mode.CACHED: ("prep stall", "fetch stall"),
            Mode.DISK: ("fetch stall", "epoch time"), Mode.LOADER: ("loader rate",)}
@@ -86,13 +80,13 @@ def of_run(result: RunResult) -> dict[str, Any]:
     cpu_pct, outside_pct = others_pct(result)
     read = probe.get("others_read_bytes")
     disturbed = []
-    if cpu_pct is not None and cpu_pct > CPU_PCT:
+    if cpu_pct is not None and cpu_pct > SETTINGS.others_cpu_pct:
         disturbed.append(Interference.CPU.value)
-    if outside_pct is not None and outside_pct > MACHINE_PCT:
+    if outside_pct is not None and outside_pct > SETTINGS.others_machine_pct:
         disturbed.append(Interference.MACHINE.value)
     own = result.io.read_bytes or 0
-    if (result.mode is Mode.DISK and read is not None and read > READ_FLOOR_BYTES
-            and read > READ_SHARE * own):
+    if (result.mode is Mode.DISK and read is not None and read > SETTINGS.others_read_floor_bytes
+            and read > SETTINGS.others_read_share * own):
         disturbed.append(Interference.IO.value)
     return {"others_cpu_pct": cpu_pct, "others_outside_pct": outside_pct,
             "others_read_bytes": read, "disturbed": tuple(disturbed)}

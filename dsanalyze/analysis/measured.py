@@ -18,6 +18,7 @@ from dsanalyze.analysis.jobrun import JobAsRun, job_as_run
 from dsanalyze.config import Mode
 from dsanalyze.plain import PlainJson
 from dsanalyze.records import RunResult
+from dsanalyze.settings import SETTINGS
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,6 @@ def job_device(results: list[RunResult]) -> str:
     return ",".join(sorted(used)) if used else "unknown (no completed run)"
 
 
-RESIDENT_SHARE = 0.95  # of the warmed bytes: less resident when a cached run starts, not cached
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def cached_subset(result: RunResult) -> CachedSubset | None:
 
 
 def not_cached(result: RunResult) -> NotCached | None:
-    """Under RESIDENT_SHARE of what the harness warmed was resident when the cached run
+    """Under SETTINGS.resident_share of what the harness warmed was resident when the cached run
     started (the warm did not fit), or its dataset was not narrowed to the subset warmed."""
     state = result.io.cache_state or {}
     if not result.ok or result.mode is not Mode.CACHED or "resident_before_bytes" not in state:
@@ -124,7 +124,7 @@ def not_cached(result: RunResult) -> NotCached | None:
     warmed = state.get("warmed_bytes") or result.io.dataset_bytes or 0
     share = state["resident_before_bytes"] / warmed if warmed else 1.0
     sub = cached_subset(result)
-    if share < RESIDENT_SHARE or (sub is not None and not sub.narrowed):
+    if share < SETTINGS.resident_share or (sub is not None and not sub.narrowed):
         return NotCached(result.run_id, round(100 * share, 1), None if sub is None else
                          sub.narrowed)
     return None

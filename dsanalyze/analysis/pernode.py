@@ -9,7 +9,7 @@ time blocked on data is the one whose loader holds the job:
     wait_pct(node) = sum(wait_s) / sum(iter_s) over that node's ranks' measured iterations
 
 The node is named when its share exceeds every other node's by
-`HOLDS_MARGIN_PCT` points and by `HOLDS_RATIO` times; otherwise the nodes wait
+`SETTINGS.holds_margin_pct` points and by `SETTINGS.holds_ratio` times; otherwise the nodes wait
 alike (ranks of one node differ by several points from run to run: 28.7% and
 20.8% in the committed 2-rank fixture).
 """
@@ -23,9 +23,7 @@ from typing import Any
 from dsanalyze.analysis.stalls import run_rate
 from dsanalyze.plain import PlainJson
 from dsanalyze.records import RunResult
-
-HOLDS_MARGIN_PCT = 10.0
-HOLDS_RATIO = 1.5
+from dsanalyze.settings import SETTINGS
 
 
 @dataclass(frozen=True)
@@ -74,7 +72,7 @@ def holding_node(shares: list[NodeShare]) -> int | None:
     if len(known) < 2:
         return None
     top, second = known[0].wait_pct, known[1].wait_pct
-    if top - second < HOLDS_MARGIN_PCT or top < HOLDS_RATIO * second:
+    if top - second < SETTINGS.holds_margin_pct or top < SETTINGS.holds_ratio * second:
         return None
     return known[0].node
 

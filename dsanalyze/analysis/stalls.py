@@ -35,10 +35,7 @@ from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import Mode
 from dsanalyze.plain import PlainJson
 from dsanalyze.records import CacheAction, How, RunResult
-
-INPUT_BOUND_PCT = 5.0  # TF profiler: input-bound when > 5% of step time waits for data
-HIGHLY_INPUT_BOUND_PCT = 20.0
-WIDE_SPREAD_PCT = 10.0  # torch.utils.benchmark warns when IQR/median > 10%
+from dsanalyze.settings import SETTINGS
 
 
 class Bound(enum.Enum):
@@ -224,7 +221,7 @@ def _likely_text(kind: str, stall: StallInterval) -> str:
 
 def _likely(stalls: dict[str, StallInterval]) -> list[tuple[float, str]]:
     return sorted(((s.pct, k) for k, s in stalls.items()
-                   if s.significance is Significance.LIKELY and s.pct > INPUT_BOUND_PCT),
+                   if s.significance is Significance.LIKELY and s.pct > SETTINGS.input_bound_pct),
                   reverse=True)
 
 
@@ -238,7 +235,7 @@ def bound(prep: StallInterval | None, fetch: StallInterval | None) -> Bound:
         return Bound(likely[0][1])
     if any(s.significance is Significance.SUSPECT for s in stalls.values()):
         return Bound.UNKNOWN  # as the verdict: a suspect stall is no finding either way
-    if all(s.pct_high <= INPUT_BOUND_PCT for s in stalls.values()):
+    if all(s.pct_high <= SETTINGS.input_bound_pct for s in stalls.values()):
         return Bound.COMPUTE
     return Bound.NOISE
 
@@ -254,12 +251,12 @@ def verdict(prep: StallInterval | None, fetch: StallInterval | None) -> str:
     likely = _likely(stalls)
     if likely:
         (pct, kind), *rest = likely
-        level = "highly " if pct > HIGHLY_INPUT_BOUND_PCT else ""
+        level = "highly " if pct > SETTINGS.highly_input_bound_pct else ""
         text = f"likely {level}{kind}-bound: {_likely_text(kind, stalls[kind])}"
         for _, other in rest:
             text += f", {stalls[other].pct:.0f}% ±{stalls[other].half_width_pct:.0f} {other} stall"
         return text
-    if all(s.pct_high <= INPUT_BOUND_PCT for s in stalls.values()):
+    if all(s.pct_high <= SETTINGS.input_bound_pct for s in stalls.values()):
         total = sum(max(s.pct, 0.0) for s in stalls.values())
         noise = all(s.significance is not Significance.LIKELY for s in stalls.values())
         return f"compute-bound: stalls are {total:.0f}% of time" + (" (within noise)" if noise else "")
@@ -392,7 +389,7 @@ def _warnings(anchor: RunResult, rates: dict[Mode, list[RunRate]], prep: StallIn
               fetch: StallInterval | None) -> list[str]:
     out = [f"{m.value}: iteration times spread widely (IQR {r.iter_iqr_pct:.0f}% of median)"
            for m, rs in rates.items() for r in rs[:1]
-           if r.iter_iqr_pct and r.iter_iqr_pct > WIDE_SPREAD_PCT and m is Mode.SYNTHETIC]
+           if r.iter_iqr_pct and r.iter_iqr_pct > SETTINGS.wide_spread_pct and m is Mode.SYNTHETIC]
     out += [f"{m.value} run {r.run_id} {r.status}: {r.error}" for m, rs in rates.items()
             for r in rs if r.status != "ok"]
     out += [w for m, rs in rates.items() for r in rs

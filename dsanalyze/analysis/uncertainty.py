@@ -49,8 +49,8 @@ import numpy as np
 from dsanalyze.analysis.window import steady_window
 from dsanalyze.blockstats import DEFAULT_LEVEL, block_length, small_sample_factor
 from dsanalyze.records import RunResult
+from dsanalyze.settings import SETTINGS
 
-N_RESAMPLES = 1000
 METHOD = "circular block bootstrap over iterations"
 
 
@@ -137,7 +137,7 @@ def _seed(run_id: str) -> int:
     return zlib.crc32(run_id.encode())
 
 
-def run_samples(result: RunResult, n_resamples: int = N_RESAMPLES) -> RateSamples | None:
+def run_samples(result: RunResult, n_resamples: int = SETTINGS.n_resamples) -> RateSamples | None:
     """The steady rate of one run and its block-bootstrap replicates; None without a window.
 
     Ranks are resampled with the same indices (iteration i of every rank is
@@ -167,7 +167,7 @@ def rate_interval(result: RunResult, level: float = DEFAULT_LEVEL) -> RateInterv
 
 
 def combined_samples(runs: Sequence[RunResult],
-                     n_resamples: int = N_RESAMPLES) -> RateSamples | None:
+                     n_resamples: int = SETTINGS.n_resamples) -> RateSamples | None:
     """One configuration's mode over its repeats: mean rate, two-stage bootstrap replicates.
     The same whatever the order of `runs` (the seed and the stacking go by run id)."""
     runs = sorted(runs, key=lambda r: r.run_id)

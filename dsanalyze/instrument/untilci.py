@@ -7,9 +7,14 @@ same iteration (`RankStop`). The rule, over rank 0's window:
 - **window**: the iterations after the warm-up; in disk mode, only those of
   the second epoch on, so that the cold first epoch is measured whole (the
   disk figures report it on its own, `analysis/coldepoch.py`): a disk run
-  that never reaches its second epoch runs to its maximum.
+  that never reaches its second epoch runs to its maximum. In the other modes,
+  when the training loader's epoch is at most `EPOCH_SEEN_MAX_ITERS` batches,
+  the run may not stop before its second epoch has begun: the boundary's
+  stall (workers restarted, their first batches) is in the window at least
+  once, where a window ending before it would count none. A longer epoch's
+  boundary costs a smaller share of the epoch and is not waited for.
 - **at least `min_iters`** iterations in the window.
-- **periods**: a stall is an iteration longer than `STALL_FACTOR` x the
+- **periods**: a stall is an iteration longer than `SETTINGS.stall_factor` x the
   window's median. The longest gap between two consecutive stalls (with a
   single stall, its distance from the window's start: the period is at least
   that) is the period of the slowest recurring stall seen: a stall every K
@@ -17,7 +22,7 @@ same iteration (`RankStop`). The rule, over rank 0's window:
 - **batch means**: blocks of m = max(the block bootstrap's block length
   (`blockstats.block_length`, the rule the run's reported interval uses),
   the period + 1) consecutive iterations; the last k = n // m of the window,
-  k at least `MIN_BLOCKS`: the window spans several periods of any stall
+  k at least `SETTINGS.min_blocks`: the window spans several periods of any stall
   seen, so a stall that has not yet recurred cannot end the run.
 - **interval**: per block, seconds per sample; the 95% half-width t_{k-1}
   s / sqrt(k) relative to their mean (t/z as `blockstats.small_sample_factor`).
@@ -39,10 +44,9 @@ from typing import Any
 import numpy as np
 
 from dsanalyze.blockstats import DEFAULT_LEVEL, block_length, small_sample_factor
+from dsanalyze.settings import SETTINGS
 
-STALL_FACTOR = 2.0  # an iteration this many times the median is a stall
-MIN_BLOCKS = 5  # batch means: at least this many blocks, each longer than a stall period
-LEAD_ITERS = 3  # several ranks: rank 0 names an iteration this far ahead, all stop there
+EPOCH_SEEN_MAX_ITERS = 1000  # an epoch this short is seen to its end before the run may stop
 STOP_FILE = "stop-at.json"
 Z95 = 1.959964
 
@@ -67,8 +71,9 @@ class Estimate:
 
 def stall_period(iter_s: np.ndarray) -> int:
     """The longest gap, in iterations, between consecutive stalls (iterations over
-    STALL_FACTOR x the median); one stall: its index (the period is at least that); 0: none."""
-    stalls = np.flatnonzero(iter_s > STALL_FACTOR * float(np.median(iter_s)))
+    SETTINGS.stall_factor x the median); one stall: its index (the period is at least that);
+    0: none."""
+    stalls = np.flatnonzero(iter_s > SETTINGS.stall_factor * float(np.median(iter_s)))
     if len(stalls) == 0:
         return 0
     if len(stalls) == 1:
@@ -82,12 +87,12 @@ def estimate(iter_s: Any, samples: Any, target_pct: float, min_iters: int) -> Es
     x, s = np.asarray(iter_s, dtype=float), np.asarray(samples, dtype=float)
     n = len(x)
     rate = float(s.sum() / x.sum()) if n and x.sum() > 0 else 0.0
-    if n < max(min_iters, MIN_BLOCKS, 4):
+    if n < max(min_iters, SETTINGS.min_blocks, 4):
         return Estimate(n, rate, math.inf, 0, 0, 0, False)
     period = stall_period(x)
     m = max(block_length(x), period + 1 if period else 1)
     k = n // m
-    if k < MIN_BLOCKS:
+    if k < SETTINGS.min_blocks:
         return Estimate(n, rate, math.inf, m, k, period, False)
     tail_x, tail_s = x[n - k * m:].reshape(k, m), s[n - k * m:].reshape(k, m)
     per_sample = tail_x.sum(axis=1) / tail_s.sum(axis=1)
@@ -108,7 +113,7 @@ def window_start(epoch: list[int], warmup: int, mode: str) -> int | None:
 
 class RankStop:
     """The stopper of one rank (`IterationRecorder.stopper`): rank 0 applies the rule; with
-    several ranks it writes the iteration to stop at (`LEAD_ITERS` ahead) to the run's
+    several ranks it writes the iteration to stop at (`SETTINGS.lead_iters` ahead) to the run's
     directory, and every rank stops there."""
 
     def __init__(self, target_pct: float, min_iters: int, mode: str, rank: int,
@@ -118,6 +123,7 @@ class RankStop:
         self.path = run_dir / STOP_FILE if run_dir is not None and world_size > 1 else None
         self.stop_at: int | None = None
         self.last: Estimate | None = None  # rank 0's latest reading
+        self.epoch_batches: int | None = None  # the training loader's len(), once known
 
     def __call__(self, rec: Any) -> bool:
         done = len(rec.iter_s)
@@ -130,7 +136,7 @@ class RankStop:
 
     def _decide(self, rec: Any) -> None:
         start = window_start(rec.epoch, rec.warmup, self.mode)
-        if start is None:
+        if start is None or self._before_first_boundary(rec.epoch):
             return
         n = len(rec.iter_s) - start
         if n < self.min_iters or n % max(1, n // 50):
@@ -139,11 +145,16 @@ class RankStop:
                              self.min_iters)
         if not self.last.stop:
             return
-        self.stop_at = len(rec.iter_s) + (LEAD_ITERS if self.path is not None else 0)
+        self.stop_at = len(rec.iter_s) + (SETTINGS.lead_iters if self.path is not None else 0)
         if self.path is not None:
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text(json.dumps({"iteration": self.stop_at}))
             os.replace(tmp, self.path)
+
+    def _before_first_boundary(self, epoch: list[int]) -> bool:
+        """A short epoch not yet ended: its boundary's stall is not in the window yet."""
+        short = self.epoch_batches is not None and self.epoch_batches <= EPOCH_SEEN_MAX_ITERS
+        return short and bool(epoch) and epoch[-1] < 1
 
     def record(self) -> dict[str, Any]:
         """What the rank's record says (`extra["until_ci"]`)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-MEMORY_BPS = 20e9  # bytes a core copies per second, about: nothing read costs less
+from dsanalyze.settings import SETTINGS
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ THROTTLE_EFFICIENCY = Bound(
     "a throttle gives about what it says; far below or above it is a window the throttle "
     "did not hold")
 READ_CPU_BPS = Bound(
-    "read_cpu_bps", 0.0, MEMORY_BPS,
+    "read_cpu_bps", 0.0, SETTINGS.memory_bps,
     "a read costs at least the memory copy of its bytes, about 20 GB/s per core")
 CONTENTION = Bound(
     "contention", 0.0, 1.0,

@@ -38,11 +38,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dsanalyze.analysis import coldepoch
-from dsanalyze.analysis.stalls import INPUT_BOUND_PCT, Bound
+from dsanalyze.analysis.stalls import Bound
 from dsanalyze.config import Mode, unlimited_last
+from dsanalyze.settings import SETTINGS
 
-MAX_STALL_PCT = INPUT_BOUND_PCT
-TOLERANCE = 0.02  # job times closer than this (relative) are ties, broken by cost
+# the defaults of a decision's stall limit and its ties (SETTINGS.input_bound_pct, .tie_tolerance)
+MAX_STALL_PCT = SETTINGS.input_bound_pct
+TOLERANCE = SETTINGS.tie_tolerance
 LOO, EXTRAPOLATION = "leave-one-out", "extrapolation"  # validation's split names
 
 

@@ -16,12 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsanalyze.config import CacheBudget
+from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif.api import Prediction
-
-# Budgets whose predictions differ by less than this are the same prediction: the simulated
-# permutations of each budget differ by about this much, far below the model's own error.
-SAME_REL = 0.01
-SAME_S = 0.005  # seconds: a stall printed as 0.00 is 0.00
 
 
 @dataclass(frozen=True)
@@ -70,10 +66,10 @@ def _figures(p: Prediction) -> tuple[float, ...]:
 
 
 def same(a: Prediction, b: Prediction) -> bool:
-    """The same prediction as far as the grid can tell: every figure within `SAME_REL` (or
-    `SAME_S` seconds), and the same untested assumptions."""
+    """The same prediction as far as the grid can tell: every figure within `SETTINGS.same_rel` (or
+    `SETTINGS.same_s` seconds), and the same untested assumptions."""
     return a.untested == b.untested and all(
-        abs(x - y) <= max(SAME_S, SAME_REL * max(abs(x), abs(y)))
+        abs(x - y) <= max(SETTINGS.same_s, SETTINGS.same_rel * max(abs(x), abs(y)))
         for x, y in zip(_figures(a), _figures(b)))
 
 

@@ -39,7 +39,7 @@ configuration: each is one number for the job or the machine, or one law.
 read then decode, the main process needing CPU). `whatif/calibrate.py` fits
 the parameters; a prediction's interval is the rate times exp(+-z sigma) with
 sigma the fit runs' residual log error (degrees of freedom counted), widened by
-`UNTESTED_SIGMA` for each assumption of the prediction no fit run tested.
+`SETTINGS.untested_sigma` for each assumption of the prediction no fit run tested.
 """
 
 from __future__ import annotations
@@ -56,21 +56,13 @@ from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import CacheBudget, Mode, Resources
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
+from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import cachesim, pipeline
 from dsanalyze.whatif.heldout import HeldOut, run_cpus, run_layout
 
 __all__ = ["HeldOut", "run_cpus", "run_layout"]  # read from here by the what-if's modules
 
-SEEDS = 3  # permutations averaged per disk prediction
-RATED_BATCHES = 20000  # iterations per epoch a simulated timeline is stretched to, at most
-SIM_SAMPLES = 6000  # samples per simulated epoch; larger epochs are simulated on a sample
-CACHE_BINDS = 0.97  # an effective cache under this share of the dataset limits hits
-PREP_BOUND = 0.9  # a cached run below this share of G is prep-bound enough to solve c_prep on
 LEVEL, Z = 0.9, 1.645  # the prediction intervals' nominal level and its normal quantile
-# A stated prior, not a fit: a law or a knob no fit run tested is taken to be right within
-# this relative error (one sigma), added in quadrature to the fit's own per assumption.
-UNTESTED_SIGMA = 0.10
-SETTLED = 0.01  # cores left to the job, found within this share, are simulated no further
 
 
 @dataclass(frozen=True)
@@ -345,7 +337,7 @@ def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,
     page cache sees its own ranks' share."""
     per_batch = model.batch_size * ranks * nodes  # samples of one step of the whole job
     depth = model.prefetch_factor * max(1, workers)
-    batches = min(layout.batches, max(4 * depth, SIM_SAMPLES // per_batch))
+    batches = min(layout.batches, max(4 * depth, SETTINGS.sim_samples // per_batch))
     sizes = np.asarray(model.file_bytes)
     rng = np.random.default_rng(seed)
     files = len(sizes)
@@ -392,14 +384,15 @@ def simulate_run(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
 
 def rated_layout(layout: pipeline.Layout) -> pipeline.Layout:
     """The layout a timeline is stretched to and rated over: epochs of at most
-    `RATED_BATCHES` (an epoch of shards of millions of samples would be a list of millions of
+    `SETTINGS.rated_batches` (an epoch of shards of millions of samples would be a list of
+    millions of
     iterations); its iterations cut at the same point of the same epoch. The rates differ by
-    the share of an epoch the simulated refill and drain take, under 1/RATED_BATCHES."""
-    if layout.batches <= RATED_BATCHES:
+    the share of an epoch the simulated refill and drain take, under 1/SETTINGS.rated_batches."""
+    if layout.batches <= SETTINGS.rated_batches:
         return layout
     full, part = divmod(layout.iters, layout.batches)
-    return replace(layout, batches=RATED_BATCHES,
-                   iters=full * RATED_BATCHES + min(part, RATED_BATCHES))
+    return replace(layout, batches=SETTINGS.rated_batches,
+                   iters=full * SETTINGS.rated_batches + min(part, SETTINGS.rated_batches))
 
 
 @dataclass(frozen=True)
@@ -432,7 +425,7 @@ def mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     slope = (full.rate_sps - rates.rate_sps) / (cfg.cpus - cores)
     settled = (machine - per_sample * (rates.rate_sps - slope * cores)) / (1 + per_sample * slope)
     settled = max(cfg.cpus / 2, min(float(cfg.cpus), settled))
-    return at(settled) if abs(settled - cores) > SETTLED * cores else rates
+    return at(settled) if abs(settled - cores) > SETTINGS.settled * cores else rates
 
 
 def _mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
@@ -443,8 +436,8 @@ def _mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     out, hits = [], []
     # big epochs average over their own many reads: one permutation is enough
     varied = mode is Mode.DISK and bool(cache_bytes) and layout.batches * ranks * \
-        model.batch_size < SIM_SAMPLES  # no cache (0) misses everything in any order
-    for seed in range(SEEDS if varied else 1):
+        model.batch_size < SETTINGS.sim_samples  # no cache (0) misses everything in any order
+    for seed in range(SETTINGS.seeds if varied else 1):
         sim = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes, mode, seed,
                       cfg.nnodes)
         misses, reads = sim[0], sim[1]
@@ -470,8 +463,8 @@ def run_cache(model: Model, run: HeldOut) -> float | None:
 
 def binding_cache(model: Model, cache: float | None) -> float | None:
     """The page cache a prediction simulates: None (every file a hit after the first read)
-    when there is no limit or it holds the dataset (`CACHE_BINDS`), else the cache."""
-    return None if cache is None or cache >= CACHE_BINDS * model.dataset_bytes else cache
+    when there is no limit or it holds the dataset (`SETTINGS.cache_binds`), else the cache."""
+    return None if cache is None or cache >= SETTINGS.cache_binds * model.dataset_bytes else cache
 
 
 def run_config(model: Model, run: HeldOut) -> Config:
@@ -520,8 +513,9 @@ def predict_run(model: Model, run: HeldOut) -> Rates:
 
 def rel_sigma_for(model: Model, cfg: Config) -> float:
     """The relative standard error of a prediction for `cfg`: the fit's residual error,
-    widened by `UNTESTED_SIGMA` for each assumption of `untested`."""
-    return math.sqrt(model.rel_sigma ** 2 + len(untested(model, cfg)) * UNTESTED_SIGMA ** 2)
+    widened by `SETTINGS.untested_sigma` for each assumption of `untested`."""
+    return math.sqrt(model.rel_sigma ** 2
+                     + len(untested(model, cfg)) * SETTINGS.untested_sigma ** 2)
 
 
 def interval(model: Model, cfg: Config, rate_sps: float) -> tuple[float, float]:

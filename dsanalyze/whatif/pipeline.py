@@ -28,7 +28,7 @@ as its inputs:
   worker that is reading (None: reads cost no time: the device was not measured).
 
 Times are seconds, sizes bytes. The simulation is deterministic: the bytes
-each sample misses are an input. A batch of more than `MAX_CHUNKS` samples is
+each sample misses are an input. A batch of more than `SETTINGS.max_chunks` samples is
 simulated in that many chunks of consecutive samples (a chunk reads, then
 decodes, as one), which keeps large batches cheap to simulate.
 """
@@ -46,9 +46,9 @@ from typing import NamedTuple
 import numpy as np
 
 from dsanalyze.errors import ConfigError
+from dsanalyze.settings import SETTINGS
 
 PREFETCH_FACTOR = 2  # PyTorch's DataLoader default
-MAX_CHUNKS = 8  # a batch is simulated as at most this many runs of consecutive samples
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class _Sim:
             mean = float(np.mean(np.concatenate([np.asarray(b, float) for b in sample_bytes])))
             self.weight = [1 - p.size_share + p.size_share * np.asarray(b, float) / mean
                            for b in sample_bytes]
-        self.chunk = -(-p.batch_size // MAX_CHUNKS)  # samples simulated as one step
+        self.chunk = -(-p.batch_size // SETTINGS.max_chunks)  # samples simulated as one step
         self.epochs = len(miss_bytes)
         self.now = 0.0
         self.seq = 0

@@ -1,0 +1,141 @@
+"""The tuned constants of the analysis, the what-if model and the adaptive runs, in one value.
+
+Each field of `Settings` is one number a rule compares against or a size a
+simulation uses. Its metadata says what it is (`what`), its unit (`unit`,
+"" for a ratio) and where it comes from (`tuned`): the grid or the bench it
+was tuned on, or the convention it follows when it was not tuned, with the
+commit that introduced it. The code reads `SETTINGS.<name>`; a bench that
+tries another value builds `replace(SETTINGS, name=value)` and passes it
+where a function takes one. Tuning grid != scoring grid: the what-if's
+constants were tuned on bench/whatif_accuracy.py's grid and are scored on
+bench/scripts_accuracy.py's scripts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+ACCURACY_GRID = "bench/whatif_accuracy.py's grid (500 JPEGs of 530 KB, batch 8, 60 ms step, " \
+    "1-2 CPUs, cache 0-100%, throttles 2-16 MB/s)"
+
+
+def _tuned(value: float, unit: str, what: str, tuned: str) -> Any:
+    return field(default=value, metadata={"unit": unit, "what": what, "tuned": tuned})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The tuned constants; `describe()` lists them with their unit and provenance."""
+
+    # ---- the what-if fit (whatif/calibrate.py and its fitters) ----
+    default_rel_sigma: float = _tuned(
+        0.05, "", "relative standard error of a prediction when the fit runs leave fewer than 2 "
+        "degrees of freedom", f"a stated prior, checked on {ACCURACY_GRID} (6b66655)")
+    noise_floor: float = _tuned(
+        0.02, "", "run-to-run spread of one configuration on this kind of machine: the "
+        "smallest relative sigma of an interval and of a run's fit weight",
+        f"the repeats' spread of {ACCURACY_GRID} (6b66655)")
+    foreign_factor: float = _tuned(
+        3.0, "x", "outside work per sample above this times every run's median is another "
+        "process's load, not the job's",
+        "the repeats of bench/whatif_accuracy.py --repeats 2 (5360af0)")
+    throttle_binds: float = _tuned(
+        0.5, "", "a throttled cold window reading under this share of its throttle is not held "
+        "by it (no efficiency fitted on it)", f"{ACCURACY_GRID} (bffe67f)")
+    prep_bound: float = _tuned(
+        0.9, "", "a cached run under this share of its compute rate G is prep-bound enough to "
+        "solve c_prep on; at or above it, compute-bound (its loader is ahead)",
+        f"{ACCURACY_GRID} (ef446db)")
+    memory_bps: float = _tuned(
+        20e9, "B/s", "bytes a core copies per second: no read costs less CPU (the read CPU "
+        "bound)", "a physical figure (memcpy on a server core), not tuned (ba92cab)")
+    # ---- the what-if model (whatif/model.py, pipeline.py) ----
+    cache_binds: float = _tuned(
+        0.97, "", "a page cache under this share of the dataset limits the hits; at or above "
+        "it, the cache holds everything", f"{ACCURACY_GRID} (ef446db)")
+    untested_sigma: float = _tuned(
+        0.10, "", "relative error (one sigma) of a law or knob no fit run tested, added in "
+        "quadrature per assumption", f"a stated prior, checked on {ACCURACY_GRID} (83f78c0)")
+    settled: float = _tuned(
+        0.01, "", "cores left to the job, found within this share, are simulated no further",
+        "no grid recorded: the simulation's own noise (ec56db1)")
+    seeds: int = _tuned(3, "permutations", "permutations averaged per disk prediction",
+                        "no grid recorded; run time against the permutations' spread (ef446db)")
+    sim_samples: int = _tuned(
+        6000, "samples", "samples per simulated epoch; larger epochs are simulated on a sample",
+        "no grid recorded; run time of a prediction (ef446db)")
+    rated_batches: int = _tuned(
+        20000, "batches", "iterations per epoch a simulated timeline is stretched to, at most",
+        "no grid recorded; a prediction on 128 shards x 1M samples (a4c7fb3)")
+    max_chunks: int = _tuned(
+        8, "runs", "a batch is simulated as at most this many runs of consecutive samples",
+        "no grid recorded; run time of a prediction (ef446db)")
+    # ---- the what-if's decisions (whatif/decision.py, nextrun.py, fold.py) ----
+    tie_tolerance: float = _tuned(
+        0.02, "", "job times closer than this (relative) are ties, broken by cost",
+        "not tuned: the noise floor's size (6b66655)")
+    chance_min: float = _tuned(
+        0.02, "", "a configuration less likely than this to change the answer is not measured "
+        "next", "no grid recorded; judged by bench/adaptive.py (0a89001)")
+    same_rel: float = _tuned(
+        0.01, "", "budgets whose predictions differ by less than this are folded into one row",
+        "the simulated permutations' difference between budgets (2ab4ddd)")
+    same_s: float = _tuned(0.005, "s", "stalls closer than this are the same in a folded row",
+                           "the table's rounding: 0.00 is 0.00 (2ab4ddd)")
+    # ---- the measurement (analysis/) ----
+    input_bound_pct: float = _tuned(
+        5.0, "% of time", "a job is input-bound when more than this of its time waits for data",
+        "TF profiler's convention, not tuned (9ac3a24)")
+    highly_input_bound_pct: float = _tuned(
+        20.0, "% of time", "a job is highly input-bound above this",
+        "TF profiler's convention, not tuned (9ac3a24)")
+    wide_spread_pct: float = _tuned(
+        10.0, "% of median", "an IQR of the iteration times wider than this is warned about",
+        "torch.utils.benchmark's convention, not tuned (9ac3a24)")
+    others_cpu_pct: float = _tuned(
+        10.0, "% of the run's CPU", "others' share of the run's CPU capacity above which the run "
+        "was disturbed", "no grid recorded (507397a)")
+    others_machine_pct: float = _tuned(
+        40.0, "% of the other CPUs", "others' share of the CPUs the run was not given above which "
+        "a neighbour was busy (the harness's own work takes a few percent)",
+        "no grid recorded: the harness's own load against a busy neighbour (68f99b8)")
+    others_read_share: float = _tuned(
+        0.10, "", "others' reads on the dataset's disk, as a share of the run's own, above which "
+        "the run was disturbed", "no grid recorded (507397a)")
+    others_read_floor_bytes: int = _tuned(
+        4 << 20, "B", "reads by others under this do not matter", "not tuned (507397a)")
+    holds_margin_pct: float = _tuned(
+        10.0, "percentage points", "a node's share of time waiting for data must exceed every "
+        "other node's by this to name its loader as holding the job",
+        "the committed 2-rank fixture: ranks of one node differ by 8 points (b3176ad)")
+    holds_ratio: float = _tuned(
+        1.5, "x", "... and be this many times every other node's share",
+        "the committed 2-rank fixture (b3176ad)")
+    n_resamples: int = _tuned(
+        1000, "resamples", "block bootstrap resamples per interval",
+        "not tuned: a common bootstrap size (507397a)")
+    resident_share: float = _tuned(
+        0.95, "", "of the warmed bytes: less resident when a cached run starts is not cached",
+        "no grid recorded (bdf23b6)")
+    # ---- the adaptive runs (instrument/untilci.py, adaptive.py) ----
+    stall_factor: float = _tuned(
+        2.0, "x median", "an iteration this many times the median is a stall (its period "
+        "sizes the batch-means blocks)", "no grid recorded (0a89001)")
+    min_blocks: int = _tuned(
+        5, "blocks", "batch means: at least this many blocks, each longer than a stall period",
+        "no grid recorded: the batch-means t-interval needs a few blocks (0a89001)")
+    lead_iters: int = _tuned(
+        3, "iterations", "several ranks: rank 0 names an iteration this far ahead, all stop there",
+        "no grid recorded (0a89001)")
+    target_pct: float = _tuned(
+        5.0, "% of rate", "the adaptive recommendation's interval, plus or minus",
+        "no grid recorded; judged by bench/adaptive.py (0a89001)")
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Every setting: name, value, unit, what it is, where it was tuned."""
+        return [{"name": f.name, "value": getattr(self, f.name), **f.metadata}
+                for f in fields(self)]
+
+
+SETTINGS = Settings()

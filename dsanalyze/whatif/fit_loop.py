@@ -1,0 +1,143 @@
+"""The main process and the work around the job, measured on the runs' timelines.
+
+The main process's CPU per iteration and its delay to take a ready batch
+(the cached runs), the workers' start-up (the first iteration's wait beyond
+the simulated one), and the CPU outside the job's cgroup per sample (the
+machine-wide samples; a run over `SETTINGS.foreign_factor` x every run's
+median is another process's load and is set aside).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+from dsanalyze.analysis import interference, stalls
+from dsanalyze.config import Mode
+from dsanalyze.records import RunResult
+from dsanalyze.settings import SETTINGS
+from dsanalyze.whatif.fitruns import by_mode
+from dsanalyze.whatif.model import (
+    HeldOut,
+    Model,
+    Param,
+    run_config,
+    run_layout,
+    simulate_run,
+    step_for,
+)
+
+
+def _loop_s(run: RunResult) -> float | None:
+    """The main process's own time per iteration, wall: (iteration - wait) over the run's
+    steady iterations (median), the step included."""
+    r0 = run.ranks[0]
+    rest = [t - w for t, w in zip(r0.iter_s[r0.warmup:], r0.wait_s[r0.warmup:])]
+    return statistics.median(rest) if rest else None
+
+
+def _compute_bound(model: Model, run: RunResult) -> bool:
+    """A cached run at least `SETTINGS.prep_bound` of its job's compute rate G: its loader is
+    ahead."""
+    cfg = run_config(model, HeldOut.of(run))
+    g = (cfg.nproc or model.ranks) * model.batch_size / step_for(model, cfg)
+    return (stalls.run_rate(run).rate_sps or 0.0) >= SETTINGS.prep_bound * g
+
+
+def fit_main(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
+    """The main process, measured on the cached runs' timelines: its CPU per iteration,
+    (iteration - wait) less the step (synthetic runs), times the share of a core it gets
+    among the job's busy processes (processor sharing, as simulated); and the delay to take
+    a ready batch, the median wait of the compute-bound ones (their loader is ahead)."""
+    cached = [r for r in by_mode(results, Mode.CACHED) if _loop_s(r) is not None]
+    if model.step_s is None or not cached:
+        why = "not measured (needs a synthetic and a cached run): taken as 0"
+        return model, [Param("main_cpu_s_per_iter", 0.0, "s", (), why),
+                       Param("receive_s", 0.0, "s", (), why)]
+    points = []
+    for r in cached:
+        cfg = run_config(model, HeldOut.of(r))
+        procs = (cfg.nproc or model.ranks) * (max(0, cfg.workers or 0) + 1)
+        share = min(1.0, cfg.cpus / procs)
+        loop, step = _loop_s(r) or 0.0, step_for(model, cfg)
+        # a step on the CPU is slowed by the workers as the loop's own work is
+        points.append(max(0.0, loop * share - step if model.step_on_cpu else
+                          (loop - step) * share))
+    main = statistics.median(points)
+    ahead = [r for r in cached if _compute_bound(model, r)]
+    waits = [statistics.median(r.ranks[0].wait_s[r.ranks[0].warmup:]) for r in ahead]
+    receive = statistics.median(waits) if waits else 0.0
+    return replace(model, main_cpu_s=main, receive_s=receive), [
+        Param("main_cpu_s_per_iter", main, "s", tuple(r.run_id for r in cached),
+              f"measured: each cached run's loop time beyond its step (iteration - wait - "
+              f"step, median of its steady iterations) times the core share of its main "
+              f"process among the job's processes; median of {len(points)}: "
+              f"{min(points) * 1e3:.2f} to {max(points) * 1e3:.2f} ms"),
+        Param("receive_s", receive, "s", tuple(r.run_id for r in ahead),
+              f"measured: median wait for a batch in the {len(ahead)} compute-bound cached "
+              f"run(s), whose loader is ahead: "
+              f"{min(waits) * 1e3:.2f} to {max(waits) * 1e3:.2f} ms" if waits else
+              "not measured: no compute-bound cached run (its loader ahead of the step); "
+              "a ready batch is taken at once (untested)")]
+
+
+def fit_startup(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
+    """The workers' start-up: the first iteration's wait beyond the simulated one."""
+    runs = by_mode(results, Mode.LOADER)
+    runs += by_mode(results, Mode.CACHED) if model.step_s is not None else []
+    if not runs or not model.prep_cpu_s:
+        return model, [Param("startup_s", 0.0, "s", (), "not measured: no cached or loader run")]
+    bare = replace(model, startup_s=0.0)
+    extra = [r.ranks[0].wait_s[0] - simulate_run(bare, run_config(model, HeldOut.of(r)),
+                                                 run_layout(r), r.mode).wait_s[0] for r in runs]
+    value = max(0.0, statistics.median(extra))
+    return replace(model, startup_s=value), [Param(
+        "startup_s", value, "s", tuple(r.run_id for r in runs),
+        "first iteration's wait beyond the simulated one (DataLoader worker start-up)")]
+
+
+def _drop_foreign(found: dict[str, list[tuple[str, float]]]
+                  ) -> tuple[dict[str, list[tuple[str, float]]], list[tuple[str, float]]]:
+    """The runs whose outside work is the job's: a run where it exceeds
+    `SETTINGS.foreign_factor` x the median of every run's (another process busy on a core
+    the job did not use, which no interference check sees at fewer CPUs than the
+    machine's) is set aside, and named."""
+    every = [x for v in found.values() for _, x in v]
+    if len(every) < 3:
+        return found, []
+    limit = SETTINGS.foreign_factor * statistics.median(every)
+    kept = {k: [(i, x) for i, x in v if x <= limit] for k, v in found.items()}
+    return kept, sorted((i, x) for v in found.values() for i, x in v if x > limit)
+
+
+def fit_others(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
+    """The work outside the job's cgroup per sample (`interference.outside_cpu_s_per_sample`),
+    median over the loader and cached runs, and over the disk runs (their kernel I/O work
+    besides; the others' figure where none recorded it), with the machine's online CPUs."""
+    machine = [m for r in results if (m := (r.io.interference or {}).get("machine_cpus"))]
+    found = {mode: [(r.run_id, x) for r in results if r.ok and r.ranks and r.mode in modes
+                    and (x := interference.outside_cpu_s_per_sample(r)) is not None]
+             for mode, modes in (("cached", (Mode.LOADER, Mode.CACHED)), ("disk", (Mode.DISK,)))}
+    found, foreign = _drop_foreign(found)
+    if not machine or not (found["cached"] or found["disk"]):
+        return model, [Param("others_cpu_s_per_sample", 0.0, "s", (), "not measured: the runs "
+                             "predate the machine-wide CPU samples; work outside the job's "
+                             "cgroup taken to take none of its cores")]
+    value = {k: statistics.median(x for _, x in v) if v else None for k, v in found.items()}
+    mem = value["cached"] if value["cached"] is not None else value["disk"]
+    disk = value["disk"] if value["disk"] is not None else mem
+    model = replace(model, machine_cpus=max(machine), others_cpu_s_per_sample=mem,
+                    others_disk_cpu_s_per_sample=disk)
+    how = (f"measured: CPU outside the job's cgroup on any of the machine's {max(machine)} "
+           "cores (kernel I/O and reclaim, the harness's monitor and limiter) per sample of the "
+           "steady iterations, median of {n} run(s); it takes the job's cores where the job "
+           "wants more than the machine has free of it")
+    if foreign:
+        how += (f"; left out, as another process's load rather than the job's (over "
+                f"{SETTINGS.foreign_factor:g}x the median of every run): " +
+                ", ".join(f"{i} {x * 1e3:.2f} ms" for i, x in foreign))
+    return model, [Param(f"others_cpu_s_per_sample[{k}]", v, "s",
+                         tuple(i for i, _ in found[k] or found["cached"]),
+                         how.format(n=len(found[k])) if found[k] else
+                         "not measured on these runs: the loader and cached runs' figure")
+                   for k, v in (("cached", mem), ("disk", disk))]

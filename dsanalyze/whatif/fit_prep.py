@@ -1,0 +1,180 @@
+"""The workers' prep: c_prep and its contention law, and the size-following share.
+
+c(k) = c_prep (1 + contention (k - 1)) for k busy cores: c_prep is solved on
+each loader run and each prep-bound cached run (a cached run under
+`SETTINGS.prep_bound` of its compute rate), keyed by its busy cores, and the
+law fitted across them in log; with one busy-core count, the contention of
+the machine's parallel decode probe (else 0). A law outside its bounds
+(`whatif/bounds.py`) falls back to the fewest cores alone, then to the
+workers' own per-transform timing. The image loader's (read + decode) share
+of the timed prep follows each file's bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import replace
+
+from dsanalyze.analysis import stalls, transforms
+from dsanalyze.config import Mode
+from dsanalyze.records import LOADER_STAGE, CpuScaling, RunResult
+from dsanalyze.settings import SETTINGS
+from dsanalyze.whatif import bounds, pipeline
+from dsanalyze.whatif.fitruns import by_mode, job_key
+from dsanalyze.whatif.model import (
+    HeldOut,
+    Model,
+    Param,
+    mean_rates,
+    run_config,
+    run_cpus,
+    run_layout,
+    step_for,
+)
+
+
+def _solve_prep(model: Model, run: RunResult, mode: Mode) -> float:
+    cfg, layout = run_config(model, HeldOut.of(run)).with_cache(), run_layout(run)
+    target = stalls.run_rate(run).rate_sps or 0.0
+    return pipeline.solve(lambda x: mean_rates(model, cfg, layout, mode, None,
+                                               prep_cpu_s=x).rate_sps, target, 1e-6, 10.0)
+
+
+def _prep_law(points: dict[int, float], probed: float | None = None) -> tuple[float, float]:
+    """(c_prep, contention) of c(k) = c_prep (1 + contention (k - 1)), least squares in log;
+    with one busy-core count, the contention `probed` on the machine (else 0)."""
+    if len(points) == 1:
+        k, x = next(iter(points.items()))
+        alpha = probed or 0.0
+        return x / (1 + alpha * (k - 1)), alpha
+
+    def sse(alpha: float) -> float:
+        c0 = math.exp(statistics.fmean(math.log(x / (1 + alpha * (k - 1)))
+                                       for k, x in points.items()))
+        return sum(math.log(c0 * (1 + alpha * (k - 1)) / x) ** 2 for k, x in points.items())
+    alpha = pipeline.minimize(sse, 1e-4, 10.0)
+    alpha = 0.0 if sse(0.0) <= sse(alpha) else alpha
+    c0 = math.exp(statistics.fmean(math.log(x / (1 + alpha * (k - 1))) for k, x in points.items()))
+    return c0, alpha
+
+
+def _prep_points(model: Model, loaders: list[RunResult], cached: list[RunResult]
+                 ) -> tuple[dict[int, float], list[str]]:
+    """Worker CPU per sample solved on each loader run and each prep-bound cached run of
+    a job and CPU count without a loader run (every job of the prefix: they share the data
+    and the transforms), keyed by its busy cores: the points the one law is fitted to."""
+    points: dict[int, list[float]] = {}
+    runs = []
+    with_loader = {(job_key(r), run_cpus(r)) for r in loaders}
+    for r in loaders + [r for r in cached if (job_key(r), run_cpus(r)) not in with_loader]:
+        cfg = run_config(model, HeldOut.of(r))
+        ranks = cfg.nproc or model.ranks
+        if r.mode is Mode.CACHED and not (model.step_s and (stalls.run_rate(r).rate_sps or 0)
+                                          < SETTINGS.prep_bound * ranks * model.batch_size
+                                          / step_for(model, cfg)):
+            continue
+        k = min(cfg.cpus, ranks * max(1, cfg.workers or 0))
+        points.setdefault(k, []).append(_solve_prep(replace(model, contention=0.0), r, r.mode))
+        runs.append(r.run_id)
+    return {k: statistics.median(v) for k, v in points.items()}, runs
+
+
+def fit_size_share(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
+    """The image loader's (read + decode) share of a sample's timed prep, from the
+    per-transform timing of the loader runs (else the cached runs): that share of each
+    sample's prep scales with its file's bytes, the rest is the same for every sample."""
+    runs = by_mode(results, Mode.LOADER) or by_mode(results, Mode.CACHED)
+    shares, rows = [], []
+    for r in runs:
+        table = transforms.run_table(r)
+        total = transforms.sum_s_per_sample(table)
+        if total > 0:
+            rows = table
+            shares.append(sum(x["mean_s_per_sample"] for x in table
+                              if x["stage"] == LOADER_STAGE) / total)
+    if not shares:
+        return model, [Param("prep_size_share", 0.0, "", (), "not measured: no per-transform "
+                             "timing recorded; every sample's prep taken as the mean")]
+    share = statistics.median(shares)
+    steps = ", ".join(f"{x['name']} {x['mean_s_per_sample'] * 1e3:.2f} ms" for x in rows)
+    return replace(model, size_share=share), [Param(
+        "prep_size_share", share, "", tuple(r.run_id for r in runs if transforms.run_table(r)),
+        f"measured: the image loader's share of the timed prep per sample (median of "
+        f"{len(shares)} run(s); e.g. {steps}); that share of a sample's prep scales with its "
+        "file's bytes, the rest is the same for every sample")]
+
+
+def _probe(results: list[RunResult]) -> tuple[CpuScaling, list[str]] | None:
+    """The machine's parallel decode probe the runs recorded (one per sweep), and its runs."""
+    found = [(s, r.run_id) for r in results
+             if (s := CpuScaling.of_run(r)) is not None and s.contention is not None]
+    if not found:
+        return None
+    return found[0][0], [i for _, i in found]
+
+
+def fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
+    """c_prep and its contention law, given the main process's CPU per iteration."""
+    loaders, cached = by_mode(results, Mode.LOADER), by_mode(results, Mode.CACHED)
+    points, prep_runs = _prep_points(model, loaders, cached)
+    probe = _probe(results)
+    dropped = ""
+    if points:
+        c0, alpha = _prep_law(points, probe[0].contention if probe else None)
+        if not bounds.CONTENTION.holds(alpha):
+            dropped = bounds.CONTENTION.dropped(alpha, prep_runs)
+            c0, alpha = _prep_law({k: x for k, x in points.items() if k == min(points)})
+        if not bounds.PREP_CPU_S.holds(c0):
+            return _prep_from_timing(model, results, bounds.PREP_CPU_S.dropped(c0, prep_runs))
+        model = replace(model, prep_cpu_s=c0, contention=alpha,
+                        contention_probed=len(points) == 1 and probe is not None)
+    params = [_prep_param(model, prep_runs, sorted(points), cached, dropped)]
+    if model.contention_probed and probe:
+        scaling, ids = probe
+        params.append(Param(
+            "contention", model.contention, "", tuple(ids),
+            f"measured by the machine's parallel decode probe: {scaling.work} of the dataset's "
+            f"files took {scaling.solo_cpu_s * 1e3:.2f} ms CPU per item alone on one core, "
+            f"{scaling.parallel_cpu_s * 1e3:.2f} ms on each of {scaling.cpus} cores at once "
+            "(the runs measured one busy-core count, so the job's own law is untested)"))
+    return model, params
+
+
+def _prep_from_timing(model: Model, results: list[RunResult], dropped: str
+                      ) -> tuple[Model, list[Param]]:
+    """c_prep where the rates did not determine it: the workers' own per-transform timing
+    (the sum of the timed steps per sample, median over the loader or cached runs), no
+    contention; else not measured. `dropped`: the fitted value and its runs."""
+    runs = [r for r in by_mode(results, Mode.LOADER) or by_mode(results, Mode.CACHED)
+            if transforms.run_table(r)]
+    timed = [transforms.sum_s_per_sample(transforms.run_table(r)) for r in runs]
+    if not timed or not bounds.PREP_CPU_S.holds(statistics.median(timed)):
+        return replace(model, prep_cpu_s=None), [Param(
+            "prep_cpu_s_per_sample", None, "s", (), f"not measured: {dropped}")]
+    value = statistics.median(timed)
+    return replace(model, prep_cpu_s=value, contention=0.0, contention_probed=False), [Param(
+        "prep_cpu_s_per_sample", value, "s", tuple(r.run_id for r in runs),
+        f"the workers' per-transform timing, summed per sample (median of {len(timed)} "
+        f"run(s)), contention 0 (untested); from the rates: {dropped}")]
+
+
+def _prep_param(model: Model, runs: list[str], cores: list[int], cached: list[RunResult],
+                dropped: str = "") -> Param:
+    if model.prep_cpu_s is None:
+        ids = tuple(r.run_id for r in cached)
+        return Param("prep_cpu_s_per_sample", None, "s", ids,
+                     "not measured: the cached runs are compute-bound, so prep is faster than "
+                     "they show; run harness.py --modes loader")
+    law = (f"contention {model.contention:.3f} per extra busy core from the machine's "
+           "parallel decode probe (one busy-core count measured)" if model.contention_probed else
+           f"contention {model.contention:.3f} per extra busy core, fitted across busy cores "
+           f"{cores}" if model.contention else
+           f"contention 0: one busy-core count measured ({cores[0]}), so each extra core is "
+           "taken to add a full core of prep (untested)" if len(cores) == 1 else
+           f"contention fitted as 0 across busy cores {cores} (cores add prep linearly)")
+    if dropped:  # the law refitted on the fewest busy cores alone, contention 0
+        law = f"contention {dropped}; c_prep from busy cores {cores[0]} alone, contention 0"
+    return Param("prep_cpu_s_per_sample", model.prep_cpu_s, "s", tuple(runs),
+                 f"c_prep: worker CPU per sample on one busy core ({1 / model.prep_cpu_s:.1f} "
+                 f"samples/s per core); {law}")

@@ -1,0 +1,183 @@
+"""Storage: the device, the CPU per byte read, the throttles and the page cache's slack.
+
+The device is the harness's cold probe before each disk run; the CPU per
+byte read is calibrated on the unthrottled disk runs; one efficiency for
+every throttle is solved on the cold windows the throttle held (reading at
+least `SETTINGS.throttle_binds` of it); the slack is the page cache the runs
+had beyond a budget that bound.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+from dsanalyze.analysis import stalls
+from dsanalyze.config import Mode, format_bytes
+from dsanalyze.records import RunResult
+from dsanalyze.settings import SETTINGS
+from dsanalyze.whatif import bounds, pipeline
+from dsanalyze.whatif.fitruns import log_error, residual
+from dsanalyze.whatif.model import (
+    HeldOut,
+    Model,
+    Param,
+    effective_cache,
+    mean_rates,
+    run_config,
+    run_cpus,
+    run_layout,
+)
+
+
+def fit_device(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
+    """The storage device: the harness's cold probe before each disk run (median)."""
+    probes = [(r.run_id, d) for r in disk
+              if (d := r.io.storage_device) and d.get("read_bps")]
+    if not probes:
+        why = ("not measured: the disk runs predate the storage probe (re-run them); "
+               "unthrottled storage is taken as never limiting")
+        return model, [Param("device_read_bps", None, "B/s", (), why)]
+    ids = tuple(i for i, _ in probes)
+    bps = statistics.median(d["read_bps"] for _, d in probes)
+    lat = statistics.median(d.get("latency_s") or 0.0 for _, d in probes)
+    spread = [d["read_bps"] for _, d in probes]
+    return replace(model, device_read_bps=bps, device_latency_s=lat), [
+        Param("device_read_bps", bps, "B/s", ids,
+              f"cold reads of the dataset's own files by one reader before each disk run "
+              f"(median of {len(probes)}: {format_bytes(min(spread))}/s to "
+              f"{format_bytes(max(spread))}/s); unthrottled storage is this device"),
+        Param("device_latency_s", lat, "s", ids, "median cold 4 KiB read per request")]
+
+
+def _read_runs(disk: list[RunResult]) -> tuple[list[RunResult], bool]:
+    """(runs, contrast): the unthrottled runs at the fewest CPUs that had different cache
+    budgets (contrast), else those without a page cache at their fewest CPUs."""
+    unthrottled = [r for r in disk if r.spec.resources.storage_read_bps is None]
+    by_cpus: dict[int, list[RunResult]] = {}
+    for r in unthrottled:
+        by_cpus.setdefault(run_cpus(r), []).append(r)
+    varied = [c for c, rs in by_cpus.items()
+              if len({r.spec.resources.cache.cache_bytes for r in rs}) > 1]
+    if varied:
+        return by_cpus[min(varied)], True
+    # the runs without a page cache, where it is not confounded with the cache model
+    runs = [r for r in unthrottled if not r.spec.resources.cache.cache_bytes] or unthrottled
+    fewest = min(map(run_cpus, runs), default=None)
+    return [r for r in runs if run_cpus(r) == fewest], False
+
+
+def fit_read_cpu(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
+    """CPU a worker spends per byte read from storage (one number), on unthrottled runs.
+
+    Where unthrottled runs at one CPU count had different cache budgets, from the
+    contrast alone: how their rates change with the bytes they missed, their common level
+    left to the prep cost and the contention law (fitted on their own); the fewest such
+    CPUs. Otherwise from the level of the runs without a page cache at their fewest CPUs,
+    where the job's own CPU holds it. A level fit at more CPUs would fold the contention
+    and the work outside the cgroup into a read cost (one fold of bench/whatif_accuracy.py
+    made it 2 ms a sample from 2-CPU runs and missed a 1-CPU run by 11%)."""
+    runs, contrast = _read_runs(disk)
+    if not runs:
+        return model, [Param("read_cpu_bps", None, "B/s", (), "not measured: no unthrottled "
+                             "disk run; reads are taken to cost no CPU")]
+
+    def error(kappa: float) -> float:
+        trial = replace(model, miss_cpu_s_per_byte=kappa)
+        if not contrast:
+            return log_error(trial, runs)
+        res = [residual(trial, r) for r in runs]
+        mean = statistics.fmean(res)
+        return sum((x - mean) ** 2 for x in res)
+    kappa = pipeline.minimize(error, 1e-13, 1e-7, 12)
+    if kappa <= 1e-13 or error(0.0) <= error(kappa):
+        kappa = 0.0
+    ids = tuple(r.run_id for r in runs)
+    if kappa and not bounds.READ_CPU_BPS.holds(1 / kappa):
+        return model, [Param("read_cpu_bps", None, "B/s", ids, "not measured: reads taken to "
+                             "cost no CPU; " + bounds.READ_CPU_BPS.dropped(1 / kappa, ids))]
+    where = (f"the change of rate with the bytes missed across the cache budgets of the "
+             f"unthrottled disk runs at {run_cpus(runs[0])} CPU(s)" if contrast else
+             f"the unthrottled disk runs without a page cache at {run_cpus(runs[0])} CPU(s)")
+    return replace(model, miss_cpu_s_per_byte=kappa), [Param(
+        "read_cpu_bps", 1 / kappa if kappa else None, "B/s", ids,
+        f"calibrated, one number: bytes read per CPU second (page-cache fill, reclaim), from "
+        f"{where}" if kappa else f"calibrated: reading costs no measurable CPU ({where})")]
+
+
+def _cold_window(run: RunResult) -> tuple[pipeline.Layout, float, bool] | None:
+    """A window of a disk run where every read misses: (layout, rate, is it epoch 1)."""
+    layout, rate = run_layout(run), stalls.run_rate(run)
+    if layout.epochs >= 2 and rate.epoch1_rate_sps:
+        return replace(layout, epochs=2, iters=layout.batches + 1), rate.epoch1_rate_sps, True
+    if layout.epochs == 1 and rate.rate_sps:
+        return layout, rate.rate_sps, False  # a run within its first epoch: cold throughout
+    return None
+
+
+def _throttle_fit(model: Model, run: RunResult, window: tuple[pipeline.Layout, float, bool]
+                  ) -> float:
+    """The efficiency (bandwidth got / throttle) that reproduces one cold window."""
+    layout, target, first = window
+    cfg = run_config(model, HeldOut.of(run)).with_cache()
+    bps = cfg.storage_read_bps
+
+    def rate(x: float) -> float:
+        got = mean_rates(replace(model, throttle_efficiency=1 / (x * bps)), cfg, layout,
+                         Mode.DISK, None, cold_first=first)
+        return got.epoch1_sps if first else got.rate_sps
+    return 1 / bps / pipeline.solve(rate, target, 1e-12, 1e-3)
+
+
+def fit_throttles(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
+    """One efficiency for every throttle: the median over the cold windows of throttled runs
+    whose throttle is under the device's bandwidth."""
+    fits, runs = [], []
+    sample_bytes = model.dataset_bytes / len(model.file_bytes)
+    for r in disk:
+        bps = r.spec.resources.storage_read_bps
+        if bps is None or (model.device_read_bps and bps >= model.device_read_bps):
+            continue
+        window = _cold_window(r)
+        # only where the throttle binds: the cold window read at least half of it
+        if window and window[1] * sample_bytes >= SETTINGS.throttle_binds * bps:
+            fits.append(_throttle_fit(model, r, window))
+            runs.append(r.run_id)
+    bad = [(i, x) for i, x in zip(runs, fits) if not bounds.THROTTLE_EFFICIENCY.holds(x)]
+    dropped = "; ".join(bounds.THROTTLE_EFFICIENCY.dropped(x, [i]) for i, x in bad)
+    runs, fits = [i for i, x in zip(runs, fits) if bounds.THROTTLE_EFFICIENCY.holds(x)], \
+        [x for x in fits if bounds.THROTTLE_EFFICIENCY.holds(x)]
+    if not fits:
+        why = "every throttled fit out of bounds" if bad else \
+            "no throttled disk run held by its throttle"
+        return model, [Param("throttle_efficiency", 1.0, "", tuple(i for i, _ in bad),
+                             f"not measured: {why}; a throttle is taken at face value (capped "
+                             "by the device)" + (f"; {dropped}" if dropped else ""))]
+    eff = statistics.median(fits)
+    return replace(model, throttle_efficiency=eff, throttle_measured=True), [Param(
+        "throttle_efficiency", eff, "", tuple(runs),
+        f"one number for every throttle: cold epochs (every read misses) got {min(fits):.1%} to "
+        f"{max(fits):.1%} of their throttle; the median is used"
+        + (f"; {dropped}" if dropped else ""))]
+
+
+def fit_slack(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
+    """Page cache the runs had beyond a budget that bound (under `SETTINGS.cache_binds` of
+    the dataset): the median over the disk runs."""
+    binds = SETTINGS.cache_binds * model.dataset_bytes
+    slack, runs = [], []
+    for r in disk:
+        budget = r.spec.resources.cache.cache_bytes
+        had = effective_cache(r, model.dataset_bytes)
+        if budget is not None and had is not None and had < binds:
+            slack.append(had - budget)
+            runs.append(r.run_id)
+    if not slack:
+        return model, [Param("cache_slack_bytes", None, "B", (),
+                             "not measured: no disk run with a binding cache limit and cgroup "
+                             "counters; budgets taken at face value")]
+    value = statistics.median(slack)
+    return replace(model, cache_slack_bytes=value), [Param(
+        "cache_slack_bytes", value, "B", tuple(runs),
+        f"page cache (shared memory excluded) the fit runs had over their budget in their "
+        f"steady epochs: {format_bytes(min(slack))} to {format_bytes(max(slack))}")]

@@ -1,0 +1,135 @@
+"""The registry of fitters: what each reads, its rule, its degrees of freedom, its bounds.
+
+`calibrate.fit` builds the job's model (`jobfit.job_model`: the layout, the
+file sizes and the step law), then applies `FITTERS` in order, each to the
+runs it declares (`runs`, then only the `modes` it names), and sizes the
+intervals last (`fit_sigma`) over the degrees of freedom the fitters declare
+they took: a number calibrated against the fit runs' rates takes one, a
+number measured directly on a timeline or a probe takes none. `bounds` are
+the plausible ranges (`whatif/bounds.py`) a rule checks its value against.
+`SHOWN` is the order the parameters are listed in.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from dsanalyze.analysis import stalls
+from dsanalyze.config import Mode
+from dsanalyze.records import RunResult
+from dsanalyze.settings import SETTINGS
+from dsanalyze.whatif import bounds, fit_loop, fit_prep, fit_storage
+from dsanalyze.whatif.bounds import Bound
+from dsanalyze.whatif.fitruns import residual
+from dsanalyze.whatif.model import LEVEL, Model, Param
+
+Rule = Callable[[Model, list[RunResult]], tuple[Model, list[Param]]]
+Dof = Callable[[Model, list[Param]], int]
+EVERY_MODE = tuple(Mode)
+
+
+class Runs(enum.Enum):
+    """Which of the prefix's completed runs a fitter reads."""
+
+    ALL = "every job's runs"
+    BASE = "the base job's runs"
+    BASE_DISK = "the base job's disk runs"
+
+
+@dataclass(frozen=True)
+class Fitter:
+    """One group of parameters: what it reads, how it fits, what it costs the intervals."""
+
+    name: str
+    runs: Runs
+    modes: tuple[Mode, ...]  # of those runs, the modes the rule is given
+    rule: Rule
+    dof: Dof  # numbers the rule calibrated against the fit runs' rates
+    bounds: tuple[Bound, ...] = ()
+    needs_prep: bool = False  # applied only once c_prep and the step are known
+
+    def inputs(self, runs: dict[Runs, list[RunResult]]) -> list[RunResult]:
+        return [r for r in runs[self.runs] if r.mode in self.modes]
+
+
+def measured(model: Model, params: list[Param]) -> int:
+    """A number read off a timeline or a probe: no degree of freedom taken."""
+    return 0
+
+
+def _prep_dof(model: Model, params: list[Param]) -> int:
+    # c_prep, and the contention where the runs (not the machine's probe) fitted it
+    return 1 + int(model.contention > 0 and not model.contention_probed)
+
+
+def _one(model: Model, params: list[Param]) -> int:
+    return 1  # the start-up: the first waits against the simulated ones
+
+
+def _read_dof(model: Model, params: list[Param]) -> int:
+    return int(bool(model.miss_cpu_s_per_byte))
+
+
+def _throttle_dof(model: Model, params: list[Param]) -> int:
+    # one where any throttled run was fitted, also when every fit fell out of bounds (as the
+    # fit always counted it; 2 of the fixtures' leave-one-out fits have such a case)
+    return int(bool(params and params[0].runs))
+
+
+def _slack_dof(model: Model, params: list[Param]) -> int:
+    # read off the cgroup's counters, but it shifts every budget the rates are predicted at
+    return int(params[0].value is not None)
+
+
+FITTERS = (
+    Fitter("device", Runs.BASE_DISK, (Mode.DISK,), fit_storage.fit_device, measured),
+    # every mode: the machine's CPU count and its decode probe may come with any run
+    Fitter("others", Runs.ALL, EVERY_MODE, fit_loop.fit_others, measured),
+    Fitter("main", Runs.ALL, (Mode.CACHED,), fit_loop.fit_main, measured),
+    Fitter("size_share", Runs.BASE, (Mode.LOADER, Mode.CACHED), fit_prep.fit_size_share,
+           measured),
+    Fitter("cpu", Runs.ALL, EVERY_MODE, fit_prep.fit_cpu, _prep_dof,
+           (bounds.CONTENTION, bounds.PREP_CPU_S)),
+    Fitter("startup", Runs.BASE, (Mode.LOADER, Mode.CACHED), fit_loop.fit_startup, _one),
+    Fitter("read_cpu", Runs.BASE_DISK, (Mode.DISK,), fit_storage.fit_read_cpu, _read_dof,
+           (bounds.READ_CPU_BPS,), needs_prep=True),
+    Fitter("throttle", Runs.BASE_DISK, (Mode.DISK,), fit_storage.fit_throttles, _throttle_dof,
+           (bounds.THROTTLE_EFFICIENCY,), needs_prep=True),
+    Fitter("slack", Runs.BASE_DISK, (Mode.DISK,), fit_storage.fit_slack, _slack_dof),
+)
+# "step" and "layout": the job's model (`jobfit`); "sigma": the intervals
+SHOWN = ("step", "main", "size_share", "cpu", "others", "layout", "startup", "device",
+         "read_cpu", "throttle", "slack", "sigma")
+
+
+def ready(model: Model) -> bool:
+    """Whether the model can predict a rate: c_prep and the step known."""
+    return model.prep_cpu_s is not None and model.step_s is not None
+
+
+def fit_sigma(model: Model, runs: list[RunResult], calibrated: int) -> tuple[Model, Param]:
+    """The relative standard error of a prediction: the fit runs' residual log error over
+    their degrees of freedom (runs - calibrated numbers), at least `SETTINGS.noise_floor`."""
+    rated = [r for r in runs if r.mode is not Mode.SYNTHETIC and stalls.run_rate(r).rate_sps]
+    dof = len(rated) - calibrated
+    ids = tuple(r.run_id for r in rated)
+    measured = [model.measured_sigma[r.run_id] for r in rated if r.run_id in model.measured_sigma]
+    noise = statistics.median(measured) if measured else 0.0
+    if dof < 2:
+        sigma = max(SETTINGS.default_rel_sigma, noise)
+        return replace(model, rel_sigma=sigma), Param(
+            "rel_sigma", sigma, "", ids,
+            f"default {SETTINGS.default_rel_sigma:.0%}, at least the fit runs' median measured "
+            f"noise ({noise:.1%}): {len(rated)} fit run(s) for {calibrated} calibrated number(s) "
+            "leave too few degrees of freedom to size the intervals")
+    res = [residual(model, r) for r in rated]
+    sigma = max(SETTINGS.noise_floor, noise, math.sqrt(sum(x * x for x in res) / dof))
+    return replace(model, rel_sigma=sigma), Param(
+        "rel_sigma", sigma, "", ids,
+        f"residual log error of {len(rated)} fit runs over {dof} degrees of freedom, at least "
+        f"their median measured noise ({noise:.1%}, block bootstrap) and "
+        f"{SETTINGS.noise_floor:.0%}: intervals are rate x exp(+-1.645 sigma), {LEVEL:.0%} nominal")

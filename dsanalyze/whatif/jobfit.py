@@ -1,0 +1,117 @@
+"""The model's job before any calibration: its layout, file sizes and step law.
+
+`job_model` builds the `Model` the fitters (`whatif/fitters.py`) refine: the
+base job's ranks, batch, workers and layout (a cold epoch, then steady ones),
+the dataset's page-rounded file sizes, and the step: on a GPU (or the sim
+device) the ring law t(n) = t_compute + t_allreduce * 2(n-1)/n fitted on the
+synthetic runs of each rank count; on the CPU its time at each CPU count a
+synthetic run measured. Each run's fit weight is 1 / its measured relative
+variance, floored at `SETTINGS.noise_floor`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+
+from dsanalyze.analysis import stalls
+from dsanalyze.analysis.jobrun import job_as_run
+from dsanalyze.config import Mode
+from dsanalyze.records import RunResult
+from dsanalyze.settings import SETTINGS
+from dsanalyze.whatif import pipeline
+from dsanalyze.whatif.fitruns import by_mode, job_key, per_iter
+from dsanalyze.whatif.model import Model, Param, file_sizes, run_cpus, run_layout
+
+
+def _fit_step(results: list[RunResult], base: tuple[int, float | None]
+              ) -> tuple[float | None, float, list[Param]]:
+    """(step at the base ranks, t_allreduce, params): synthetic runs of the base step."""
+    by_n: dict[int, list[RunResult]] = {}
+    for r in by_mode(results, Mode.SYNTHETIC):
+        if job_key(r)[1] == base[1] and stalls.run_rate(r).rate_sps:
+            by_n.setdefault(r.spec.job.world_size, []).append(r)
+    if base[0] not in by_n:
+        return None, 0.0, [Param("ingest_sps", None, "samples/s", (),
+                                 "not measured: no synthetic run")]
+    steps = {n: statistics.median(per_iter(r) / stalls.run_rate(r).rate_sps for r in runs)
+             for n, runs in by_n.items()}
+    params = [Param(f"ingest_sps[ranks={n}]", per_iter(runs[0]) / steps[n],
+                    "samples/s", tuple(r.run_id for r in runs),
+                    f"median of {len(runs)} synthetic run(s): step {steps[n] * 1e3:.2f} ms")
+              for n, runs in sorted(by_n.items())]
+    ring = {n: 2 * (n - 1) / n for n in steps}
+    others = [n for n in steps if n != base[0]]
+    allreduce = 0.0
+    if others:  # t(n) - t(base) = a (ring(n) - ring(base)), least squares through the origin
+        x = [ring[n] - ring[base[0]] for n in others]
+        y = [steps[n] - steps[base[0]] for n in others]
+        allreduce = max(0.0, sum(a * b for a, b in zip(x, y)) / sum(a * a for a in x))
+    how = (f"ring law t(n) = t_compute + t_allreduce * 2(n-1)/n fitted on ranks "
+           f"{sorted(steps)}" if others else
+           "not measured: synthetic runs of one rank count only; other rank counts are taken "
+           "to add no all-reduce time (untested)")
+    params.append(Param("allreduce_s", allreduce, "s",
+                        tuple(r.run_id for n in sorted(by_n) for r in by_n[n]) if others else (),
+                        how))
+    return steps[base[0]], allreduce, params
+
+
+def _fit_cpu_step(base: list[RunResult]) -> tuple[tuple[tuple[int, float], ...], list[Param]]:
+    """A step on the CPU: its time per iteration at each CPU count a synthetic run of the
+    base job measured (the step's threads take every core; no law across counts)."""
+    by: dict[int, list[RunResult]] = {}
+    for r in by_mode(base, Mode.SYNTHETIC):
+        if stalls.run_rate(r).rate_sps:
+            by.setdefault(run_cpus(r), []).append(r)
+    steps = {k: statistics.median(per_iter(r) / (stalls.run_rate(r).rate_sps or 1.0)
+                                  for r in runs) for k, runs in sorted(by.items())}
+    return tuple(steps.items()), [Param(
+        f"step_s[cpus={k}]", steps[k], "s", tuple(r.run_id for r in by[k]),
+        f"the step runs on the CPU (the script's device): measured at {k} CPU(s) by "
+        f"{len(by[k])} synthetic run(s); it shares the cores with the loader's workers, and "
+        "other CPU counts are not predicted") for k in steps]
+
+
+def _speedups(runs: list[RunResult], base: RunResult) -> tuple[float, ...]:
+    """Base step / the sim step of each run: the GPU speed-ups some run measured."""
+    if job_key(base)[1] is None:
+        return (1.0,)
+    return tuple(sorted({base.spec.job.sim_step_ms / step for r in runs
+                         if (step := job_key(r)[1])}))
+
+
+def job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] | None,
+               policy: str, rate_rel_sigma: Mapping[str, float]
+              ) -> tuple[Model, list[Param], list[Param]]:
+    """The model's job and layout (the base job's), its step law, and what it measured:
+    the step's params, and the layout's (samples per epoch, dataset bytes, sample bytes)."""
+    job, ran = base[0].spec.job, job_as_run(base[0])
+    file_bytes, size_param = file_sizes(base[0], sizes)
+    # the whole dataset's epoch: a cached run of data larger than memory ran on a subset
+    n_samples = max(stalls.samples_per_epoch(r) or 0 for r in base) or len(file_bytes)
+    batches = max(run_layout(r).batches for r in base)
+    epochs = max([3] + [run_layout(r).epochs for r in by_mode(base, Mode.DISK)])
+    # a cold epoch, then steady ones
+    layout = pipeline.Layout(epochs, batches, epochs * batches, min(job.warmup, batches - 1))
+    step, allreduce, g_params = _fit_step(ok, job_key(base[0]))
+    by_cpus, cpu_params = _fit_cpu_step(base) if ran.step_uses_cpu else ((), [])
+    weights = {k: 1 / max(v, SETTINGS.noise_floor) ** 2 * SETTINGS.noise_floor ** 2
+               for k, v in rate_rel_sigma.items()}
+    model = Model(ranks=ran.ranks, batch_size=ran.batch_size, workers=ran.workers,
+                  samples_per_epoch=n_samples, file_bytes=file_bytes, layout=layout, step_s=step,
+                  policy=policy, allreduce_s=allreduce,
+                  step_ms=job_key(base[0])[1],
+                  measured_cpus=tuple(sorted({run_cpus(r) for r in base})),
+                  measured_ranks=tuple(sorted({r.spec.job.world_size for r in ok})),
+                  measured_speedups=_speedups(ok, base[0]),
+                  machine_cpus=base[0].environment.get("cpus_available"), loader=ran.loader,
+                  prefetch_factor=ran.prefetch_factor, step_on_cpu=ran.step_uses_cpu,
+                  persistent_workers=ran.persistent_workers,
+                  step_s_by_cpus=by_cpus,
+                  fit_weights=weights, measured_sigma=dict(rate_rel_sigma))
+    fixed = [Param("samples_per_epoch", float(n_samples), "samples", (base[0].run_id,),
+                   "batches per epoch x batch size x ranks"),
+             Param("dataset_bytes", float(model.dataset_bytes), "B", (base[0].run_id,),
+                   "page-rounded bytes of every file"), size_param]
+    return model, [*g_params, *cpu_params], fixed
