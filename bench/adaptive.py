@@ -1,33 +1,49 @@
 #!/usr/bin/env python3
 """An answer in minutes: the adaptive sweep against the full grid, early stop against full runs.
 
-    .venv/bin/python bench/adaptive.py [--dir DIR] [--only demo,prep,fetch,periodic] [--reuse]
+    PYTHONPATH=. .venv/bin/python bench/adaptive.py [--dir DIR] [--only demo,prep,fetch,early]
+        [--reuse]
 
-Workloads (each measured twice with harness.py, in its own prefixes under DIR):
-- `demo`: configs/demo.toml on its data made as the Makefile makes it (512 JPEGs,
-  ~50 MB; 1 and 2 CPUs x unthrottled and 8 MB/s).
-- `prep`: the built-in job, 10 ms step, 1 DataLoader worker, on the demo data:
-  decoding holds it at any CPU count; 1, 2 CPUs x cache none, 50% x bw none, 32M.
-- `fetch`: the built-in job, 60 ms step, 2 workers, on 256 larger JPEGs (~190 KB):
-  1, 2 CPUs x cache 0, 50% x bw 8M, 32M: storage holds it.
-The full grid runs every configuration for `--epochs 2`; the adaptive sweep is
-`--adaptive --until-ci 2% --epochs 3` (at most 3 epochs, each run stopping
-when sure). Both recommendations are for a job of 3 epochs (the first cold):
-the adaptive one is its last decision (`adaptive.json`); the full grid's is the
-same choice (`whatif/nextrun.choose`) over a model fitted on all its runs.
-They match when they name the same configuration, or when the full grid's
-model cannot tell them apart (the adaptive pick's rate inside the full
-grid's pick's interval).
-- `periodic`: tests/scripts/train_periodic.py (a checkpoint and 60 ms more
-  every 7 batches, real DataLoader) in cached mode at 1 and 2 CPUs, run for
-  240 iterations, then with `--until-ci 2%` (at most 240).
-Early stop, two ways: each early-stopped run's steady rate against the
-full-length run of the same configuration (demo, prep, fetch: the full grid's;
-periodic), which includes the drift between two runs on a shared machine; and
-the rule replayed over each full-length run's own iteration times (where
-`RankStop` would have stopped it), which is the rule's own error.
+Part 1, the adaptive sweep (`--adaptive --until-ci 2%`) against the full grid
+on the same job, each measured by harness.py in its own prefix under DIR:
+- `demo`: configs/demo.toml on its data as the Makefile makes it (512 JPEGs,
+  ~50 MB; 1, 2 CPUs x unthrottled, 8 MB/s: 8 runs of 2 epochs). The adaptive
+  sweep may run 3 epochs (a disk run's steady window starts after its cold
+  epoch). Done when: at most 6 runs, 3 minutes, its pick within ±5%, and
+  the same pick as the grid.
+- `prep` (our own, prep-bound): the built-in job, 10 ms step, 1 DataLoader
+  worker, batch 8, on the demo data; 1, 2 CPUs x cache none, 25%, 50% x
+  storage none, 16M, 32M (22 runs of 2 epochs, the adaptive ones as long).
+- `fetch` (our own, fetch-bound): tests/scripts/train_imagefolder.py, a
+  user-style PyTorch script, 30 ms step, 2 workers, on 256 larger JPEGs
+  (~190 KB each); 1, 2 CPUs x cache 0, 25%, 50% x storage 8M, 16M, 32M (22
+  runs of 2 epochs, the adaptive ones as long). Done when: the adaptive
+  sweep takes at most a third of the grid's wall time.
+Both recommendations are for a job of as many epochs as the runs (the first
+cold): the adaptive one is its last decision (`adaptive.json`); the grid's is
+the same choice (`whatif/nextrun.choose`) over a model fitted on all its runs.
+They match when they name the same configuration, or when the grid cannot
+tell them apart: the grid's own measurement of the adaptive pick lies inside
+the interval of the grid's pick.
+
+Part 2 (`early`), the early stop against full-length runs. The rule
+(`instrument/untilci.RankStop`) is a function of rank 0's iteration times up
+to the point where it stops, so the rate an `--until-ci 2%` run reports is
+the rate of the same process's first iterations up to that point. Each
+full-length run (`--iters 400`, no early stop) is cut where the rule would
+have stopped it (the rule replayed over its own iteration times, at the
+decision points of the live rule) and the cut rate compared with the same
+run's full-length rate: the rule's own error, with no run-to-run drift
+between the two. Jobs: tests/scripts/train_periodic.py (a checkpoint and
+60 ms more every 7 batches: a periodic stall) in synthetic, cached and disk
+modes at 1 and 2 CPUs, and the built-in job (an epoch-boundary stall every
+32 batches) cached at 1 CPU. For reference, part 1's early-stopped runs
+against the grid's runs of the same configurations (two runs: the drift of a
+shared machine between them included) are printed too.
+
 Prints per workload runs, wall seconds and both recommendations, then the
-early-stop table; the figure last.
+early-stop tables; the figure last. About 15 minutes on a quiet 2-core
+machine; `--reuse` re-reads the prefixes already measured (their wall.json).
 """
 
 from __future__ import annotations
@@ -57,16 +73,18 @@ from dsanalyze.settings import SETTINGS  # noqa: E402
 from dsanalyze.whatif import nextrun  # noqa: E402
 
 DEMO_DATA = REPO / "results" / "demo" / "data"
-FULL = ["--epochs", "2"]
-ADAPTIVE = ["--adaptive", "--until-ci", "2%", "--epochs", "3"]
-QUIET = ["--no-plots", "--no-advice"]
+ADAPTIVE = ("--adaptive", "--until-ci", "2%")
+QUIET = ("--no-plots", "--no-advice")
+PERIODIC = REPO / "tests" / "scripts" / "train_periodic.py"
 
 
 @dataclass(frozen=True)
 class Workload:
     name: str
-    args: tuple[str, ...]  # the job and its grid
     data: Path
+    grid: tuple[str, ...]  # the job and its grid, as the full grid runs it
+    adaptive: tuple[str, ...]  # what the adaptive sweep adds
+    job: tuple[str, ...] = ()  # a user's script and its arguments, last on the command line
 
 
 def workloads(root: Path, only: set[str]) -> list[Workload]:
@@ -75,13 +93,16 @@ def workloads(root: Path, only: set[str]) -> list[Workload]:
     big = root / "data-fetch"
     if "fetch" in only and not big.is_dir():
         make_dataset(big, 256, 4, (900, 700), 0.3, 3)
-    common = ("-b", "16", "--warmup", "5", "--device", "sim")
+    two = ("--epochs", "2", "--warmup", "5", "-b", "8", "--cpus", "1,2")
     return [
-        Workload("demo", ("--config", str(REPO / "configs" / "demo.toml")), DEMO_DATA),
-        Workload("prep", (*common, "-j", "1", "--sim-step-ms", "10", "--cpus", "1,2",
-                          "--cache", "none,50%", "--storage-bw", "none,32M"), DEMO_DATA),
-        Workload("fetch", (*common, "-j", "2", "--sim-step-ms", "60", "--cpus", "1,2",
-                           "--cache", "0,50%", "--storage-bw", "8M,32M"), big)]
+        Workload("demo", DEMO_DATA, ("--config", str(REPO / "configs" / "demo.toml")),
+                 (*ADAPTIVE, "--epochs", "3")),
+        Workload("prep", DEMO_DATA, (*two, "--device", "sim", "-j", "1", "--sim-step-ms", "10",
+                                     "--cache", "none,25%,50%", "--storage-bw", "none,16M,32M"),
+                 ADAPTIVE),
+        Workload("fetch", big, (*two, "--cache", "0,25%,50%", "--storage-bw", "8M,16M,32M"),
+                 ADAPTIVE, (str(PERIODIC), str(big), "-b", "8", "-j", "2", "--step-ms", "30",
+                            "--every", "1000000"))]
 
 
 REUSE = False  # --reuse: a prefix with its wall.json is read, not measured again
@@ -99,17 +120,21 @@ def harness(*argv: str, log: Path) -> float:
                             stderr=subprocess.STDOUT, env=env, cwd=REPO).returncode
     wall_s = time.monotonic() - t
     print(f"  harness {' '.join(argv[-6:])}: exit {rc}, {wall_s:.0f} s (log {log})", flush=True)
+    if rc != 0:
+        sys.exit(f"harness.py failed (exit {rc}): see {log}")
     wall.write_text(json.dumps({"wall_s": wall_s, "exit": rc}))
     return wall_s
 
 
-def full_pick(prefix: Path, sweep: Sweep, epochs: int) -> nextrun.Decision:
-    """The full grid's recommendation: the adaptive sweep's choice over all its runs."""
+def full_pick(prefix: Path, sweep: Sweep, epochs: int) -> tuple[nextrun.Decision, dict]:
+    """The full grid's recommendation (the adaptive sweep's choice over all its runs), and
+    its candidates by key."""
     runs = [r for r in store.load_runs(prefix) if r.ok]
     sizes = list(scan_dataset(sweep.job.data_dir).file_bytes)
     grid = sweep.resource_grid(sum(sizes))
     cands = adaptive.candidates(runs, grid, sizes, lambda c: c or len(os.sched_getaffinity(0)))
-    return nextrun.choose(cands, SETTINGS.input_bound_pct, epochs, SETTINGS.target_pct)
+    pick = nextrun.choose(cands, SETTINGS.input_bound_pct, epochs, SETTINGS.target_pct)
+    return pick, {c.key: c for c in cands}
 
 
 def sweep_of(prefix: Path) -> Sweep:
@@ -125,42 +150,48 @@ def compare(w: Workload, root: Path) -> dict:
     for p in (full_p, adapt_p):
         p.mkdir(parents=True, exist_ok=True)
     data = ("--data", str(w.data))
-    full_s = harness(*w.args, *data, *FULL, *QUIET, "--prefix", str(full_p), log=full_p / "log")
-    adapt_s = harness(*w.args, *data, *ADAPTIVE, *QUIET, "--prefix", str(adapt_p),
+    full_s = harness(*data, *w.grid, *QUIET, "--prefix", str(full_p), *w.job,
+                     log=full_p / "log")
+    adapt_s = harness(*data, *w.grid, *w.adaptive, *QUIET, "--prefix", str(adapt_p), *w.job,
                       log=adapt_p / "log")
     answer = json.loads((adapt_p / "adaptive.json").read_text())
     mine = nextrun.Decision.from_dict(answer["decisions"][-1])
-    theirs = full_pick(full_p, sweep_of(full_p), answer["epochs"])
+    theirs, cands = full_pick(full_p, sweep_of(full_p), answer["epochs"])
+    grid_of_mine = cands[mine.pick_key]
     low = theirs.pick_rate_sps * (1 - theirs.pick_half_width_pct / 100)
     high = theirs.pick_rate_sps * (1 + theirs.pick_half_width_pct / 100)
-    match = mine.pick_key == theirs.pick_key or low <= mine.pick_rate_sps <= high
+    match = mine.pick_key == theirs.pick_key or (
+        grid_of_mine.measured and low <= grid_of_mine.measured_sps <= high)
     return {"name": w.name, "full_runs": len(store.load_runs(full_p)), "full_s": full_s,
             "adaptive_runs": answer["runs"], "adaptive_s": adapt_s, "mine": mine,
             "theirs": theirs, "match": match, "full": full_p, "adaptive": adapt_p}
 
 
-def periodic(root: Path) -> tuple[Path, Path]:
-    """The checkpointing script, full length then early-stopped, cached, 1 and 2 CPUs."""
-    script = REPO / "tests" / "scripts" / "train_periodic.py"
-    args = ("--modes", "cached", "--cpus", "1,2", "--warmup", "5", "--iters", "240", *QUIET)
-    job = (str(script), str(DEMO_DATA), "-b", "8", "-j", "2", "--step-ms", "30", "--every",
-           "7", "--stall-ms", "60")
+def early(root: Path) -> list[Path]:
+    """Full-length runs (400 iterations, no early stop) of the checkpointing script in every
+    mode at 1 and 2 CPUs, and of the built-in job cached at 1 CPU."""
+    common = ("--data", str(DEMO_DATA), "--warmup", "5", "--iters", "400", *QUIET)
+    jobs = {"periodic": ("--cpus", "1,2", str(PERIODIC), str(DEMO_DATA), "-b", "8", "-j", "2",
+                         "--step-ms", "30", "--every", "7", "--stall-ms", "60"),
+            "builtin": ("--modes", "cached", "--cpus", "1", "--device", "sim", "-b", "16",
+                        "-j", "2", "--sim-step-ms", "40")}
     out = []
-    for name, extra in (("full", ()), ("early", ("--until-ci", "2%"))):
-        prefix = root / "periodic" / name
+    for name, job in jobs.items():
+        prefix = root / "early" / name
         prefix.mkdir(parents=True, exist_ok=True)
-        harness("--data", str(DEMO_DATA), *args, *extra, "--prefix", str(prefix), *job,
-                log=prefix / "log")
+        harness(*common, "--prefix", str(prefix), *job, log=prefix / "log")
         out.append(prefix)
-    return out[0], out[1]
+    return out
 
 
 def early_rows(full: Path, early: Path, tag: str) -> list[tuple[str, float, float, int, int]]:
-    """(run, full-length rate, early-stopped rate, iterations each) for every shared run."""
+    """(run, full-length rate, early-stopped rate, iterations each) for every run of `early`
+    that the rule stopped (not those that ran to their maximum) and `full` measured too."""
     ref = {r.run_id: r for r in store.load_runs(full) if r.ok}
     rows = []
     for r in store.load_runs(early):
-        if r.ok and r.run_id in ref and r.ranks:
+        if r.ok and r.run_id in ref and r.ranks and \
+                (r.ranks[0].extra.get("until_ci") or {}).get("stopped"):
             a, b = stalls.run_rate(ref[r.run_id]).rate_sps, stalls.run_rate(r).rate_sps
             if a and b:
                 rows.append((f"{tag}/{r.run_id}", a, b, len(ref[r.run_id].ranks[0].iter_s),
@@ -173,6 +204,7 @@ def replayed(run: RunResult, target_pct: float = 2.0) -> RunResult | None:
     own iteration times (`untilci.RankStop`, as in the rank); None if it would not have."""
     rec = SimpleNamespace(iter_s=[], samples=[], epoch=[], warmup=run.ranks[0].warmup)
     stop = RankStop(target_pct, 30, run.mode.value, 0, 1, None)
+    stop.epoch_batches = run.ranks[0].extra.get("batches_per_epoch")  # as the rank knew it
     r0 = run.ranks[0]
     for i in range(len(r0.iter_s)):
         rec.iter_s.append(r0.iter_s[i])
@@ -193,7 +225,10 @@ def replay_rows(prefix: Path, tag: str) -> list[tuple[str, float, float, int, in
     rows = []
     for r in store.load_runs(prefix):
         cut = replayed(r) if r.ok and r.ranks else None
-        if cut is not None:
+        if cut is None:
+            print(f"  {tag}/{r.run_id}: the rule would not have stopped it in "
+                  f"{len(r.ranks[0].iter_s) if r.ranks else 0} iterations ({r.error or 'ok'})")
+        else:
             a, b = stalls.run_rate(r).rate_sps, stalls.run_rate(cut).rate_sps
             if a and b:
                 rows.append((f"{tag}/{r.run_id}", a, b, len(r.ranks[0].iter_s),
@@ -210,9 +245,9 @@ def print_rows(title: str, rows: list[tuple[str, float, float, int, int]]) -> in
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--dir", default=str(REPO / "results" / "bench-adaptive"))
-    ap.add_argument("--only", default="demo,prep,fetch,periodic")
+    ap.add_argument("--only", default="demo,prep,fetch,early")
     ap.add_argument("--reuse", action="store_true",
                     help="read the prefixes already measured (their wall.json) instead of "
                          "measuring them again")
@@ -227,11 +262,33 @@ def main() -> None:
             res = compare(w, root)
             results.append(res)
             rows += early_rows(res["full"], res["adaptive"], w.name)
-            replays += replay_rows(res["full"], w.name)
-    if "periodic" in only:
-        full, early = periodic(root)
-        rows += early_rows(full, early, "periodic")
-        replays += replay_rows(full, "periodic")
+    tried = [0]  # full-length runs replayed
+    if "early" in only:
+        for prefix in early(root):
+            replays += replay_rows(prefix, prefix.name)
+            tried[0] += len(store.load_runs(prefix))
+    print_results(results)
+    within = print_rows("for reference, part 1's early-stopped runs against the grid's runs of "
+                        "the same configuration (two runs: a shared machine's drift included)",
+                        rows)
+    same = print_rows("part 2: the early stop against the same run at full length (400 "
+                      "iterations; the rule's own error)", replays)
+    periodic = [r for r in replays if r[0].startswith("periodic/")]
+    parts = [f"{r['name']}: adaptive {r['adaptive_runs']} runs {r['adaptive_s']:.0f} s, "
+             f"±{r['mine'].pick_half_width_pct:.1f}% vs grid {r['full_runs']} runs "
+             f"{r['full_s']:.0f} s ({r['adaptive_s'] / r['full_s']:.2f} of its time), "
+             f"{'same answer' if r['match'] else 'DIFFERENT answer'}" for r in results]
+    if tried[0]:
+        parts.append(f"early stop within 2% of the same run at full length: {same} of "
+                     f"{len(replays)} configurations it stopped, of {tried[0]} "
+                     f"({sum(abs(b - a) / a <= 0.02 for _, a, b, _, _ in periodic)} of "
+                     f"{len(periodic)} with a periodic checkpoint stall)")
+    if rows:
+        parts.append(f"against a separate full-length run: {within} of {len(rows)}")
+    print("\nFIGURE: " + "; ".join(parts))
+
+
+def print_results(results: list[dict]) -> None:
     print("\nworkload  grid: runs  wall s  |  adaptive: runs  wall s  share  |  recommendations")
     for r in results:
         print(f"{r['name']:8}  {r['full_runs']:10d}  {r['full_s']:6.0f}  |  {r['adaptive_runs']:14d}"
@@ -241,16 +298,6 @@ def main() -> None:
               f"{r['mine'].pick_rate_sps:.1f} ±{r['mine'].pick_half_width_pct:.1f}% "
               f"({r['mine'].verdict.value}); {'match' if r['match'] else 'DIFFER'}")
         print(f"          adaptive's last step: {r['mine'].reason}")
-    within = print_rows("early-stopped runs against full-length runs of the same "
-                        "configuration (two runs: the machine's drift included)", rows)
-    same = print_rows("the rule replayed over each full-length run (one run: the rule's own "
-                      "error)", replays)
-    print("\nFIGURE: " + "; ".join(
-        f"{r['name']}: {r['adaptive_runs']} runs {r['adaptive_s']:.0f} s vs grid "
-        f"{r['full_runs']} runs {r['full_s']:.0f} s ({r['adaptive_s'] / r['full_s']:.2f}), "
-        f"{'match' if r['match'] else 'differ'}" for r in results)
-        + f"; early-stop rates within 2% of full length: {within} of {len(rows)} (two runs), "
-        f"{same} of {len(replays)} (replayed)")
 
 
 if __name__ == "__main__":

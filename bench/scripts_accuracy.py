@@ -2,7 +2,8 @@
 """Accuracy of the what-if model on user scripts, out of sample, on single runs.
 
     .venv/bin/python bench/scripts_accuracy.py [--dir DIR] [--scripts examples,timm,lightning]
-                                               [--workers 1,2] [--cpus 1,2] [--bw none,2M]
+                                               [--workers 1,2] [--cpus 1,2] [--cache 0]
+                                               [--bw none,6M] [--rescore]
 
 1. Measures, with harness.py (resumable, one prefix per script and worker count under
    DIR), scripts written in their framework's usual style, from tests/scripts/:
@@ -10,25 +11,38 @@
    with pinned memory, resnet18), `timm` (create_dataset + create_loader, test_resnet),
    `lightning` (a LightningModule and its Trainer). Here they all train on the CPU (this
    machine has no GPU): every one is a CPU-trained script, whose step shares the cores
-   with its DataLoader workers. Each worker count is the script's own argument (`-j`,
-   `--workers`); the harness's `-j` is not passed. Every run is one measurement (no
-   repeats): the figures are scored on single runs.
+   with its DataLoader workers (`examples` is the issue's CPU-trained script: ImageFolder,
+   RandomResizedCrop, resnet18 on the CPU). Each worker count is the script's own argument
+   (`-j`, `--workers`); the harness's `-j` is not passed. The disk runs hold no page cache
+   (`--cache 0`), so every epoch reads its files and the throttle binds in the steady
+   epochs the rate is scored on (with an unlimited cache the steady epochs are all hits and
+   a bandwidth would be held out in name only). Every run is one measurement (no repeats):
+   the figures are scored on single runs. `--rescore`: score the runs recorded under DIR,
+   measuring nothing.
 2. Two splits, each held-out configuration predicted from its `HeldOut` alone:
    - leave-one-out (`whatif.validate`'s): each disk configuration of a script predicted by
-     the model fitted on every other run of that script (every worker count);
+     the model fitted on every other run of that script (every worker count and CPU count:
+     a held-out configuration's workers, CPUs and bandwidth each measured elsewhere);
    - extrapolation: fitted on the fewest workers, unthrottled only; every disk run with
      more workers (a held-out worker count) or a throttle (a held-out bandwidth) predicted.
      CPU counts: a model fitted at the fewest CPUs is asked for the others, and a CPU-trained
      script's step is refused there (its time at another CPU count is not measured): the
-     refusals are counted, never scored as predictions.
+     refusals are counted and named with their reason, never scored as predictions.
 3. Prints each held-out run, then per split: median and maximum |error|, and the 90%
    intervals' coverage two-sided (measured below the interval, above it; over-coverage
    near 100% is a miss of the nominal level as under-coverage is). The figure, last.
 
 Tuning grid against scoring grid: the model's rules and constants (PREP_BOUND, BINDS,
-NOISE_FLOOR, the physical bounds, UNTESTED_SIGMA) were tuned on bench/whatif_accuracy.py's
-grid, the built-in job on the sim device. This bench's grid (these scripts, these worker
-counts, CPUs and bandwidths) is the scoring grid: nothing was tuned on it.
+NOISE_FLOOR, the physical bounds) were tuned on bench/whatif_accuracy.py's grid, the
+built-in job on the sim device; the interval width rule (SETTINGS.fit_sigma_scale, .untested_sigma)
+on bench/interval_tuning.py's grid: recorded sweeps of the built-in job and an earlier
+run of this bench (examples and timm, 1 CPU, unlimited cache, 4 MB/s). This bench's runs
+(measured afresh under DIR: lightning besides, 2 CPUs, cache 0, other bandwidths) are the
+scoring grid: nothing was tuned on them.
+
+Runtime: 3 scripts x 2 CPU counts x (synthetic, cached, 2 disk runs at the fewest workers;
+cached, 2 disk at the others: the step is measured once), 42 runs, then the fits (two
+scripts at once): about 10 minutes on 2 quiet cores; `--rescore` the fits alone.
 """
 
 from __future__ import annotations
@@ -38,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,7 +60,7 @@ sys.path.insert(0, str(REPO))
 
 from dsanalyze import store  # noqa: E402
 from dsanalyze.analysis import stalls  # noqa: E402
-from dsanalyze.config import Mode  # noqa: E402
+from dsanalyze.config import Mode, format_bytes  # noqa: E402
 from dsanalyze.dataset import scan_dataset  # noqa: E402
 from dsanalyze.errors import ConfigError  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset  # noqa: E402
@@ -54,39 +69,54 @@ from dsanalyze.whatif import api as whatif  # noqa: E402
 from dsanalyze.whatif.heldout import HeldOut  # noqa: E402
 from dsanalyze.whatif.validation import check, configurations  # noqa: E402
 
-IMAGES, CLASSES, SIZE, JITTER, SEED = 240, 4, (400, 300), 0.2, 3
+# seed 5: other images than the tuning grid's earlier run of this bench (seed 3)
+IMAGES, CLASSES, SIZE, JITTER, SEED = 240, 4, (400, 300), 0.2, 5
 SCRIPTS = {  # name: (file under tests/scripts, its own arguments; {w}: its worker count)
-    "examples": ("train_examples.py", ("-j", "{w}", "-b", "12", "--epochs", "2",
+    "examples": ("train_examples.py", ("-j", "{w}", "-b", "12", "--epochs", "3",
                                        "--img-size", "32")),
-    "timm": ("train_timm.py", ("-j", "{w}", "-b", "12", "--epochs", "2")),
+    "timm": ("train_timm.py", ("-j", "{w}", "-b", "12", "--epochs", "3")),
     "lightning": ("train_lightning.py", ("--workers", "{w}", "--batch-size", "12",
-                                         "--max-epochs", "2")),
+                                         "--max-epochs", "3")),
 }
-HARNESS = ["--epochs", "2", "--warmup", "2", "--modes", "synthetic,cached,disk", "--resume",
+# three epochs: a disk run's steady rate (the epochs after the cold first) is two epochs of
+# 20 batches, where two epochs left one (the earlier run's single runs lay 10% apart)
+HARNESS = ["--epochs", "3", "--warmup", "2", "--resume",
            "--no-plots", "--no-advice"]
 TARGET_MEDIAN_PCT, TARGET_MAX_PCT, COVERAGE_LOW, COVERAGE_HIGH = 5.0, 15.0, 0.80, 0.97
 
 
-def measure(base: Path, scripts: list[str], workers: list[int], cpus: str, bw: str
-            ) -> dict[str, list[RunResult]]:
-    """Every script at every worker count (one harness sweep each); the runs per script."""
+def measure(base: Path, scripts: list[str], workers: list[int], cpus: str, bw: str,
+            cache: str) -> None:
+    """Every script at every worker count: one harness sweep each, under `base`."""
     data = base / "data"
     if not data.is_dir() or len(scan_dataset(data).files) != IMAGES:
         make_dataset(data, IMAGES, CLASSES, SIZE, JITTER, SEED)
-    out: dict[str, list[RunResult]] = {}
     for name in scripts:
         file, args = SCRIPTS[name]
         for w in workers:
             prefix = base / f"{name}-w{w}"
             argv = [sys.executable, str(REPO / "harness.py"), "--data", str(data), "--prefix",
-                    str(prefix), "--cpus", cpus, "--storage-bw", bw, *HARNESS,
+                    str(prefix), "--cpus", cpus, "--cache", cache, "--storage-bw", bw,
+                    # the step does not depend on the workers: measured once, with the fewest
+                    "--modes", "synthetic,cached,disk" if w == min(workers) else "cached,disk",
+                    *HARNESS,
                     str(REPO / "tests" / "scripts" / file), str(data),
                     *(a.format(w=w) for a in args)]
             t0 = time.monotonic()
             rc = subprocess.run(argv, cwd=REPO, stdout=subprocess.DEVNULL).returncode
             print(f"  {name} with {w} worker(s): harness exit status {rc} "
                   f"({time.monotonic() - t0:.0f} s)", flush=True)
-            out.setdefault(name, []).extend(r for r in store.load_runs(prefix) if r.ok and r.ranks)
+
+
+def recorded(base: Path, scripts: list[str] | None = None) -> dict[str, list[RunResult]]:
+    """The completed runs under `base` per script (its prefixes NAME-wW, every worker count),
+    `scripts` only if given."""
+    out: dict[str, list[RunResult]] = {}
+    for prefix in sorted(p for p in base.glob("*-w*") if (p / "runs").is_dir()):
+        name = prefix.name.rsplit("-w", 1)[0]
+        if scripts is None or name in scripts:
+            out.setdefault(name, []).extend(r for r in store.load_runs(prefix)
+                                            if r.ok and r.ranks)
     return out
 
 
@@ -117,6 +147,24 @@ def extrapolation(runs: list[RunResult]) -> tuple[list[whatif.Check], list[str]]
             refused.append(f"{config[0].run_id} [{workers(config[0])} workers], fitted at "
                            f"{one} CPU(s): {str(e).split(':')[0]}")
     return checks, refused
+
+
+def splits(runs: list[RunResult]) -> tuple[list[whatif.Check], list[whatif.Check], list[str]]:
+    """One script's held-out runs: leave-one-out's, extrapolation's, and its refusals."""
+    return [*whatif.validate(runs).splits[0].checks], *extrapolation(runs)
+
+
+def grid_text(by_script: dict[str, list[RunResult]]) -> str:
+    """The grid the recorded disk runs span: scripts, workers, CPUs, caches, bandwidths."""
+    disk = [r for runs in by_script.values() for r in runs if r.mode is Mode.DISK]
+    knobs = {"workers": {HeldOut.of(r).job.workers for r in disk},
+             "CPUs": {HeldOut.of(r).cpus for r in disk},
+             "cache": {r.spec.resources.cache.spec for r in disk},
+             "bandwidths": {r.spec.resources.storage_read_bps or 0 for r in disk}}
+    knobs["bandwidths"] = {format_bytes(b) + "/s" if b else "none"
+                           for b in sorted(knobs["bandwidths"])}
+    return f"scripts {','.join(by_script)}, " + ", ".join(
+        f"{k} {','.join(map(str, sorted(v)))}" for k, v in knobs.items())
 
 
 def noise(runs: list[RunResult]) -> list[float]:
@@ -164,23 +212,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scripts", default="examples,timm,lightning")
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--cpus", default="1,2")
-    ap.add_argument("--bw", default="none,2M")
+    ap.add_argument("--bw", default="none,6M")
+    ap.add_argument("--cache", default="0")
+    ap.add_argument("--rescore", action="store_true", help="score the runs under --dir only")
     ns = ap.parse_args(argv)
-    by_script = measure(ns.dir, ns.scripts.split(","), [int(w) for w in ns.workers.split(",")],
-                        ns.cpus, ns.bw)
+    if not ns.rescore:
+        measure(ns.dir, ns.scripts.split(","), [int(w) for w in ns.workers.split(",")],
+                ns.cpus, ns.bw, ns.cache)
+    by_script = recorded(ns.dir, ns.scripts.split(","))
     loo, extra, refused, spread = [], [], [], []
-    for name, runs in by_script.items():
-        spread += noise(runs)
-        val = whatif.validate(runs)
-        loo += val.splits[0].checks
-        ex, no = extrapolation(runs)
-        extra += ex
-        refused += [f"{name} {x}" for x in no]
-        _print(name, [*val.splits[0].checks, *ex])
+    with ProcessPoolExecutor(2) as pool:  # the fits of two scripts at once, on 2 cores
+        for name, (held, ex, no) in zip(by_script, pool.map(splits, by_script.values())):
+            spread += noise(by_script[name])
+            loo += held
+            extra += ex
+            refused += [f"{name} {x}" for x in no]
+            _print(name, [*held, *ex])
     for x in refused:
         print(f"  refused: {x}")
-    print("\ntuning grid: bench/whatif_accuracy.py (built-in job, sim device); scoring grid: "
-          f"scripts {ns.scripts}, workers {ns.workers}, CPUs {ns.cpus}, bandwidths {ns.bw}")
+    print("\ntuning grid: bench/whatif_accuracy.py (the model's rules: built-in job, sim "
+          "device) and bench/interval_tuning.py (the interval width); scoring grid: these "
+          f"runs under {ns.dir}: {grid_text(by_script)}")
     print(f"refused (a CPU-trained step at an unmeasured CPU count): {len(refused)}")
     if spread:
         print(f"run-to-run noise: disk runs the model cannot tell apart (throttles that do not "

@@ -6,7 +6,8 @@
    configuration, the fewest the what-if model fits on.
 2. Then, in turn: fit the model on the runs so far (`whatif.api.fit`), predict
    every configuration of the grid, and let `whatif.nextrun.choose` name the
-   next configuration to measure (its disk run) or say why to stop: the
+   next configuration to measure (its disk run), or the measured pick to run
+   once more while its interval is wider than the target, or say why to stop: the
    recommendation's interval within ±`SETTINGS.target_pct`, no configuration left that
    could change it, or the budget (the runs' summed durations; a run is not
    started when the median run's duration would overrun it).
@@ -74,21 +75,24 @@ def check(sweep: Sweep) -> None:
 
 def candidates(runs: Sequence[RunResult], grid: Sequence[Resources], file_bytes: Sequence[int],
                cpu_count: Callable[[int | None], int]) -> list[Candidate]:
-    """The model fitted on `runs`, each configuration of the grid predicted, and the
-    measured ones moved onto their runs (repeats pooled): `as_measured`."""
-    model = api.fit(list(runs), list(file_bytes))
+    """The model fitted on the completed `runs`, each configuration of the grid predicted, and
+    the measured ones moved onto their runs (repeats pooled): `as_measured`. Each candidate
+    counts its disk runs, failed ones included (a failed repeat is not asked for again)."""
+    done = [r for r in runs if r.ok]
+    model = api.fit(done, list(file_bytes))
     cfgs = [Config(dataclasses.replace(r, cpus=cpu_count(r.cpus))) for r in grid]
-    preds = api.grid(model, cfgs, list(runs))
+    preds = api.grid(model, cfgs, done)
     out = []
     for res, p in zip(grid, preds):
-        mine = [r for r in runs if r.ok and r.mode is Mode.DISK and r.spec.resources == res]
+        tried = [r for r in runs if r.mode is Mode.DISK and r.spec.resources == res]
+        mine = [r for r in tried if r.ok]
         rate = uncertainty.combined_samples(mine) if mine else None
         if rate is None:
-            out.append(Candidate(res.key, p))
+            out.append(Candidate(res.key, p, runs=len(tried)))
             continue
         iv = rate.interval()
         out.append(Candidate(res.key, as_measured(p, iv.rate_sps, iv.low_sps, iv.high_sps),
-                             iv.rate_sps, iv.low_sps, iv.high_sps))
+                             iv.rate_sps, iv.low_sps, iv.high_sps, len(tried)))
     return out
 
 
@@ -138,10 +142,17 @@ class _Search:
             self.measure(again)
             self.made.add(again.run_id)
 
+    def measure_again(self, spec: RunSpec) -> None:
+        """One more run of a measured configuration: the repeat after its last stored one."""
+        last = max((r.spec.repeat for r in self.runs()
+                    if dataclasses.replace(r.spec, repeat=1).run_id == spec.run_id), default=0)
+        again = dataclasses.replace(spec, repeat=last + 1)
+        self.measure(again)
+        self.made.add(again.run_id)
+
     def decide(self, grid: list[Resources]) -> Decision:
-        runs = [r for r in self.runs() if r.ok]
         try:
-            cands = candidates(runs, grid, self.file_bytes, self.cpu_count)
+            cands = candidates(self.runs(), grid, self.file_bytes, self.cpu_count)
         except DsAnalyzeError as e:
             raise ConfigError(f"--adaptive: the what-if model cannot be fitted on the seed runs "
                               f"({e}): measure the grid without --adaptive") from None
@@ -155,7 +166,8 @@ class _Search:
             return None
         durations = [r.duration_s for r in self.runs()]
         spent = sum(durations)
-        expected = statistics.median(durations) * self.sweep.repeats if durations else 0.0
+        times = 1 if decision.verdict is Verdict.REPEAT else self.sweep.repeats
+        expected = statistics.median(durations) * times if durations else 0.0
         if spent + expected <= budget:
             return None
         why = (f"budget: {spent:.0f} s of {budget:.0f} s spent, the next run "
@@ -176,12 +188,15 @@ def search(sweep: Sweep, specs: list[RunSpec], measure: Callable[[RunSpec], RunR
     decisions: list[Decision] = []
     while True:
         decision = s.decide(grid)
-        if decision.verdict is Verdict.MEASURE:
+        if decision.next_key is not None:
             decision = s.over_budget(decision) or decision
         decisions.append(decision)
         s.progress(f"adaptive step {len(decisions)}: {decision.reason}")
-        if decision.verdict is not Verdict.MEASURE or decision.next_key is None:
+        if decision.next_key is None:
             break
+        if decision.verdict is Verdict.REPEAT:
+            s.measure_again(disk[decision.next_key])
+            continue
         s.tried.add(decision.next_key)
         s.measure_with_repeats(disk[decision.next_key])
     return answer(tuple(decisions), s.runs(), sweep.run_specs(_dataset_bytes(file_bytes)),

@@ -216,7 +216,9 @@ class WhatIfRequest:
     and the device (None in the tuple); `workers` as measured, 2x and 4x. So
     `--recommend` with no values gives the advice's answer. `cache`: budgets
     as written (`50%`, `2G`, `none`). `nproc` None: as measured. `epochs`
-    None: as many as the disk runs measured.
+    None: as many as the disk runs measured. With remote runs the grid is
+    links and concurrency instead (`whatif.netgrid`: `net_bw_bps`,
+    `net_latency_s`, `cpus`, `workers`).
     """
 
     prefix: str
@@ -227,6 +229,8 @@ class WhatIfRequest:
     nproc: int | None = None
     nnodes: int = 1
     workers: tuple[int | None, ...] | None = None
+    net_bw_bps: tuple[int | None, ...] | None = None  # remote data: links (None: unshaped)
+    net_latency_s: tuple[float, ...] | None = None
     cache_policy: str = "pagecache"
     recommend: bool = False
     max_stall_pct: float = 5.0
@@ -249,6 +253,7 @@ def whatif(req: WhatIfRequest) -> WhatIfAnswer:
     from dsanalyze.report.whatif_text import answer_text
     from dsanalyze.whatif import advice as advice_of
     from dsanalyze.whatif import api as model_whatif
+    from dsanalyze.whatif import netgrid
 
     runs, sizes = runs_and_sizes(req.prefix)
     model = model_whatif.fit(runs, sizes, req.cache_policy)
@@ -257,7 +262,8 @@ def whatif(req: WhatIfRequest) -> WhatIfAnswer:
     cfgs = model_whatif.configs(
         req.cpus or cpus, list(req.cache or caches), list(req.storage_bps or bws),
         dataset_bytes, req.gpu_speedup, req.nproc, list(req.workers or workers), req.nnodes)
-    preds = model_whatif.grid(model, cfgs, runs)
+    preds = netgrid.predictions(model, runs, req.cpus, req.workers, req.net_bw_bps,
+                                req.net_latency_s) or model_whatif.grid(model, cfgs, runs)
     answer = None
     if req.recommend:
         val, why = advice_of.validation(runs, sizes, req.cache_policy)

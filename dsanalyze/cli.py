@@ -129,6 +129,9 @@ def _network_options(p: argparse.ArgumentParser) -> None:
                    "host/shard-{000..099}.tar): checked and probed before the runs")
     r.add_argument("--probe-budget", dest="probe_budget",
                    help="bytes the endpoint probe reads at each concurrency (8M)")
+    r.add_argument("--local-cache", dest="local_cache",
+                   help="the streaming library's local cache dir (default: the script's --local "
+                        "value): filled with --data for cached runs, emptied for remote runs")
 
 
 def harness_parser() -> argparse.ArgumentParser:
@@ -289,6 +292,10 @@ def whatif_request(ns: argparse.Namespace) -> app.WhatIfRequest:
         storage_bps=tuple(config.parse_bandwidth(b) for b in config.split_list(ns.storage_bw))
         if ns.storage_bw else None,
         gpu_speedup=ns.gpu_speedup, nproc=ns.nproc, nnodes=ns.nnodes, workers=_workers(ns.workers),
+        net_bw_bps=tuple(config.parse_bandwidth(b, "network bandwidth")
+                         for b in config.split_list(ns.net_bw)) if ns.net_bw else None,
+        net_latency_s=tuple(config.parse_duration_s(x) for x in config.split_list(ns.net_latency))
+        if ns.net_latency else None,
         cache_policy=ns.cache_policy, recommend=ns.recommend, max_stall_pct=_pct(ns.max_stall),
         epochs=ns.epochs)
 
@@ -327,6 +334,10 @@ def _whatif_parsers(sub: Any) -> None:
                    help="nodes, each with the CPUs, cache and storage given (default 1)")
     w.add_argument("--workers", help="DataLoader workers per rank (-j), e.g. 1,2,4,8 "
                    "(default: as measured, 2x and 4x)")
+    w.add_argument("--net-bw", dest="net_bw", help="remote data: link bandwidths, e.g. "
+                   "100M,1G,none (default: the measured ones, 2x and 4x the largest, none)")
+    w.add_argument("--net-latency", dest="net_latency",
+                   help="remote data: latencies, e.g. 0,20ms (default: the measured ones)")
     w.add_argument("--cache-policy", dest="cache_policy", choices=policies, default="pagecache",
                    help="pagecache: Linux's two-list LRU (default); lru: textbook LRU; "
                    "noevict: MinIO-style, admit until full")

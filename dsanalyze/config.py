@@ -306,7 +306,8 @@ class RunSpec:
 
 SWEEP_KEYS = ("prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "use_cgroups",
               "drop_caches_globally", "plots", "repeats", "target_ci", "max_repeats", "serve",
-              "net_bw", "net_latency", "endpoint", "probe_budget", "adaptive", "budget")
+              "net_bw", "net_latency", "endpoint", "probe_budget", "local_cache", "adaptive",
+              "budget")
 BACKENDS = ("s3", "http")
 
 
@@ -338,6 +339,9 @@ class Sweep:
     net_latency: tuple[str, ...] = ("0",)
     endpoint: str | None = None
     probe_budget: str = "8M"
+    # a streaming library's local cache of the served data (None: the script's --local
+    # value, if any): filled before cached runs, emptied before remote ones
+    local_cache: str | None = None
     adaptive: bool = False  # measure only the runs that change the recommendation (adaptive.py)
     budget_s: float | None = None  # --adaptive: stop before the runs' durations pass this
 
@@ -346,6 +350,8 @@ class Sweep:
             raise ConfigError(f"unknown --serve {self.serve!r}: use one of {', '.join(BACKENDS)}")
         if self.serve is not None and self.job.data_dir is None:
             raise ConfigError("--serve needs --data DIR: the directory to serve")
+        if self.local_cache is not None and self.serve is None:
+            raise ConfigError("--local-cache is filled from served data: add --serve s3|http")
         if self.repeats < 1 or self.max_repeats < 1:
             raise ConfigError("--repeats and --max-repeats must be at least 1")
         if self.budget_s is not None and not self.adaptive:
@@ -377,7 +383,7 @@ class Sweep:
         for key in ("cache", "storage_bw", "net_bw", "net_latency"):
             if key in sw:
                 kwargs[key] = split_list(sw[key])
-        for key in ("serve", "endpoint", "probe_budget"):
+        for key in ("serve", "endpoint", "probe_budget", "local_cache"):
             if sw.get(key) is not None:
                 kwargs[key] = str(sw[key])
         if "combos" in sw:

@@ -56,7 +56,7 @@ from dsanalyze.records import (
 )
 from dsanalyze.remote.runlink import RemoteData
 from dsanalyze.resources import cgroups, libmaps, memroom, pagecache, storage
-from dsanalyze.resources.datacache import DatasetCacheLimiter
+from dsanalyze.resources.cacheproc import LimiterProcess
 from dsanalyze.resources.libmaps import MapsRecorder, tree_pids
 from dsanalyze.resources.lifeline import Lifeline
 from dsanalyze.resources.throttle import ThrottleGate
@@ -78,7 +78,7 @@ class LaunchContext:
     hierarchy: cgroups.Hierarchy | None  # None: --no-cgroups or not permitted
     no_cgroup_reason: str = ""
     monitor_interval_s: float = 0.2
-    hold_cache_budget: bool = True  # a disk run's budget held by the DatasetCacheLimiter
+    hold_cache_budget: bool = True  # a disk run's budget held by the LimiterProcess
     drop_caches_globally: bool = False  # --drop-caches-globally: pages eviction left, dropped
     library_files: tuple[str, ...] = ()  # what the runs' processes mapped: warmed before disk
     # Several nodes (dsanalyze.nodes): called once the run is prepared, just
@@ -286,7 +286,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     started, t0 = time.time(), time.perf_counter()
     ex = execute(spec, ctx, limits, env, log_path, run_dir)
     job_peak = _job_memory_peak(ex.monitor.samples)
-    ctx.job_memory_seen_bytes = max(ctx.job_memory_seen_bytes or 0, job_peak or 0) or None
+    _note_job_memory(ctx, job_peak, ex.mapped_files)
     disk_after = diskstats_read_bytes(limits.device)
     link = ctx.remote.record(shape, link_before) if ctx.remote is not None and shape is not None \
         else None
@@ -418,13 +418,13 @@ def _wrapper(cg: cgroups.RunCgroup | None, limits: cgroups.Limits, line: Lifelin
 
 
 def cache_limiter(spec: RunSpec, ctx: LaunchContext
-                  ) -> contextlib.AbstractContextManager[DatasetCacheLimiter | None]:
+                  ) -> contextlib.AbstractContextManager[LimiterProcess | None]:
     """The dataset's page-cache limiter of a disk run with a budget, or a context that does
     nothing."""
     budget = spec.resources.cache.cache_bytes
     if spec.mode is not Mode.DISK or budget is None or not ctx.hold_cache_budget:
         return contextlib.nullcontext()
-    return DatasetCacheLimiter(ctx.dataset.files, budget)
+    return LimiterProcess(ctx.dataset.files, budget)
 
 
 def classify(spec: RunSpec, ex: Execution, ranks: list[RankRecord],
@@ -494,6 +494,14 @@ def _wait_job(proc: subprocess.Popen, timeout_s: float,
 def local_ranks(job: Job) -> range:
     """Global ranks of this node's processes (torchrun numbers them node by node)."""
     return range(job.node_rank * job.nproc_per_node, (job.node_rank + 1) * job.nproc_per_node)
+
+
+def _note_job_memory(ctx: LaunchContext, job_peak: int | None,
+                     mapped: tuple[str, ...] | None) -> None:
+    """The largest memory of the job so far, its code's pages included (what a cached subset
+    must leave room for: `memroom.code_bytes`)."""
+    job_memory = (job_peak or 0) + memroom.code_bytes(mapped, ctx.dataset.files)
+    ctx.job_memory_seen_bytes = max(ctx.job_memory_seen_bytes or 0, job_memory) or None
 
 
 def _job_memory_peak(samples: list[dict[str, Any]]) -> int | None:

@@ -9,6 +9,7 @@ first byte at several concurrencies, `remote/probe.py`).
 
 from __future__ import annotations
 
+import enum
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,28 @@ class LinkShape:
         return cls(d.get("bw_bps"), float(d.get("latency_s", 0.0)))
 
 
+class LocalCacheAction(str, enum.Enum):
+    FILLED = "filled"  # every served file copied in: the data on this side
+    EMPTIED = "emptied"  # every served file deleted: the library fetches across the link
+
+
+@dataclass(frozen=True)
+class LocalCacheState:
+    """A library's local cache as the harness left it before a run (`remote/localcache.py`):
+    its directory, what was done, and the served bytes it then held."""
+
+    dir: str
+    action: LocalCacheAction
+    bytes_held: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dir": self.dir, "action": self.action.value, "bytes_held": self.bytes_held}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LocalCacheState:
+        return cls(str(d["dir"]), LocalCacheAction(d["action"]), int(d["bytes_held"]))
+
+
 @dataclass(frozen=True)
 class LinkRecord:
     """One run's link: its shape, what crossed it, and the endpoint's probe.
@@ -101,13 +124,15 @@ class LinkRecord:
     bytes_up: int | None = None
     probe: EndpointProbe | None = None
     held_s: float | None = None
+    local_cache: LocalCacheState | None = None  # the library's local cache, when it has one
 
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "endpoint_url": self.endpoint_url, "held_s": self.held_s,
                 "served": self.served, "shape": self.shape.to_dict(),
                 "requests": self.requests, "connections": self.connections,
                 "bytes_down": self.bytes_down, "bytes_up": self.bytes_up,
-                "probe": self.probe.to_dict() if self.probe else None}
+                "probe": self.probe.to_dict() if self.probe else None,
+                "local_cache": self.local_cache.to_dict() if self.local_cache else None}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LinkRecord:
@@ -115,4 +140,5 @@ class LinkRecord:
                    LinkShape.from_dict(d.get("shape", {})), d.get("requests"),
                    d.get("connections"), d.get("bytes_down"), d.get("bytes_up"),
                    EndpointProbe.from_dict(d["probe"]) if d.get("probe") else None,
-                   d.get("held_s"))
+                   d.get("held_s"),
+                   LocalCacheState.from_dict(d["local_cache"]) if d.get("local_cache") else None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import shutil
@@ -29,7 +30,49 @@ def pytest_configure(config: pytest.Config) -> None:
         os.sched_setaffinity(0, cpus[int(worker.removeprefix("gw")) :: int(count)])
 
 
+# The modules whose tests take longest in all (`pytest --durations`), heaviest first: `make
+# test` starts them first and hands the two pytest-xdist workers one unit at a time, in this
+# order (--dist loadscope --no-loadscope-reorder, and pytest_xdist_make_scheduler below), so
+# that the short tests at the end even out the workers' finish.
+LONGEST_MODULES = ("test_repeats.py", "test_frameworks.py", "test_nodes.py", "test_advice.py",
+                   "test_verify.py", "test_dali.py", "test_harness.py", "test_datacache.py",
+                   "test_plots.py", "test_remote_loaders.py", "test_bootstrap.py",
+                   "test_untilci.py", "test_errors.py", "test_coldepoch.py")
+
+
+def longest_first(item: pytest.Item) -> int:
+    """An item's module's place in LONGEST_MODULES (the others after, in their order): a
+    module's tests stay together, so its module-scoped fixtures are made once per worker."""
+    name = item.path.name
+    return LONGEST_MODULES.index(name) if name in LONGEST_MODULES else len(LONGEST_MODULES)
+
+
+@functools.cache
+def shares_module_fixtures(module: str) -> bool:
+    """Whether a test module defines a module-scoped fixture (a sweep made once for its tests)."""
+    path = ROOT / module
+    return path.is_file() and 'scope="module"' in path.read_text()
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """--dist loadscope, where a unit is one test, or a whole module whose tests share a
+    module-scoped fixture (one worker makes it once); the units go out in collection order.
+    (Not --dist loadgroup: pytest-xdist 3.8 groups by renaming `item._nodeid`, which pytest 9
+    no longer reads.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TestOrModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if shares_module_fixtures(module) else nodeid
+
+    return TestOrModule(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=longest_first)  # stable: the collection's order within each module
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     why = pytest.mark.skip(reason="needs every CPU of the machine, and this pytest-xdist worker "

@@ -8,7 +8,6 @@ checked on real measurements, in seconds."""
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from dsanalyze.errors import ConfigError
 from dsanalyze.whatif.api import Prediction
 from dsanalyze.whatif.model import Config
 from dsanalyze.whatif.nextrun import (
+    MAX_PICK_RUNS,
     Candidate,
     Decision,
     Verdict,
@@ -40,11 +40,16 @@ def pred(cpus: int, rate: float, rel: float, bw: int | None = None) -> Predictio
                       N / rate - N / G, 0.0, None, None, None, G, rate / k, rate * k)
 
 
-def cand(key: str, p: Prediction, measured_rel: float | None = None) -> Candidate:
+def cand(key: str, p: Prediction, measured_rel: float | None = None, runs: int = 1) -> Candidate:
     if measured_rel is None:
         return Candidate(key, p)
     k = 2.718281828 ** measured_rel
-    return Candidate(key, p, p.rate_sps, p.rate_sps / k, p.rate_sps * k)
+    return Candidate(key, p, p.rate_sps, p.rate_sps / k, p.rate_sps * k, runs)
+
+
+def at_cached(p: Prediction, cached_rate: float) -> Prediction:
+    """`p` with its cached epoch (prep and compute, every file cached) at `cached_rate`."""
+    return dataclasses.replace(p, cached_s=N / cached_rate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +70,27 @@ CASES = [
     TC("the pick measured and narrow; rivals far below: confident",
        (cand("c1", pred(1, 100, 0.05)), cand("c2", pred(2, 395, 0.2), 0.01)),
        Verdict.CONFIDENT, None),
-    TC("the pick measured but noisy; rivals far below: settled",
-       (cand("c1", pred(1, 100, 0.05)), cand("c2", pred(2, 395, 0.2), 0.2)),
+    TC("the pick measured but wider than the target; rivals far below: run again",
+       (cand("c1", pred(1, 100, 0.05)), cand("c2", pred(2, 395, 0.2), 0.2, runs=2)),
+       Verdict.REPEAT, "c2"),
+    TC("the pick still noisy after MAX_PICK_RUNS runs; rivals far below: settled",
+       (cand("c1", pred(1, 100, 0.05)), cand("c2", pred(2, 395, 0.2), 0.2, MAX_PICK_RUNS)),
        Verdict.SETTLED, None),
+    TC("a rival likely to change the answer is measured before the pick is run again",
+       (cand("c1", pred(1, 370, 0.15)), cand("c2", pred(2, 395, 0.2), 0.2)),
+       Verdict.MEASURE, "c1"),
+    TC("the pick prep-bound; a rival differing only in storage cannot beat it: confident",
+       (cand("c2", at_cached(pred(2, 300, 0.2), 300), 0.01),
+        cand("c2-16M", at_cached(pred(2, 290, 0.2, bw=16 << 20), 300))),
+       Verdict.CONFIDENT, None),
+    TC("the pick fetch-stalled; the rival with other storage could beat it: measured",
+       (cand("c2", at_cached(pred(2, 300, 0.2), 380), 0.01),
+        cand("c2-16M", at_cached(pred(2, 290, 0.2, bw=16 << 20), 380))),
+       Verdict.MEASURE, "c2-16M"),
+    TC("the pick prep-bound; a rival with more CPUs may beat it: measured",
+       (cand("c2", at_cached(pred(2, 300, 0.2), 300), 0.01),
+        cand("c3", at_cached(pred(3, 290, 0.2), 290))),
+       Verdict.MEASURE, "c3"),
     TC("a failed run is not tried again",
        (cand("c1", pred(1, 200, 0.03), 0.01), cand("c2", pred(2, 300, 0.2))),
        Verdict.SETTLED, None, frozenset({"c2"})),
@@ -105,16 +128,26 @@ def demo_sweep(prefix: Path, **kw) -> tuple[Sweep, list[int]]:
                  adaptive=True, **kw), sizes
 
 
-def search(sweep: Sweep, sizes: list[int], asked: list[str]):
-    """The search with each run it asks for replayed from the committed sweep."""
+class Interrupted(Exception):
+    """The search's process ended in the middle (Ctrl-C, a lost machine)."""
+
+
+def search(sweep: Sweep, sizes: list[int], asked: list[str], stop_after: int | None = None):
+    """The search with each run it asks for replayed from the committed sweep (a repeat: the
+    same measurement under the repeat's id); `stop_after` runs measured, it is interrupted."""
     def measure(spec):
         asked.append(spec.run_id)
-        target = store.run_path(Path(sweep.prefix), spec.run_id)
-        if target.exists():
+        if store.run_path(Path(sweep.prefix), spec.run_id).exists():
             return None  # complete already: as --resume skips it
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(store.run_path(SOURCE, spec.run_id), target)
-        return store.load_runs(sweep.prefix)[0]
+        if stop_after is not None and len(list(store.runs_dir(sweep.prefix).glob("*.json"))) \
+                == stop_after:
+            raise Interrupted(spec.run_id)
+        run = next(
+            r for r in store.load_runs(SOURCE) if r.run_id == dataclasses.replace(
+                spec, repeat=1).run_id)
+        store.write_run(sweep.prefix, dataclasses.replace(run, spec=dataclasses.replace(
+            run.spec, repeat=spec.repeat)))
+        return run
     return adaptive.search(sweep, sweep.run_specs(sum(sizes)), measure, sizes, lambda c: c or 2)
 
 
@@ -139,6 +172,26 @@ def test_search_measures_what_changes_the_answer_and_resumes(tmp_path):
     # the stored runs are its state: it starts where the first search ended, measuring nothing
     assert b.final == a.final and again == asked[:3] and len(b.decisions) == 1
     assert len(list(store.runs_dir(tmp_path / "p").glob("*.json"))) == a.runs
+
+
+@pytest.mark.slow
+def test_an_interrupted_search_with_repeats_resumes_where_it_stopped(tmp_path):
+    """Killed after 4 of its runs (`--repeats 2`), the search resumed asks for the runs it had
+    (skipped, complete), measures only the rest, and ends as the search never interrupted."""
+    whole, sizes = demo_sweep(tmp_path / "whole", repeats=2)
+    asked: list[str] = []
+    a = search(whole, sizes, asked)
+    assert all(f"{x}-r2" == y for x, y in zip(asked[::2], asked[1::2]))  # each run, then again
+    cut, _ = demo_sweep(tmp_path / "cut", repeats=2)
+    first: list[str] = []
+    with pytest.raises(Interrupted):
+        search(cut, sizes, first, stop_after=4)
+    assert first == asked[:5]  # the fifth run was being measured when it stopped
+    again: list[str] = []
+    b = search(dataclasses.replace(cut, resume=True), sizes, again)
+    assert again == asked  # the same search, the first 4 runs skipped as complete
+    assert sorted(r.run_id for r in store.load_runs(tmp_path / "cut")) == sorted(asked)
+    assert b.final == a.final and b.runs == a.runs == len(asked)
 
 
 @pytest.mark.slow

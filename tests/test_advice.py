@@ -18,6 +18,7 @@ from dsanalyze.dataset import scan_dataset
 from dsanalyze.records import RunResult
 from dsanalyze.report.advice import advice_text, option_label
 from dsanalyze.report.verdicts import verdict_text
+from dsanalyze.whatif import recommend
 from dsanalyze.whatif.advice import Advice, advise
 from dsanalyze.whatif.decision import (
     Decision,
@@ -26,6 +27,7 @@ from dsanalyze.whatif.decision import (
     Facts,
     Option,
     decide,
+    failed,
     measured_epochs,
     measured_options,
 )
@@ -62,6 +64,47 @@ def test_a_change_beyond_the_measured_range_quotes_the_extrapolation_error():
                          "held-out configuration(s): median 34.0%, maximum 41.0%, 33% inside "
                          "their 90% intervals.")
     assert "leave-one-out" not in text
+
+
+@pytest.mark.parametrize("held_out,coverage,rejected", [
+    (2, 0.0, True),  # both outside 90% intervals: 1% of the time
+    (2, 0.5, False),  # one of two: 19%
+    (3, 1 / 3, True),  # two of three: 2.8%
+    (4, 0.5, False),  # two of four: 5.2%
+    (4, 0.25, True),  # three of four: 0.4%
+    (8, 5 / 8, True),  # three of eight: 3.8%
+    (8, 0.75, False),  # two of eight: 19%
+    (5, 1.0, False),
+    (0, None, False),  # no split made: nothing rejects the model
+])
+def test_a_validation_split_fails_the_model_by_a_binomial_test(held_out, coverage, rejected):
+    """The tail probability of that many misses of 90% intervals, against 5%: the figures in
+    the comments are the binomial tails, worked by hand."""
+    quote = ErrorQuote("leave-one-out", held_out, 10.0 if held_out else None,
+                       20.0 if held_out else None, coverage, 0.9)
+    assert failed(quote) is rejected
+
+
+def test_a_pick_the_model_s_own_check_rejects_is_refused_with_the_reason():
+    """The prep-bound fixture's pick (more CPUs, predicted faster than every measured
+    configuration) stands while its extrapolation split is not made; when that split's two
+    held-out runs both lie outside their intervals, the fastest measured configuration is
+    kept and the advice says which pick it did not take and why."""
+    runs = store.load_runs(DATA / "whatif_prep")
+    a = advise(runs)
+    assert a.decision.kind is DecisionKind.CHANGE and a.decision.beyond
+    summary = summarize(runs).to_dict()
+    facts = recommend.facts(a.model, runs, summary)
+    doc = {"splits": [{"name": "extrapolation", "held_out": 2, "median_abs_error_pct": 35.0,
+                       "max_abs_error_pct": 40.0, "coverage": 0.0, "nominal": 0.9}]}
+    d = decide(summary, [a.decision.prediction], facts, doc)
+    assert d.kind is DecisionKind.REFUSED and d.choice == d.best_measured
+    assert d.choice.measured and d.error.coverage == 0.0
+    text = advice_text(Advice(d, fitted_runs=len(runs)))
+    assert text.startswith(f"Advice: keep {option_label(d.best_measured)} (")
+    assert "is not advised: the model failed its own check, beyond the measured range" in text
+    assert "extrapolation error on 2 held-out configuration(s): median 35.0%" in text
+    assert decide(summary, [a.decision.prediction], facts, None).kind is DecisionKind.CHANGE
 
 
 def test_keep_and_no_model_in_words():

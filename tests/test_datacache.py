@@ -19,7 +19,8 @@ from dsanalyze.instrument import rank as rankenv
 from dsanalyze.jobs.datasets import make_dataset
 from dsanalyze.records import How, Knob, Status
 from dsanalyze.resources import cgroups, libmaps, pagecache
-from dsanalyze.resources.datacache import DatasetCacheLimiter
+from dsanalyze.resources.cacheproc import LimiterProcess
+from dsanalyze.resources.datacache import DatasetCacheLimiter, raise_priority
 from dsanalyze.resources.throttle import ThrottleGate
 from dsanalyze.store import load_runs
 
@@ -81,6 +82,46 @@ def test_dataset_residency_is_held_within_5_percent_of_the_budget(tmp_path, use_
     # 480 reads of 32 KiB, at most the budget left: the rest was evicted
     assert held.evicted_bytes >= 480 * (32 << 10) - budget - (64 << 10)
     assert held.stuck_files == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="fanotify with file descriptors needs root")
+def test_the_limiter_in_its_own_process_holds_the_budget_and_leaves_the_harnesss_reads(
+        tmp_path):
+    """The limiter as a run uses it, in a process of its own at a higher priority than the
+    harness (which lowered its own nice: root): 200 files read twice through a budget of
+    80, every full-cache sample within ±5%; the 40 files the harness read itself (its own
+    warms and probes, not the job's) are neither counted nor evicted; the process is gone
+    after the block."""
+    files = evictable_files(tmp_path, 240, 32 << 10)
+    mine, job = files[:40], files[40:]
+    budget = 80 * (32 << 10)
+    with LimiterProcess(files, budget) as limiter:
+        pagecache.warm(mine)
+        subprocess.run([sys.executable, "-c", READER, "0.01", *job, *job], check=True)
+        time.sleep(0.3)
+    held = limiter.record()
+    assert held is not None and held.watch == "fanotify" and not limiter._proc.is_alive()
+    filled = held.filled()
+    assert len(filled) >= 5, held
+    assert all(0.95 * budget <= b <= 1.05 * budget for b in filled), (filled, held)
+    assert pagecache.resident_bytes(mine) == 40 * (32 << 10)
+    assert 0.95 * budget <= pagecache.resident_bytes(job) <= budget
+    assert held.evicted_bytes >= 400 * (32 << 10) - budget - (64 << 10)
+
+
+def test_raising_a_threads_priority_leaves_the_processs_other_threads():
+    """The limiter's thread runs 10 nice values below the harness (root), at least -20; the
+    thread that forks the job keeps the harness's value, so the job does too."""
+    import threading
+
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(raise_priority()))
+    t.start()
+    t.join()
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before
+    expected = max(-20, before - 10) if os.geteuid() == 0 else before
+    assert seen == [expected]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="fanotify with file descriptors needs root")

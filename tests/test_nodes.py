@@ -220,13 +220,13 @@ def test_two_harnesses_profile_one_job(node_data, tmp_path):
 def test_a_killed_node_stops_the_run_and_resume_completes(node_data, tmp_path):
     port = _free_port_pair()
     run_args = ("--modes", "synthetic", "-b", 4, "-j", 1, "--warmup", 3, "--sim-step-ms", 40,
-                "--timeout", 300, "--iters", 400)
+                "--timeout", 300, "--iters", 200)
     procs = _start_nodes(tmp_path, node_data, port, *run_args)
     log = tmp_path / "p0" / "logs" / "synthetic-cpus1.log"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not log.is_file():  # the job starts after the gate
         time.sleep(0.5)
-    time.sleep(6)  # inside the run: its 400 iterations of 40 ms take 16 s, after start-up
+    time.sleep(6)  # inside the run: its 200 iterations of 40 ms take 8 s, after start-up
     procs[1].send_signal(signal.SIGKILL)
     t0 = time.monotonic()
     rc0 = procs[0].wait(timeout=120)

@@ -1,7 +1,7 @@
 """The loaders people use for remote data, unmodified (tests/scripts/), through the harness
 against a served endpoint behind the shaped link: s3torchconnector, s3fs, webdataset over
-HTTP. mosaicml-streaming is not here: its releases pin transformers<5 and numpy<2.2, which
-conflict with this project's test pins (transformers 5.23), so it cannot be installed.
+HTTP, mosaicml-streaming (installed without its pins, which ask for transformers<5 and
+numpy<2.2: the Makefile installs it with --no-deps and the compressors it imports).
 
 Each run's link record is checked against what the link was set to, and the remote run's
 rate against a law no tool output decides: a link of B bytes/s carries at most B of
@@ -76,6 +76,20 @@ def check_link(runs: dict[str, store.RunResult], data_bytes: int, samples: int,
                                               + ahead * data_bytes / samples / window_s)
 
 
+@pytest.fixture(scope="module")
+def tiny_mds(tiny_images: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The JPEGs as MDS shards of at most 64 KiB (about 4 samples each), with index.json."""
+    from streaming import MDSWriter
+
+    out = tmp_path_factory.mktemp("remote_mds") / "mds"
+    classes = sorted(p.name for p in tiny_images.iterdir())
+    with MDSWriter(out=str(out), columns={"image": "bytes", "label": "int"},
+                   size_limit=64 << 10) as writer:
+        for f in sorted(tiny_images.glob("*/*.jpg")):
+            writer.write({"image": f.read_bytes(), "label": classes.index(f.parent.name)})
+    return out
+
+
 def _bytes(root: Path, pattern: str) -> tuple[int, int]:
     files = sorted(root.glob(pattern))
     return sum(f.stat().st_size for f in files), len(files)
@@ -104,3 +118,28 @@ def test_webdataset_over_http(tiny_shards, tmp_path):
     assert runs["synthetic"].ok
     total, _ = _bytes(tiny_shards, "*.tar")
     check_link(runs, total, 48, requests_per_sample=1 / 6)
+
+
+@pytest.mark.extended  # streaming's imports and two runs: about 3 minutes on a busy machine
+@needs_netns
+def test_mosaic_streaming_local_cache(tiny_mds, tmp_path):
+    """cached: the harness fills the script's --local cache, so the library fetches nothing
+    across the link; remote: the harness empties it, so every shard the library needs
+    crosses the link once (the library keeps each in its cache after)."""
+    pytest.importorskip("streaming")
+    cache = tmp_path / "cache"
+    runs = profile_remote(tmp_path / "p", tiny_mds, "s3", "train_streaming.py",
+                          "--remote", "s3://dsanalyze/", "--local", cache)
+    cached, remote = runs["cached"], runs["disk"]
+    assert cached.ok and remote.ok, (cached.error, remote.error)
+    total, shards = _bytes(tiny_mds, "shard.*.mds")
+    index = (tiny_mds / "index.json").stat().st_size
+    assert cached.link.local_cache.action.value == "filled"
+    assert cached.link.local_cache.bytes_held == total + index
+    assert remote.link.local_cache.action.value == "emptied"
+    assert cached.link.bytes_down < total / shards  # not one shard's worth crossed
+    # Each shard once (the run reads past the 48-sample epoch), each GET's headers besides.
+    assert total + index <= remote.link.bytes_down <= total + index + remote.link.requests * 2048
+    assert remote.link.requests >= shards + 1
+    assert sorted(p.name for p in cache.glob("shard.*.mds")) == sorted(
+        p.name for p in tiny_mds.glob("shard.*.mds"))

@@ -14,7 +14,14 @@ from dsanalyze.analysis.stalls import breakdowns
 from dsanalyze.analysis.summary import ConfigSummary, Summary
 from dsanalyze.config import Mode, Resources, RunSpec, Sweep
 from dsanalyze.errors import ConfigError
-from dsanalyze.linkrecords import EndpointProbe, LinkRecord, LinkShape, ProbePoint
+from dsanalyze.linkrecords import (
+    EndpointProbe,
+    LinkRecord,
+    LinkShape,
+    LocalCacheAction,
+    LocalCacheState,
+    ProbePoint,
+)
 from dsanalyze.records import RunResult
 from dsanalyze.report import probe_plots, summary
 from dsanalyze.report.text import config_label
@@ -28,7 +35,9 @@ links = st.builds(LinkRecord, st.sampled_from(["s3", "http"]), st.text(), st.boo
                   st.builds(LinkShape, st.none() | st.integers(1, 10**11), st.floats(0, 10)),
                   st.none() | st.integers(0, 10**9), st.none() | st.integers(0, 10**9),
                   st.none() | st.integers(0, 10**12), st.none() | st.integers(0, 10**12),
-                  st.none() | probes, st.none() | st.floats(0, 1e6))
+                  st.none() | probes, st.none() | st.floats(0, 1e6),
+                  st.none() | st.builds(LocalCacheState, st.text(),
+                                        st.sampled_from(LocalCacheAction), st.integers(0, 10**12)))
 
 
 @given(links)

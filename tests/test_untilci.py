@@ -124,6 +124,22 @@ def test_disk_mode_measures_the_first_epoch_whole():
     assert sorted(set(rec.epoch)) == [0, 1]
 
 
+@pytest.mark.parametrize("epoch_batches, first_boundary", [(40, 40), (None, None), (5000, None)])
+def test_a_short_epoch_is_seen_to_its_end_before_the_run_stops(epoch_batches, first_boundary):
+    """A steady series stops soon after the minimum, unless the loader's epoch is short: then
+    not before the epoch's boundary (its stall, unseen yet, would be counted in no window)."""
+    x = periodic(500, 0.04, 10**6, 0.0, 0, 0.03, 3)
+    stop = RankStop(2.0, 10, "cached", 0, 1, None)
+    stop.epoch_batches = epoch_batches
+    rec = IterationRecorder(0, warmup=2, stopper=stop)
+    ran = _record(rec, x, epoch_len=40)
+    assert rec.stopped
+    if first_boundary is None:
+        assert ran < 40  # a long epoch (or one of no known length) is not waited for
+    else:
+        assert ran > first_boundary and rec.epoch[-1] == 1
+
+
 @pytest.mark.slow
 def test_real_runs_stop_once_sure_and_not_on_the_checkpoint_stall(tmp_path, small_dataset):
     """Two DDP ranks, a real DataLoader, a checkpoint stall every 5 batches: both ranks stop at

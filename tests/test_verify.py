@@ -4,6 +4,7 @@ print it against its prediction (`whatif/verification.py`, `app.verify`)."""
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -56,23 +57,30 @@ def test_what_cannot_run_here_says_why():
         "the recommended configuration was measured (disk-cpus2)"
 
 
-def _sweep(tmp_path: Path, *extra: object) -> tuple[Path, int]:
-    data = tmp_path / "data"
+def _harness(data: Path, prefix: Path, *extra: object) -> int:
+    """A prep-bound job: one CPU, one worker, 8 JPEGs per 5 ms step."""
+    return harness("--data", data, "--prefix", prefix, "--cpus", 1, "-b", 8, "-j", 1,
+                   "--sim-step-ms", 5, "--iters", 6, "--warmup", 2, "--no-plots",
+                   "--no-cgroups", *extra)
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(data, prefix): the sweep that both tests below verify from (synthetic, cached and
+    disk runs), made once; each test works on its own copy of the prefix."""
+    root = tmp_path_factory.mktemp("verify")
+    data = root / "data"
     assert cli.main(["make-dataset", str(data), "--images", "48", "--classes", "2",
                      "--size", "320x240", "--seed", "3"]) == 0
-    prefix = tmp_path / "prefix"
-    rc = harness("--data", data, "--prefix", prefix, "--cpus", 1, "-b", 8, "-j", 1,
-                 "--sim-step-ms", 5, "--iters", 6, "--warmup", 2, "--no-plots",
-                 "--no-cgroups", *extra)
-    return prefix, rc
+    assert _harness(data, root / "prefix", "--no-advice") == 0
+    return data, root / "prefix"
 
 
 @pytest.mark.slow
-def test_verify_measures_a_recommended_worker_count(tmp_path):
+def test_verify_measures_a_recommended_worker_count(tmp_path, swept):
     """A prep-bound job at one CPU and one worker; the decision "2 workers" is run for real
     (the built-in job's -j, into a sub-prefix) and judged by the model fitted before it."""
-    prefix, rc = _sweep(tmp_path, "--no-advice")
-    assert rc == 0
+    prefix = Path(shutil.copytree(swept[1], tmp_path / "prefix"))
     runs = store.load_runs(prefix)
     model = whatif.fit(runs)
     p = whatif.predict(model, whatif.Config.of(1, workers=2))
@@ -94,12 +102,15 @@ def test_verify_measures_a_recommended_worker_count(tmp_path):
 
 
 @pytest.mark.slow
-def test_harness_verify_checks_its_own_advice(tmp_path, capsys):
+def test_harness_verify_checks_its_own_advice(tmp_path, capsys, swept):
     """`harness.py --verify`: after the advice, its recommended configuration measured into
-    the prefix when this machine can run it, else the one-line reason."""
-    prefix, rc = _sweep(tmp_path, "--verify")
-    assert rc == 0
+    the prefix when this machine can run it, else the one-line reason (the sweep's runs
+    resumed from the shared one, as a rerun with --resume --verify would)."""
+    data, prefix = swept[0], Path(shutil.copytree(swept[1], tmp_path / "prefix"))
+    capsys.readouterr()
+    assert _harness(data, prefix, "--resume", "--verify") == 0
     out = capsys.readouterr().out.splitlines()
+    assert "resumed: 3 run(s) already complete, skipped" in out
     (advice,) = [s for s in out if s.startswith("Advice: ")]
     (line,) = [s for s in out if s.startswith("Verify: ")]
     assert out.index(line) == out.index(advice) + 1

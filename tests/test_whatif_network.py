@@ -65,3 +65,101 @@ def test_a_remote_run_and_its_cached_run_make_an_observation():
     assert (o.bw_bps, o.latency_s, o.streams) == (1 << 20, 0.02, 3)
     assert (o.requests_per_sample, o.bytes_per_sample) == (2, 1000)
     assert (o.rate_sps, o.cached_rate_sps) == pytest.approx((50, 100))
+
+
+# ---- the grid and the advice over a network (whatif/netgrid.py) --------------------------------
+
+SAMPLE_BYTES = 20_000
+
+
+def _remote_sweep(links: list[tuple[int | None, float]], truth: NetModel) -> list:
+    """whatif_compute's real synthetic, loader and cached runs (1 CPU, 2 workers, an 80 ms
+    step) and its disk run made remote at each link: its iterations stretched to the rate
+    `truth` gives there, its link record one GET of SAMPLE_BYTES a sample."""
+    from pathlib import Path
+
+    from dsanalyze import store
+    from dsanalyze.analysis.stalls import run_rate
+    from dsanalyze.whatif.network import streams
+
+    runs = store.load_runs(Path(__file__).parent / "data" / "whatif_compute")
+    cached = run_rate(next(r for r in runs if r.mode is Mode.CACHED)).rate_sps
+    disk = next(r for r in runs if r.mode is Mode.DISK)
+    out = [r for r in runs if r.mode is not Mode.DISK]
+    for bw, lat in links:
+        k = run_rate(disk).rate_sps / truth.rate_sps(cached, streams(disk), 1.0, SAMPLE_BYTES,
+                                                     bw, lat)
+        ranks = tuple(dataclasses.replace(rk, iter_s=[t * k for t in rk.iter_s],
+                                          wait_s=[t * k for t in rk.wait_s]) for rk in disk.ranks)
+        consumed = sum(sum(rk.samples) for rk in ranks)
+        res = Resources(disk.spec.resources.cpus, net_bw_bps=bw, net_latency_s=lat)
+        out.append(dataclasses.replace(
+            disk, spec=RunSpec(disk.spec.job, Mode.DISK, res), ranks=ranks,
+            link=LinkRecord("s3", "http://x", True, LinkShape(bw, lat), requests=consumed,
+                            bytes_down=SAMPLE_BYTES * consumed)))
+    return out
+
+
+def test_the_grid_reproduces_its_runs_and_more_workers_hide_latency():
+    from dsanalyze.analysis.stalls import run_rate
+    from dsanalyze.whatif import api, netgrid
+
+    runs = _remote_sweep([(1 << 20, 0.3), (2 << 20, 0.3)], NetModel(0.002, 0.0))
+    model = api.fit(runs)
+    preds = netgrid.predictions(model, runs)
+    assert netgrid.bandwidths(runs) == [1 << 20, 2 << 20, 4 << 20, 8 << 20, None]
+    for run in (r for r in runs if r.spec.resources.remote):
+        (p,) = [p for p in preds if p.config.resources.net_bw_bps == run.spec.resources.net_bw_bps
+                and p.config.workers == model.workers]
+        assert p.rate_sps == pytest.approx(run_rate(run).rate_sps, rel=0.05)
+        assert p.rate_sps_low < run_rate(run).rate_sps < p.rate_sps_high
+    at = {(p.config.resources.net_bw_bps, p.config.workers): p.rate_sps for p in preds}
+    w = model.workers
+    # latency-bound (300 ms a request, 2 streams): doubling the link barely helps, doubling
+    # the streams nearly doubles the rate, up to the 50 samples/s of the step
+    assert at[(2 << 20, w)] < 1.1 * at[(1 << 20, w)] < at[(1 << 20, 2 * w)]
+
+
+def test_the_advice_names_more_workers_before_a_faster_link():
+    from dsanalyze.whatif.advice import advise
+    from dsanalyze.whatif.decision import DecisionKind
+
+    runs = _remote_sweep([(1 << 20, 0.3), (2 << 20, 0.3)], NetModel(0.002, 0.0))
+    d = advise(runs).decision
+    assert d.kind is DecisionKind.CHANGE, d
+    # no pick meets the budget (8 workers still wait): the least stalled, a measured link kept
+    assert d.choice.net_bw_bps in (1 << 20, 2 << 20) and d.choice.net_latency_s == 0.3
+    assert d.choice.workers > 2 and "network bandwidth" not in d.beyond
+    assert d.error is None  # the disk law's validation does not speak for a link
+
+
+def test_whatif_takes_the_links_and_workers_asked(tmp_path, capsys):
+    import json
+
+    from dsanalyze import cli, store
+
+    for run in _remote_sweep([(1 << 20, 0.3), (2 << 20, 0.3)], NetModel(0.002, 0.0)):
+        store.write_run(tmp_path, run)
+    assert cli.main(["whatif", str(tmp_path), "--net-bw", "1M,none", "--net-latency",
+                     "300ms,0", "--workers", "2,8", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted({(r["net_bw_bps"], r["net_latency_s"], r["workers"]) for r in rows},
+                  key=str) == sorted({(bw, lat, w) for bw in (1 << 20, None)
+                                      for lat in (0.3, 0.0) for w in (2, 8)}, key=str)
+    at = {(r["net_bw_bps"], r["net_latency_s"], r["workers"]): r for r in rows}
+    # no delay and no limit: the rate on this side of the link, whatever the workers
+    assert at[(None, 0.0, 2)]["rate_sps"] > at[(1 << 20, 0.3, 2)]["rate_sps"]
+    # 300 ms a request against 40 ms of the step a stream: 4x the streams, about 3x the rate
+    assert at[(1 << 20, 0.3, 8)]["rate_sps"] > 2.5 * at[(1 << 20, 0.3, 2)]["rate_sps"]
+
+
+def test_a_faster_link_is_named_in_words():
+    from dsanalyze.report.advice import change_text
+    from dsanalyze.whatif.decision import Option
+
+    base = Option(1, 1, "none", None, None, 2, 5.0, 10.0, 50.0, True, net_bw_bps=1 << 20,
+                  net_latency_s=0.3)
+    faster = dataclasses.replace(base, net_bw_bps=4 << 20, measured=False)
+    more = dataclasses.replace(base, workers=8, measured=False)
+    assert "a link of 4M/s (1M/s measured)" in change_text(faster, base)
+    assert "link" not in change_text(more, base) and "8 DataLoader workers" in change_text(more, base)

@@ -336,6 +336,8 @@ class Session:
         self.training, info.role = info, "training"
         info.shuffles, info.batches = shuffles(loader), _length(loader)
         self.training_settings = loader_settings(loader)  # the loader may be gone at the end
+        if self.until is not None:
+            self.until.epoch_batches = info.batches  # a short epoch is seen to its end
         if self.settings.epochs is not None and info.batches:
             # Whole epochs measured: the warm-up leaves at least one iteration of the first.
             self.recorder.warmup = min(self.settings.warmup, info.batches - 1)

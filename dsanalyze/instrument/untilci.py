@@ -7,7 +7,12 @@ same iteration (`RankStop`). The rule, over rank 0's window:
 - **window**: the iterations after the warm-up; in disk mode, only those of
   the second epoch on, so that the cold first epoch is measured whole (the
   disk figures report it on its own, `analysis/coldepoch.py`): a disk run
-  that never reaches its second epoch runs to its maximum.
+  that never reaches its second epoch runs to its maximum. In the other modes,
+  when the training loader's epoch is at most `EPOCH_SEEN_MAX_ITERS` batches,
+  the run may not stop before its second epoch has begun: the boundary's
+  stall (workers restarted, their first batches) is in the window at least
+  once, where a window ending before it would count none. A longer epoch's
+  boundary costs a smaller share of the epoch and is not waited for.
 - **at least `min_iters`** iterations in the window.
 - **periods**: a stall is an iteration longer than `SETTINGS.stall_factor` x the
   window's median. The longest gap between two consecutive stalls (with a
@@ -41,6 +46,7 @@ import numpy as np
 from dsanalyze.blockstats import DEFAULT_LEVEL, block_length, small_sample_factor
 from dsanalyze.settings import SETTINGS
 
+EPOCH_SEEN_MAX_ITERS = 1000  # an epoch this short is seen to its end before the run may stop
 STOP_FILE = "stop-at.json"
 Z95 = 1.959964
 
@@ -117,6 +123,7 @@ class RankStop:
         self.path = run_dir / STOP_FILE if run_dir is not None and world_size > 1 else None
         self.stop_at: int | None = None
         self.last: Estimate | None = None  # rank 0's latest reading
+        self.epoch_batches: int | None = None  # the training loader's len(), once known
 
     def __call__(self, rec: Any) -> bool:
         done = len(rec.iter_s)
@@ -129,7 +136,7 @@ class RankStop:
 
     def _decide(self, rec: Any) -> None:
         start = window_start(rec.epoch, rec.warmup, self.mode)
-        if start is None:
+        if start is None or self._before_first_boundary(rec.epoch):
             return
         n = len(rec.iter_s) - start
         if n < self.min_iters or n % max(1, n // 50):
@@ -143,6 +150,11 @@ class RankStop:
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text(json.dumps({"iteration": self.stop_at}))
             os.replace(tmp, self.path)
+
+    def _before_first_boundary(self, epoch: list[int]) -> bool:
+        """A short epoch not yet ended: its boundary's stall is not in the window yet."""
+        short = self.epoch_batches is not None and self.epoch_batches <= EPOCH_SEEN_MAX_ITERS
+        return short and bool(epoch) and epoch[-1] < 1
 
     def record(self) -> dict[str, Any]:
         """What the rank's record says (`extra["until_ci"]`)."""

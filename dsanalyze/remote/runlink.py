@@ -15,7 +15,9 @@ Each remote shape's probe (`probe.py`) is measured once, before its first run.
 A user's own endpoint (`--endpoint`) is checked and probed once, before any run,
 and its probe is stored with every run. A script names the served data with
 `{endpoint}` in its arguments (replaced by `http://<address>:<port>`) or reads
-the environment (`AWS_ENDPOINT_URL`, `DSANALYZE_ENDPOINT_URL`).
+the environment (`AWS_ENDPOINT_URL`, `DSANALYZE_ENDPOINT_URL`). A streaming
+library's local cache of the served data (`localcache.py`) is filled before each
+run on this side of the link and emptied before each remote run.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from typing import Any
 
 from dsanalyze.config import Mode, RunSpec, Sweep, parse_bytes
 from dsanalyze.dataset import DatasetInfo
-from dsanalyze.linkrecords import EndpointProbe, LinkRecord, LinkShape
-from dsanalyze.remote import netlink, s3server
+from dsanalyze.linkrecords import EndpointProbe, LinkRecord, LinkShape, LocalCacheState
+from dsanalyze.remote import localcache, netlink, s3server
 from dsanalyze.remote.endpoint import Endpoint
 from dsanalyze.remote.probe import probe
 from dsanalyze.remote.served import Backend, ServedData
@@ -54,6 +56,8 @@ class RemoteData:
     served: ServedData | None = None
     names: list[str] | None = None  # the objects to probe (served HTTP: the files' URLs)
     probes: dict[LinkShape, EndpointProbe] = field(default_factory=dict)
+    local_cache: localcache.LocalCache | None = None
+    cache_state: LocalCacheState | None = None  # as `prepare` left it for the run
 
     @classmethod
     @contextlib.contextmanager
@@ -73,8 +77,12 @@ class RemoteData:
         netlink.clean_stale()
         root = Path(dataset.root)
         files = [Path(f) for f in dataset.files]
+        cache_dir = sweep.local_cache or localcache.from_script_args(sweep.job.script_args)
         with ServedData.start(root, Backend(sweep.serve), files) as served:
-            yield cls.of_served(served, root, files, budget)
+            remote = cls.of_served(served, root, files, budget)
+            if cache_dir is not None:
+                remote.local_cache = localcache.LocalCache(Path(cache_dir), root, tuple(files))
+            yield remote
 
     @classmethod
     def of_served(cls, served: ServedData, root: Path, files: list[Path],
@@ -95,6 +103,8 @@ class RemoteData:
         shape = shape_of(spec)
         if self.served is None:
             return shape
+        if self.local_cache is not None:
+            self.cache_state = self.local_cache.prepare(spec)
         self.served.shape(shape.bw_bps, shape.latency_s)
         if shape != LinkShape() and shape not in self.probes:
             with _environment(self.served.job_env()):
@@ -122,7 +132,7 @@ class RemoteData:
                           delta.get("requests"), delta.get("connections"),
                           delta.get("bytes_down"), delta.get("bytes_up"),
                           self.probes.get(shape) or self.probes.get(LinkShape()),
-                          delta.get("held_s"))
+                          delta.get("held_s"), self.cache_state)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,14 @@ from typing import Any
 from dsanalyze.analysis.stalls import Bound
 from dsanalyze.report.text import bandwidth_text, cache_text, number
 from dsanalyze.whatif.advice import Advice
-from dsanalyze.whatif.decision import Decision, DecisionKind, ErrorQuote, Option, StallReason
+from dsanalyze.whatif.decision import (
+    Decision,
+    DecisionKind,
+    ErrorQuote,
+    Option,
+    StallReason,
+    predicted_option,
+)
 
 
 def option_label(o: Option) -> str:
@@ -48,6 +55,9 @@ def change_text(choice: Option, base: Option | None, loader: str = "pytorch") ->
         disk = bandwidth_text(choice.storage_read_bps, "this machine's disk, unthrottled")
         parts.append(f"storage at {disk}" + (f" ({bandwidth_text(base.storage_read_bps)} "
                                              "measured)" if base else ""))
+    if choice.net_latency_s is not None and (base is None or choice.net_bw_bps != base.net_bw_bps):
+        parts.append(f"a link of {bandwidth_text(choice.net_bw_bps, 'no limit')}" + (
+            f" ({bandwidth_text(base.net_bw_bps, 'no limit')} measured)" if base else ""))
     if base is not None and choice.workers != base.workers:
         parts.append(f"{choice.workers} {worker_word(loader, choice.workers)} per rank "
                      f"({base.workers} measured)")
@@ -146,6 +156,19 @@ def _keep_text(a: Advice) -> str:
             f"{a.fitted_runs} runs of this sweep.")
 
 
+def _refused_text(a: Advice) -> str:
+    d = a.decision
+    best, pick = d.best_measured, d.prediction
+    assert best is not None and pick is not None
+    return (f"Advice: keep {option_label(best)} ({number(best.span_s, '{:.2f}')} s measured for "
+            f"{_epochs(d.epochs)}, {number(best.stall_pct, '{:.0f}')}% stalled, "
+            f"{_bound_text(best)}): the what-if model's pick, "
+            f"{change_text(predicted_option(pick, d.epochs), best, d.loader)}, is not advised: "
+            f"the model failed its own check, "
+            f"{error_text(d.error, d.beyond, a.validation_note)}. Measure more configurations "
+            "(more CPU counts, worker counts or bandwidths) and ask again.")
+
+
 def advice_text(a: Advice) -> str:
     """The advice in one or a few sentences."""
     kind = a.decision.kind
@@ -157,6 +180,8 @@ def advice_text(a: Advice) -> str:
         return _change_text(a)
     if kind is DecisionKind.KEEP:
         return _keep_text(a)
+    if kind is DecisionKind.REFUSED:
+        return _refused_text(a)
     return "Advice: none: no configuration was measured with its stalls split."
 
 

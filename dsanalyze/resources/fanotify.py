@@ -44,8 +44,9 @@ _libc.fanotify_mark.argtypes = (ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ct
 class OpenWatcher:
     """Open and close events on a fixed set of files, by their index in `paths`."""
 
-    def __init__(self, paths: Sequence[str]) -> None:
+    def __init__(self, paths: Sequence[str], ignore_pids: Sequence[int] = ()) -> None:
         self._index: dict[tuple[int, int], int] = {}
+        self._ignore = set(ignore_pids)  # besides this process: e.g. the harness's reads
         self._dirs: set[str] = set()
         for i, p in enumerate(paths):
             st = os.stat(p)
@@ -89,7 +90,7 @@ class OpenWatcher:
     def drain(self) -> dict[int, int]:
         """Every event waiting: file index -> change of its open count (opens − closes)."""
         out: dict[int, int] = {}
-        me = os.getpid()
+        ignored = {os.getpid(), *self._ignore}
         while True:
             try:
                 buf = os.read(self._fd, 64 * 1024)
@@ -108,7 +109,7 @@ class OpenWatcher:
                 finally:
                     os.close(fd)
                 i = self._index.get((st.st_dev, st.st_ino))
-                if i is None or pid == me:
+                if i is None or pid in ignored:
                     continue
                 delta = bool(mask & FAN_OPEN) - bool(mask & FAN_CLOSE_NOWRITE)
                 out[i] = out.get(i, 0) + delta

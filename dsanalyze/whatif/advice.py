@@ -87,8 +87,9 @@ def _holds(row: GridRow, d: Decision) -> bool:
     if o is None:
         return False
     return (row.cpus, row.cache_bytes, row.storage_read_bps, row.workers, row.gpu_speedup,
-            row.nproc) == (o.cpus_used, o.cache_bytes, o.storage_read_bps, o.workers,
-                           o.gpu_speedup, o.nproc or row.nproc)
+            row.nproc, row.net_bw_bps, row.net_latency_s) == \
+        (o.cpus_used, o.cache_bytes, o.storage_read_bps, o.workers, o.gpu_speedup,
+         o.nproc or row.nproc, o.net_bw_bps, o.net_latency_s)
 
 
 # ---- the what-if model: the one place the advice calls it -----------------------------------
@@ -129,10 +130,14 @@ def _cpus_of_all(results: Sequence[RunResult]) -> int | None:
 
 def _fit_and_predict(results: list[RunResult], sizes: Sequence[int] | None
                      ) -> tuple[Any, list[Any]]:
-    """The model fitted on every run and its predictions over `default_grid`."""
+    """The model fitted on every run and its predictions over `default_grid`, or over the
+    links and worker counts of `netgrid` when the data was across a network."""
     from dsanalyze.whatif import api as whatif
+    from dsanalyze.whatif import netgrid
 
     model = whatif.fit(results, sizes)
+    if remote := netgrid.predictions(model, results):
+        return model, remote
     cpus, caches, bws, workers = default_grid(results)
     dataset_bytes = next(r.dataset.total_bytes for r in results if r.ok)
     return model, whatif.grid(model, whatif.configs(cpus, caches, bws, dataset_bytes,

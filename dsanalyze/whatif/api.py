@@ -9,7 +9,7 @@ A prediction is the steady state of a disk run of whole epochs (the epochs
 after the first, at least two; the cold first epoch is predicted on its own),
 split as in the differential table: compute N / G, prep stall N / X_cached -
 N / G, fetch stall N / X - N / X_cached. Every rate carries an interval:
-rate x exp(+-z sigma), sigma the model's relative error (`Model.rel_sigma`),
+rate x exp(+-z sigma), sigma the model's relative error (`model.rel_sigma_for`),
 z for the nominal level `LEVEL`; the stalls' intervals follow from it.
 `untested` names each assumption of a prediction that no fit run tested.
 `bound_sps` is docs/design.md's min(G, P, B / ((1 - h) s)), the rate if every stage
@@ -119,6 +119,7 @@ class Prediction:
         c = self.config
         return {"cpus": c.cpus, "cache_spec": c.cache_spec, "cache_bytes": c.cache_bytes,
                 "storage_read_bps": c.storage_read_bps, "gpu_speedup": c.gpu_speedup,
+                "net_bw_bps": c.resources.net_bw_bps, "net_latency_s": c.resources.net_latency_s,
                 "nproc": self.nproc, "workers": c.workers, "loader": self.loader,
                 "rate_sps": self.rate_sps, "rate_sps_low": self.rate_sps_low,
                 "rate_sps_high": self.rate_sps_high, "interval_level": LEVEL,

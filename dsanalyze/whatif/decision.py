@@ -22,6 +22,10 @@ stalls, a prediction only where no run measured its configuration.
    the fewest knobs changed from the fastest measured, then cost), with the
    reason the stall stays (`CHANGE`).
 3. None predicted faster: keep the fastest measured configuration (`KEEP`).
+4. A predicted pick whose validation split (below) rejects the model's intervals
+   (`failed`: more held-out runs outside them than their level allows, a binomial test)
+   is not advised: the fastest measured configuration stands, and the pick is named with
+   the check it failed (`REFUSED`).
 
 The cost order (`cost`): fewest CPUs, least page cache, least bandwidth (no
 limit last), then the measured worker count, then the fewest workers. The
@@ -33,6 +37,7 @@ bandwidth than any run had, other ranks, nodes or step), else leave-one-out.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -47,6 +52,7 @@ from dsanalyze.whatif.documents import ValidationDoc
 # the defaults of a decision's stall limit and its ties (SETTINGS.input_bound_pct, .tie_tolerance)
 MAX_STALL_PCT = SETTINGS.input_bound_pct
 TOLERANCE = SETTINGS.tie_tolerance
+REJECT = 0.05  # a validation split whose misses are this improbable fails the model (`failed`)
 LOO, EXTRAPOLATION = "leave-one-out", "extrapolation"  # validation's split names
 
 
@@ -54,6 +60,7 @@ class DecisionKind(enum.Enum):
     MEASURED = "measured"  # a measured configuration meets the budget: no change needed
     CHANGE = "change"  # a configuration no run measured, predicted faster than every measured one
     KEEP = "keep"  # nothing predicted faster than the fastest measured configuration
+    REFUSED = "refused"  # a predicted pick, but the model failed its own held-out check
     NONE = "none"  # nothing measured to compare, and nothing predicted
 
 
@@ -89,6 +96,8 @@ class Option:
     gpu_speedup: float = 1.0
     nproc: int | None = None
     nnodes: int = 1
+    net_bw_bps: int | None = None  # remote data: the link (None: unshaped)
+    net_latency_s: float | None = None  # None: the data is local
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "untested": list(self.untested)}
@@ -192,7 +201,7 @@ def measured_options(summary: Summary, facts: Facts) -> list[Option]:
             coldepoch.stall_pct(span, stalled), True, mode.rate_sps_low if mode else None,
             mode.rate_sps_high if mode else None, cfg.bound, mode.run_id if mode else None,
             fetch_dominates=(cfg.fetch_stall_s or 0.0) > (cfg.prep_stall_s or 0.0),
-            nproc=facts.ranks))
+            nproc=facts.ranks, net_bw_bps=cfg.net_bw_bps, net_latency_s=cfg.net_latency_s))
     return out
 
 
@@ -218,19 +227,22 @@ def predicted_option(p: Any, epochs: int) -> Option:
                   p.rate_sps, p.job_s(epochs), p.job_stall_pct(epochs), False, p.rate_sps_low,
                   p.rate_sps_high, untested=tuple(p.untested),
                   fetch_dominates=p.fetch_stall_s > p.prep_stall_s,
-                  gpu_speedup=c.gpu_speedup, nproc=p.nproc, nnodes=c.nnodes)
+                  gpu_speedup=c.gpu_speedup, nproc=p.nproc, nnodes=c.nnodes,
+                  net_bw_bps=c.resources.net_bw_bps, net_latency_s=c.resources.net_latency_s)
 
 
 def cost(o: Option, workers: int | None = None) -> tuple:
-    """The one cost order: fewest CPUs, least cache, least bandwidth (no limit last), then
-    the measured worker count (`workers`), then the fewest workers."""
+    """The one cost order: fewest CPUs, least cache, least bandwidth (storage, then the
+    network link; no limit last), then the measured worker count (`workers`), then the
+    fewest workers."""
     return (unlimited_last(o.cpus_used), unlimited_last(o.cache_bytes),
-            unlimited_last(o.storage_read_bps), o.workers != workers, o.workers or 0)
+            unlimited_last(o.storage_read_bps), unlimited_last(o.net_bw_bps),
+            o.workers != workers, o.workers or 0)
 
 
 def _hardware(o: Option) -> tuple:
     return (o.cpus_used, o.cache_bytes, o.storage_read_bps, o.workers, round(o.gpu_speedup, 6),
-            o.nproc, o.nnodes)
+            o.nproc, o.nnodes, o.net_bw_bps, o.net_latency_s)
 
 
 def beyond_measured(o: Option, measured: Sequence[Option], facts: Facts) -> tuple[str, ...]:
@@ -239,7 +251,8 @@ def beyond_measured(o: Option, measured: Sequence[Option], facts: Facts) -> tupl
         return ("every knob: no configuration measured",)
     out = []
     for name, get in (("CPUs", lambda x: x.cpus_used), ("page cache", lambda x: x.cache_bytes),
-                      ("storage bandwidth", lambda x: x.storage_read_bps)):
+                      ("storage bandwidth", lambda x: x.storage_read_bps),
+                      ("network bandwidth", lambda x: x.net_bw_bps)):
         if unlimited_last(get(o)) > max(unlimited_last(get(m)) for m in measured):
             out.append(name)
     if facts.workers is not None and (o.workers or 0) > facts.workers:
@@ -305,9 +318,27 @@ def decide(summary: Summary, candidates: Sequence[Any], facts: Facts,
     p, pick = min(under, key=lambda po: cost(po[1], facts.workers)) if under else \
         next(po for po in faster if po[1] is _least_stalled([o for _, o in faster], facts, best))
     beyond = beyond_measured(pick, measured, facts)
-    return Decision(DecisionKind.CHANGE, choice=pick, beyond=beyond,
-                    error=error_quote(validation, bool(beyond)),
+    # the validation scores the disk's law; a link's prediction has its own error in its interval
+    error = error_quote(validation, bool(beyond)) if pick.net_latency_s is None else None
+    if failed(error):  # the table's answer stands; the pick is named with the failed check
+        return Decision(DecisionKind.REFUSED, choice=best, beyond=beyond, error=error,
+                        reason=None if best is None or best.stall_pct <= facts.max_stall_pct
+                        else _reason(best), prediction=p, **common)
+    return Decision(DecisionKind.CHANGE, choice=pick, beyond=beyond, error=error,
                     reason=None if under else _reason(pick), prediction=p, **common)
+
+
+def failed(error: ErrorQuote | None) -> bool:
+    """The split that speaks for a prediction rejects the model's intervals: so many of its
+    held-out runs fell outside them that intervals of their nominal level would do so less
+    than `REJECT` of the time (a one-sided binomial test: 2 of 2 outside 90% intervals,
+    3 of 4, 3 of 8)."""
+    if error is None or not error.held_out or error.coverage is None or error.nominal is None:
+        return False
+    n, p = error.held_out, 1 - error.nominal
+    outside = round(n * (1 - error.coverage))
+    tail = sum(math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(outside, n + 1))
+    return outside > 0 and tail < REJECT
 
 
 def _least_stalled(options: Sequence[Option], facts: Facts, best: Option | None) -> Option:

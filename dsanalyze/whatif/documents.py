@@ -29,6 +29,8 @@ class GridRow(PlainJson):
     storage_read_bps: int | None
     rate_sps: float
     gpu_speedup: float = 1.0
+    net_bw_bps: float | None = None  # a remote configuration's link (None: unshaped, or local)
+    net_latency_s: float | None = None  # None: the data is local
     nproc: int | None = None
     workers: int | None = None
     loader: str = "pytorch"

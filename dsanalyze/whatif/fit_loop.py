@@ -110,13 +110,27 @@ def _drop_foreign(found: dict[str, list[tuple[str, float]]]
     return kept, sorted((i, x) for v in found.values() for i, x in v if x > limit)
 
 
+def _background_cores(results: list[RunResult]) -> float:
+    """Cores busy outside the job's cgroup that the job's data does not cause: the median over
+    the synthetic runs (no loader: no reads, no decode, no limiter) of their outside work
+    per second. On a machine shared with other tenants that is their load, which a run's
+    outside work per sample would otherwise charge to the job."""
+    cores = [x * rate for r in by_mode(results, Mode.SYNTHETIC)
+             if (x := interference.outside_cpu_s_per_sample(r)) is not None
+             and (rate := stalls.run_rate(r).rate_sps)]
+    return statistics.median(cores) if cores else 0.0
+
+
 def fit_others(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
     """The work outside the job's cgroup per sample (`interference.outside_cpu_s_per_sample`),
     median over the loader and cached runs, and over the disk runs (their kernel I/O work
     besides; the others' figure where none recorded it), with the machine's online CPUs."""
     machine = [m for r in results if (m := (r.io.interference or {}).get("machine_cpus"))]
-    found = {mode: [(r.run_id, x) for r in results if r.ok and r.ranks and r.mode in modes
-                    and (x := interference.outside_cpu_s_per_sample(r)) is not None]
+    background = _background_cores(results)
+    found = {mode: [(r.run_id, max(0.0, x - background / rate)) for r in results
+                    if r.ok and r.ranks and r.mode in modes
+                    and (x := interference.outside_cpu_s_per_sample(r)) is not None
+                    and (rate := stalls.run_rate(r).rate_sps)]
              for mode, modes in (("cached", (Mode.LOADER, Mode.CACHED)), ("disk", (Mode.DISK,)))}
     found, foreign = _drop_foreign(found)
     if not machine or not (found["cached"] or found["disk"]):
@@ -130,8 +144,9 @@ def fit_others(model: Model, results: list[RunResult]) -> tuple[Model, list[Para
                     others_disk_cpu_s_per_sample=disk)
     how = (f"measured: CPU outside the job's cgroup on any of the machine's {max(machine)} "
            "cores (kernel I/O and reclaim, the harness's monitor and limiter) per sample of the "
-           "steady iterations, median of {n} run(s); it takes the job's cores where the job "
-           "wants more than the machine has free of it")
+           "steady iterations, less the synthetic runs' outside work per second (other "
+           f"tenants: {background:.2f} cores), median of {{n}} run(s); it takes the job's "
+           "cores where the job wants more than the machine has free of it")
     if foreign:
         how += (f"; left out, as another process's load rather than the job's (over "
                 f"{SETTINGS.foreign_factor:g}x the median of every run): " +

@@ -38,8 +38,10 @@ configuration: each is one number for the job or the machine, or one law.
 (prefetch depth, in-order delivery, the refill at each epoch start, a worker's
 read then decode, the main process needing CPU). `whatif/calibrate.py` fits
 the parameters; a prediction's interval is the rate times exp(+-z sigma) with
-sigma the fit runs' residual log error (degrees of freedom counted), widened by
-`SETTINGS.untested_sigma` for each assumption of the prediction no fit run tested.
+sigma the fit runs' residual log error (degrees of freedom counted) scaled by
+`SETTINGS.fit_sigma_scale`, widened by `SETTINGS.untested_sigma` for each assumption of
+the prediction no fit run tested; both calibrated on a tuning grid
+(`bench/interval_tuning.py`).
 """
 
 from __future__ import annotations
@@ -512,9 +514,10 @@ def predict_run(model: Model, run: HeldOut) -> Rates:
 
 
 def rel_sigma_for(model: Model, cfg: Config) -> float:
-    """The relative standard error of a prediction for `cfg`: the fit's residual error,
-    widened by `SETTINGS.untested_sigma` for each assumption of `untested`."""
-    return math.sqrt(model.rel_sigma ** 2
+    """The relative standard error of a prediction for `cfg`: the fit's own sigma scaled by
+    `SETTINGS.fit_sigma_scale`, widened by `SETTINGS.untested_sigma` for each assumption of
+    `untested` (both calibrated by bench/interval_tuning.py)."""
+    return math.sqrt((SETTINGS.fit_sigma_scale * model.rel_sigma) ** 2
                      + len(untested(model, cfg)) * SETTINGS.untested_sigma ** 2)
 
 

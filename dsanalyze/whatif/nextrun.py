@@ -14,10 +14,15 @@ Then, in order:
    pick's place: measure the likeliest. With the pick under the limit, the
    chance is that of a cheaper configuration staying under the limit too;
    else, that of it staying under the limit or running faster than the pick
-   (by more than the ranking's tolerance).
-3. Else stop: `CONFIDENT` when the pick's interval is within ±`target_pct`,
+   (by more than the ranking's tolerance): none, when it differs from the pick
+   only in cache and storage and the pick is already within the tolerance of
+   its job with no fetch stall (`cannot_beat`).
+3. The pick is measured, its interval (its runs' own, pooled over repeats) is
+   wider than ±`target_pct`, and it has had fewer than `MAX_PICK_RUNS` runs:
+   `REPEAT` it (one more run of it; the runs pool, the interval narrows).
+4. Else stop: `CONFIDENT` when the pick's interval is within ±`target_pct`,
    `SETTLED` when it is not but no configuration left to measure could change
-   the answer (the pick is measured: its interval is its run's own noise).
+   the answer (the pick is measured `MAX_PICK_RUNS` times, or not measurable).
 
 Chances treat a rate as log-normal, sigma read off its interval: the
 prediction's (`LEVEL`, the model's error) or, for a measured configuration,
@@ -39,12 +44,14 @@ from dsanalyze.whatif.api import Prediction
 from dsanalyze.whatif.model import LEVEL
 from dsanalyze.whatif.recommend import TOLERANCE, config_text, cost, rank
 
+MAX_PICK_RUNS = 3  # a measured pick still wider than the target is run again up to this many times
 MEASURED_LEVEL = 0.95  # a run's rate interval (analysis/uncertainty.py)
 _NORMAL = NormalDist()
 
 
 class Verdict(str, enum.Enum):
     MEASURE = "measure"  # measure `next_key`
+    REPEAT = "repeat"  # measure the measured pick `next_key` once more (its runs pool)
     CONFIDENT = "confident"  # the pick's interval is within the target, no rival likely
     SETTLED = "settled"  # the interval is wider, but nothing left to measure could change it
     BUDGET = "budget"  # the budget is spent (decided by the loop, not here)
@@ -59,6 +66,7 @@ class Candidate:
     measured_sps: float | None = None  # its disk run's steady rate and 95% interval
     measured_low_sps: float | None = None
     measured_high_sps: float | None = None
+    runs: int = 0  # its disk runs so far (repeats and failed ones included)
 
     @property
     def measured(self) -> bool:
@@ -129,7 +137,23 @@ def rival_chance(c: Candidate, pick: Candidate, under_limit: bool, max_stall_pct
     if under_limit:
         cheaper = cost(c.prediction)[:3] < cost(pick.prediction)[:3]
         return stall_chance(c, max_stall_pct, epochs) if cheaper else 0.0
-    return max(stall_chance(c, max_stall_pct, epochs), faster_chance(c, pick, epochs))
+    faster = 0.0 if cannot_beat(c, pick, epochs) else faster_chance(c, pick, epochs)
+    return max(stall_chance(c, max_stall_pct, epochs), faster)
+
+
+def cannot_beat(c: Candidate, pick: Candidate, epochs: int) -> bool:
+    """True when `c` differs from the pick only in page cache and storage and the pick is
+    within the tolerance of its job with no fetch stall (`epochs` epochs at its cached
+    epoch, prep and compute): cache and storage change only the fetch stall, so `c`'s job
+    is no shorter than that bound, the one figure of the model both share (their errors
+    cancel, where independent intervals would see a rival in every tie)."""
+    a, b = c.prediction.config, pick.prediction.config
+    if (a.cpus, a.gpu_speedup, a.nproc, a.workers, a.nnodes) != \
+            (b.cpus, b.gpu_speedup, b.nproc, b.workers, b.nnodes):
+        return False
+    p = pick.prediction
+    best_s = epochs * max(p.cached_s, p.compute_s)
+    return best_s >= p.job_s(epochs) * (1 - TOLERANCE)
 
 
 def choose(candidates: Sequence[Candidate], max_stall_pct: float, epochs: int,
@@ -153,12 +177,15 @@ def choose(candidates: Sequence[Candidate], max_stall_pct: float, epochs: int,
     if rival is not None and chance >= SETTINGS.chance_min:
         return decided(Verdict.MEASURE, rival, f"{rival} has a {chance:.0%} chance to "
                        + ("be cheaper under the limit" if chosen else "do better") + ": measuring it")
+    if pick.measured and hw > target_pct and pick.runs < MAX_PICK_RUNS:
+        return decided(Verdict.REPEAT, pick.key, f"wider than ±{target_pct:g}% after "
+                       f"{pick.runs} run(s): measuring it again (run {pick.runs + 1})")
     left = (f"no configuration left to measure has a {SETTINGS.chance_min:.0%} chance to change it"
             + (f" (likeliest {rival}: {chance:.1%})" if rival else ""))
     if hw <= target_pct:
         return decided(Verdict.CONFIDENT, None, f"within ±{target_pct:g}% and {left}")
     return decided(Verdict.SETTLED, None, f"wider than ±{target_pct:g}% "
-                   + ("(its run's own noise)" if pick.measured else "(not measurable)")
+                   + (f"after {pick.runs} runs of it" if pick.measured else "(not measurable)")
                    + f", but {left}")
 
 

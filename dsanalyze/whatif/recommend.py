@@ -93,7 +93,9 @@ def recommend(model: Model, preds: Sequence[Prediction], results: Sequence[RunRe
     if not preds:
         raise ConfigError("nothing to recommend from: give --cpus and --cache values")
     summary = summarize(list(results))
-    cands = [*preds, *(p for p in software(model, results, preds)
+    # worker counts on the measured hardware by the disk's law; a network grid has its own
+    local = not any(p.config.resources.remote for p in preds)
+    cands = [*preds, *(p for p in (software(model, results, preds) if local else [])
                        if all(p.config != q.config for q in preds))]
     return decide(summary, cands, facts(model, results, summary, max_stall_pct, epochs),
                   validation)
