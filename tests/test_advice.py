@@ -31,6 +31,7 @@ from dsanalyze.whatif.decision import (
     measured_epochs,
     measured_options,
 )
+from dsanalyze.whatif.documents import ValidationDoc
 
 DATA = Path(__file__).parent / "data"
 FIXTURES = sorted(p.name for p in DATA.iterdir() if (p / "runs").is_dir())
@@ -93,10 +94,11 @@ def test_a_pick_the_model_s_own_check_rejects_is_refused_with_the_reason():
     runs = store.load_runs(DATA / "whatif_prep")
     a = advise(runs)
     assert a.decision.kind is DecisionKind.CHANGE and a.decision.beyond
-    summary = summarize(runs).to_dict()
+    summary = summarize(runs)
     facts = recommend.facts(a.model, runs, summary)
-    doc = {"splits": [{"name": "extrapolation", "held_out": 2, "median_abs_error_pct": 35.0,
-                       "max_abs_error_pct": 40.0, "coverage": 0.0, "nominal": 0.9}]}
+    doc = ValidationDoc.from_dict(
+        {"splits": [{"name": "extrapolation", "held_out": 2, "median_abs_error_pct": 35.0,
+                     "max_abs_error_pct": 40.0, "coverage": 0.0, "nominal": 0.9}]})
     d = decide(summary, [a.decision.prediction], facts, doc)
     assert d.kind is DecisionKind.REFUSED and d.choice == d.best_measured
     assert d.choice.measured and d.error.coverage == 0.0
