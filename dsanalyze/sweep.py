@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from dsanalyze import datafind, launch, nodes, store
 from dsanalyze.analysis import measured as measured_window
-from dsanalyze.analysis import stalls
+from dsanalyze.analysis import runrate, stalls
 from dsanalyze.config import Mode, RunSpec, Sweep
 from dsanalyze.dataset import DatasetInfo
 from dsanalyze.errors import (
@@ -412,7 +412,7 @@ def _remember_libraries(ctx: launch.LaunchContext, result: RunResult) -> None:
 def _progress_line(spec: RunSpec, result: RunResult, measured: int, elapsed_s: float,
                    remaining: int) -> str:
     """`cached-cpus1: 40.0 samples/s [38.2, 41.5] (12 s), ETA 0m30s`."""
-    rate = stalls.run_rate(result, interval=True)
+    rate = runrate.run_rate(result, interval=True)
     what = f"{result.status}: {result.error}"
     if rate.rate_sps:
         what = f"{rate.rate_sps:.1f} samples/s"

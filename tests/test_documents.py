@@ -1,5 +1,5 @@
 """The typed documents analysis and the what-if hand the report: `summary.json` (`Summary`,
-schema 2), `whatif.json`'s rows (`GridRow`) and `validation.json` (`ValidationDoc`), read
+schema 3), `whatif.json`'s rows (`GridRow`) and `validation.json` (`ValidationDoc`), read
 back into the same values; and the verdict the report words from the typed one."""
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dsanalyze import store
+from dsanalyze.analysis.notes import Said
 from dsanalyze.analysis.stalls import Bound, verdict
 from dsanalyze.analysis.summary import SCHEMA_VERSION, Summary, summarize
 from dsanalyze.analysis.uncertainty import Significance, StallInterval
+from dsanalyze.report.notes import notes
 from dsanalyze.report.verdicts import verdict_text
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif.documents import CheckRow, GridRow, SplitFigures, ValidationDoc
@@ -31,7 +33,7 @@ def as_json(value: dict) -> dict:
 def test_summary_reads_back_into_the_same_values(name):
     summary = summarize(store.load_runs(DATA / name))
     doc = as_json(summary.to_dict())
-    assert doc["schema"] == SCHEMA_VERSION == 2
+    assert doc["schema"] == SCHEMA_VERSION == 3
     assert Summary.from_dict(doc) == summary
 
 
@@ -47,6 +49,22 @@ def test_a_summary_stored_before_the_typed_verdict_keeps_what_it_classified(name
     for cfg, stored in zip(back.configs, doc["configs"]):
         assert cfg.verdict.bound.value == stored["bound"]
         assert verdict_text(cfg.verdict).startswith(WORDS[cfg.verdict.bound])
+
+
+def test_a_summary_stored_before_the_typed_notes_still_prints_its_sentences():
+    """Schema 2 stored a configuration's notes as sentences under `warnings`: they read back
+    as `Said` notes and print as they were written."""
+    doc = as_json(summarize(store.load_runs(DATA / "report_sweep")).to_dict())
+    written = ["synthetic: iteration times spread widely (IQR 31% of median)",
+               "cache 0 does not bind: the dataset (10 MiB) fits in the budget"]
+    old = {**doc, "schema": 2,
+           "configs": [{**{k: v for k, v in c.items() if k != "notes"}, "warnings": written}
+                       for c in doc["configs"]]}
+    back = Summary.from_dict(old)
+    assert all(cfg.notes == (Said(written[0]), Said(written[1])) for cfg in back.configs)
+    said = notes(back)
+    assert said.count(written[0]) == 1 and said.count(written[1]) == 1  # once, not per config
+    assert Summary.from_dict(as_json(back.to_dict())) == back
 
 
 # what the table's words begin with, by the bound the analysis classified

@@ -13,10 +13,14 @@ from pathlib import Path
 import pytest
 
 from dsanalyze import store
-from dsanalyze.analysis import interference
+from dsanalyze.analysis import interference, notes
+from dsanalyze.analysis.interference import Interference
+from dsanalyze.analysis.runrate import RunRate
 from dsanalyze.analysis.summary import summarize
 from dsanalyze.records import RunResult
 from dsanalyze.report import plots
+from dsanalyze.report.notes import note_text
+from dsanalyze.report.notes import notes as report_notes
 from dsanalyze.report.summary import render_table
 from dsanalyze.report.verdicts import verdict_text
 
@@ -41,7 +45,11 @@ def test_a_neighbour_on_the_core_the_run_was_not_given_is_seen():
     found = interference.of_run(quiet)
     assert found["others_cpu_pct"] == 2.0 and found["others_outside_pct"] == pytest.approx(90.0)
     assert found["disturbed"] == ("machine",)
-    said = interference.warning(quiet.run_id, quiet.mode, found)
+    note = notes.disturbed(RunRate(quiet.run_id, quiet.mode.value, quiet.status, **found))
+    assert note == notes.Disturbed("cached", quiet.run_id, (Interference.MACHINE,), 2.0,
+                                   pytest.approx(90.0), found["others_read_bytes"])
+    said = note_text(note)
+    # a cached run's rate is in the prep and the fetch stall
     assert "kept the CPUs it was not given 90% busy" in said and "prep stall" in said
     # the harness's own sampling and the kernel's work for the job: a few percent, no warning
     calm = with_probe(r, cpus=[0], window_s=window, machine_cpus=2, others_cpu_s=0.0,
@@ -81,10 +89,14 @@ def test_cached_slower_than_disk_beyond_both_intervals_is_flagged_as_suspect():
     assert cfg.fetch_stall_significance == "suspect" and cfg.fetch_stall_s == 0.0
     table = render_table(summary)
     assert "suspect (see note)" in table
-    (note,) = [w for w in cfg.warnings if w.startswith("fetch stall suspect")]
-    assert f"({d.rate_sps:.1f} vs {c.rate_sps:.1f} samples/s)" in note
+    (note,) = [n for n in cfg.notes if isinstance(n, notes.SuspectStall)]
+    assert (note.stall, note.fast_mode, note.slow_mode) == ("fetch", "disk", "cached")
     # both runs had their other core busy: no more during the cached run, so drift is named
-    assert "suspected: drift between the runs" in note
+    assert note.cause is notes.Cause.DRIFT
+    said = note_text(note)
+    assert said.startswith("fetch stall suspect")
+    assert f"({d.rate_sps:.1f} vs {c.rate_sps:.1f} samples/s)" in said
+    assert "suspected: drift between the runs" in said and said in report_notes(summary)
     assert "compute-bound" not in verdict_text(cfg.verdict)
     # the figure: the bar stands at the table's epoch time, the fetch stall labelled suspect
     fig = plots.stall_breakdown(summary)
@@ -103,6 +115,9 @@ def test_the_suspect_note_names_outside_work_during_the_slow_run():
                       machine_cpus=2, others_cpu_s=0.0, others_cpu_pct=0.0,
                       machine_others_cpu_s=0.5)
     (cfg,) = summarize([run("synthetic-cpus1"), cached, disk]).configs
-    (note,) = [w for w in cfg.warnings if w.startswith("fetch stall suspect")]
+    (note,) = [n for n in cfg.notes if isinstance(n, notes.SuspectStall)]
+    # 0.95 of the window busy on the core it was not given; 0.5 s of 10 s on the disk run's
+    assert note.cause is notes.Cause.OUTSIDE_WORK
+    assert (note.slow_busy_pct, note.fast_busy_pct) == (pytest.approx(95.0), pytest.approx(5.0))
     assert "other work on the machine during the cached run: 95% of CPU busy outside the job " \
-           "(5% during the disk run)" in note
+           "(5% during the disk run)" in note_text(note)

@@ -19,7 +19,20 @@ from hypothesis import strategies as st
 
 from dsanalyze.analysis import uncertainty
 from dsanalyze.analysis.coldepoch import ColdEpoch
+from dsanalyze.analysis.interference import Interference
 from dsanalyze.analysis.measured import MeasuredWindow, ShortRun
+from dsanalyze.analysis.notes import (
+    CacheUnbound,
+    Cause,
+    Disturbed,
+    EvictionIncomplete,
+    InvertedStall,
+    RunNotOk,
+    Said,
+    StuckPages,
+    SuspectStall,
+    WideSpread,
+)
 from dsanalyze.analysis.pernode import NodeRun, NodeShare
 from dsanalyze.analysis.stalls import (
     Bound,
@@ -200,12 +213,24 @@ verdicts = st.builds(Verdict, st.sampled_from(list(Bound)),
                      st.lists(st.builds(StallShare, st.sampled_from(["prep", "fetch"]), finite,
                                         finite), max_size=2).map(tuple),
                      st.booleans(), maybe, st.booleans(), st.none() | words)
+modes = st.sampled_from([m.value for m in Mode])
+stall_kinds = st.sampled_from(["prep", "fetch"])
+notes = st.one_of(
+    st.builds(Said, words), st.builds(WideSpread, modes, finite),
+    st.builds(RunNotOk, modes, words, words, st.none() | words),
+    st.builds(Disturbed, modes, words, st.lists(st.sampled_from(list(Interference)), max_size=3)
+              .map(tuple), maybe, maybe, st.none() | ints),
+    st.builds(SuspectStall, stall_kinds, modes, modes, maybe, maybe, st.sampled_from(list(Cause)),
+              maybe, maybe),
+    st.builds(InvertedStall, stall_kinds, modes, modes, finite, finite),
+    st.builds(CacheUnbound, words, ints, ints), st.builds(EvictionIncomplete, words, ints, ints),
+    st.builds(StuckPages, words, ints))
 configs = st.builds(ConfigSummary, words, st.none() | st.integers(1, 64), words,
                     st.none() | ints, st.none() | ints, st.none() | ints,
                     st.dictionaries(st.sampled_from([m.value for m in Mode]), mode_rates, max_size=3),
                     st.dictionaries(st.sampled_from(list(Enforcement.KNOBS)), holds, max_size=3),
                     maybe, maybe, maybe, maybe, maybe, maybe, verdicts,
-                    warnings=st.lists(words, max_size=2).map(tuple), cold_epoch=st.none() | colds,
+                    notes=st.lists(notes, max_size=3).map(tuple), cold_epoch=st.none() | colds,
                     cold_only=st.booleans())
 rates = st.builds(RunRate, words, st.sampled_from([m.value for m in Mode]), words, maybe,
                   st.integers(0, 10_000), finite, maybe,
@@ -232,6 +257,7 @@ RECORDS = {
     "Summary": summaries, "Breakdown": configs.map(
         lambda c: Breakdown(**{f: getattr(c, f) for f in Breakdown.__dataclass_fields__})),
     "RateInterval": st.builds(uncertainty.RateInterval, finite, finite, finite, words, finite),
+    "Note": notes,
 }
 
 

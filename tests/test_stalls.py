@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from dsanalyze.analysis.stalls import bound, breakdowns, run_rate, verdict
+from dsanalyze.analysis.notes import CacheUnbound
+from dsanalyze.analysis.runrate import run_rate
+from dsanalyze.analysis.stalls import bound, breakdowns, verdict
 from dsanalyze.analysis.summary import summarize
 from dsanalyze.analysis.uncertainty import Significance, StallInterval
 from dsanalyze.config import CacheBudget, Job, Mode, Resources, RunSpec
 from dsanalyze.records import RankRecord, RunResult
+from dsanalyze.report.notes import note_text
 from dsanalyze.report.verdicts import verdict_text
 
 JOB = Job(data_dir="/d", batch_size=10)
@@ -101,4 +104,7 @@ def test_warns_when_the_cache_budget_cannot_bind(dataset_bytes, cache, warned):
     disk = RunResult(disk.spec, "ok", ranks=disk.ranks, dataset={"bytes": dataset_bytes},
                      enforced={"memory_margin_bytes": 32 << 20} if cache != "none" else {})
     (b,) = breakdowns([make_run(Mode.SYNTHETIC, 0.1), make_run(Mode.CACHED, 0.1), disk])
-    assert any("does not bind" in w for w in b.warnings) == warned
+    unbound = [n for n in b.notes if isinstance(n, CacheUnbound)]
+    assert unbound == ([CacheUnbound("0B", dataset_bytes, 32 << 20)] if warned else [])
+    assert all("does not bind: the dataset (10 MiB) fits in the budget plus the memory-limit "
+               "margin" in note_text(n) for n in unbound)

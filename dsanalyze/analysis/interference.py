@@ -32,9 +32,6 @@ from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 
-AFFECTS = {Mode.SYNTHETIC: ("compute", "prep stall"), Mode.CACHED: ("prep stall", "fetch stall"),
-           Mode.DISK: ("fetch stall", "epoch time"), Mode.LOADER: ("loader rate",)}
-
 
 class Interference(str, enum.Enum):
     CPU = "cpu"  # other processes ran on the run's CPUs
@@ -90,24 +87,6 @@ def of_run(result: RunResult) -> dict[str, Any]:
         disturbed.append(Interference.IO.value)
     return {"others_cpu_pct": cpu_pct, "others_outside_pct": outside_pct,
             "others_read_bytes": read, "disturbed": tuple(disturbed)}
-
-
-def warning(run_id: str, mode: Mode, found: dict[str, Any]) -> str | None:
-    """One line for the summary: who disturbed the run, and which figures that affects."""
-    kinds = found["disturbed"]
-    if not kinds:
-        return None
-    what = []
-    if Interference.CPU.value in kinds:
-        what.append(f"other processes used {found['others_cpu_pct']:.0f}% of its CPUs")
-    if Interference.MACHINE.value in kinds:
-        what.append(f"other processes kept the CPUs it was not given "
-                    f"{found['others_outside_pct']:.0f}% busy (memory bandwidth and caches "
-                    "are shared)")
-    if Interference.IO.value in kinds:
-        what.append(f"others read {found['others_read_bytes'] / 2**20:.0f} MiB from its disk")
-    return (f"{mode.value} run {run_id} disturbed: {' and '.join(what)}; affects "
-            f"{' and '.join(AFFECTS[mode])}")
 
 
 def outside_cpu_s_per_sample(result: RunResult) -> float | None:

@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from dsanalyze.analysis.stalls import run_rate
+from dsanalyze.analysis.runrate import run_rate
 from dsanalyze.plain import PlainJson
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS

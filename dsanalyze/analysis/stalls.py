@@ -14,27 +14,25 @@ contains 0 is within noise: the verdict says "likely" only of a stall whose
 whole interval is above 0. The stored `*_stall_s` and `*_stall_pct` are
 clamped at 0 for drawing; the interval and the significance say the rest.
 
-A run's rate is its steady state: the iterations after the warm-up, and for a
-disk run of two or more epochs, the epochs after the first (cold) one, which
-is reported on its own. With several ranks, rate = the samples of all ranks /
-the longest rank's measured time (ranks advance together through DDP).
+Each run's rate is its steady state (`runrate.run_rate`); what the runs leave to say
+beside the table are typed notes (`notes.config_notes`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import statistics
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from dsanalyze.analysis import interference, uncertainty
+from dsanalyze.analysis import uncertainty
+from dsanalyze.analysis.notes import Note, config_notes
+from dsanalyze.analysis.runrate import RunRate, run_rate
 from dsanalyze.analysis.uncertainty import RateSamples, Significance, StallInterval
-from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import Mode
 from dsanalyze.plain import PlainJson
-from dsanalyze.records import CacheAction, How, RunResult
+from dsanalyze.records import How, RunResult
 from dsanalyze.settings import SETTINGS
 
 
@@ -47,86 +45,6 @@ class Bound(enum.Enum):
     COMPUTE = "compute"  # every stall's interval at most 5% of the time
     NOISE = "within noise"  # a stall that may exceed 5% but cannot be told from 0
     UNKNOWN = "unknown"  # no synthetic and cached runs to compare
-
-
-@dataclass(frozen=True)
-class RunRate(PlainJson):
-    """Headline numbers of one run; the interval only when asked (`run_rate(r, interval=True)`)."""
-
-    run_id: str
-    mode: str
-    status: str
-    rate_sps: float | None = None
-    measured_samples: int = 0
-    measured_s: float = 0.0
-    wait_pct: float | None = None  # share of measured iteration time blocked on data
-    iter_median_s: float | None = None
-    iter_iqr_pct: float | None = None
-    epoch1_s: float | None = None  # first (cold) epoch, when the run spans several
-    epoch1_rate_sps: float | None = None
-    steady_epochs: int = 0
-    samples_per_epoch: int | None = None
-    error: str | None = None
-    rate_sps_low: float | None = None  # confidence interval of rate_sps (uncertainty.py)
-    rate_sps_high: float | None = None
-    rate_method: str | None = None
-    rate_level: float | None = None
-    repeat: int = 1
-    others_cpu_pct: float | None = None  # CPU time of other processes on the run's CPUs
-    others_outside_pct: float | None = None  # ... on the CPUs the run was not given
-    others_read_bytes: int | None = None  # bytes others read from the dataset's disk
-    disturbed: tuple[str, ...] = ()  # Interference kinds beyond their threshold
-
-
-def samples_per_epoch(result: RunResult) -> int | None:
-    if not result.ranks:
-        return None
-    r0 = result.ranks[0]
-    batches = r0.extra.get("batches_per_epoch")
-    if batches and r0.samples:
-        per_iter = statistics.median(r0.samples)
-        return int(batches * per_iter * len(result.ranks))
-    return result.dataset.num_files or None
-
-
-def run_rate(result: RunResult, interval: bool = False) -> RunRate:
-    """Steady-state rate, wait share, spread, cold epoch and interference of one run.
-
-    `interval=True` adds the rate's confidence interval (a bootstrap: keep it
-    out of loops that only need the rate).
-    """
-    base = RunRate(result.run_id, result.mode.value, result.status, error=result.error,
-                   repeat=result.spec.repeat, **interference.of_run(result))
-    window = steady_window(result)
-    if window is None:
-        return base
-    ranks, chosen = window.ranks, window.chosen
-    epoch1_s = epoch1_rate = None
-    if window.steady_from is not None:
-        first = [[i for i, e in enumerate(r.epoch) if e == window.epochs[0]] for r in ranks]
-        epoch1_s = max(sum(r.iter_s[i] for i in f) for r, f in zip(ranks, first))
-        epoch1_samples = sum(sum(r.samples[i] for i in f) for r, f in zip(ranks, first))
-        epoch1_rate = epoch1_samples / epoch1_s if epoch1_s > 0 else None
-    samples = window.samples()
-    times = [sum(r.iter_s[i] for i in c) for r, c in zip(ranks, chosen)]
-    waits = [sum(r.wait_s[i] for i in c) for r, c in zip(ranks, chosen)]
-    measured_s = window.measured_s()
-    iters = sorted(r.iter_s[i] for r, c in zip(ranks, chosen) for i in c)
-    med = statistics.median(iters) if iters else None
-    iqr_pct = None
-    if len(iters) >= 4 and med:
-        q = statistics.quantiles(iters, n=4)
-        iqr_pct = (q[2] - q[0]) / med * 100
-    ci = uncertainty.rate_interval(result) if interval else None
-    return dataclasses.replace(
-        base, rate_sps=samples / measured_s if measured_s > 0 else None,
-        measured_samples=samples, measured_s=measured_s,
-        wait_pct=100 * sum(waits) / sum(times) if sum(times) > 0 else None,
-        iter_median_s=med, iter_iqr_pct=iqr_pct, epoch1_s=epoch1_s, epoch1_rate_sps=epoch1_rate,
-        steady_epochs=len(window.epochs) - 1 if window.steady_from is not None else 0,
-        samples_per_epoch=samples_per_epoch(result),
-        rate_sps_low=ci.low_sps if ci else None, rate_sps_high=ci.high_sps if ci else None,
-        rate_method=ci.method if ci else None, rate_level=ci.level if ci else None)
 
 
 @dataclass(frozen=True)
@@ -192,7 +110,7 @@ class Breakdown(PlainJson):
     prep_stall_pct: float | None
     fetch_stall_pct: float | None
     verdict: Verdict  # what the table calls it, with the numbers it quotes
-    warnings: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()  # what to say beside the table (`report/notes.py` words it)
     bound: str = Bound.UNKNOWN.value  # `Bound` value: the verdict's (what the advice reads)
     prep_stall_s_low: float | None = None
     prep_stall_s_high: float | None = None
@@ -366,7 +284,7 @@ def _breakdown(anchor: RunResult, group: dict[Mode, list[RunResult]], level: flo
         compute_s=t_g[0] if t_g else None, total_s=total[0] if total else None,
         **_stall_fields("prep", prep), **_stall_fields("fetch", fetch),
         verdict=(v := verdict(prep, fetch)), bound=v.bound.value,
-        warnings=tuple(_warnings(anchor, rates, prep, fetch)),
+        notes=config_notes(anchor, rates, prep, fetch),
         level=level, net_bw_bps=res.net_bw_bps, net_latency_s=res.net_latency_s)
 
 
@@ -383,46 +301,6 @@ def suspect(stall: StallInterval | None, slower: RateSamples | None, faster: Rat
     return stall
 
 
-def suspect_note(kind: str, slow: RunRate, fast: RunRate) -> str:
-    """What a suspect inversion suspects: `slow` measured slower than `fast`, which should have
-    been the slower. More work outside the job during it (machine-wide, also on CPUs it was
-    not given), else drift between the runs."""
-    def load(r: RunRate) -> float | None:
-        shares = [p for p in (r.others_outside_pct, r.others_cpu_pct) if p is not None]
-        return max(shares) if shares else None
-    a, b = load(slow), load(fast)
-    if a is not None and (b is None or a > b + 10):
-        cause = (f"other work on the machine during the {slow.mode} run: {a:.0f}% of CPU "
-                 f"busy outside the job" + (f" ({b:.0f}% during the {fast.mode} run)"
-                                              if b is not None else ""))
-    else:
-        cause = (f"drift between the runs: no more outside work was recorded during the "
-                 f"{slow.mode} run")
-    return (f"{kind} stall suspect: the {fast.mode} run measured faster than the {slow.mode} run "
-            f"beyond both rate intervals ({fast.rate_sps:.1f} vs {slow.rate_sps:.1f} samples/s), "
-            f"which the data path cannot explain; suspected: {cause}; repeat with --repeats")
-
-
-def _warnings(anchor: RunResult, rates: dict[Mode, list[RunRate]], prep: StallInterval | None,
-              fetch: StallInterval | None) -> list[str]:
-    out = [f"{m.value}: iteration times spread widely (IQR {r.iter_iqr_pct:.0f}% of median)"
-           for m, rs in rates.items() for r in rs[:1]
-           if r.iter_iqr_pct and r.iter_iqr_pct > SETTINGS.wide_spread_pct and m is Mode.SYNTHETIC]
-    out += [f"{m.value} run {r.run_id} {r.status}: {r.error}" for m, rs in rates.items()
-            for r in rs if r.status != "ok"]
-    out += [w for m, rs in rates.items() for r in rs
-            if (w := interference.warning(r.run_id, m, asdict(r))) is not None]
-    for kind, slower, faster, stall in (("prep", "cached", "synthetic", prep),
-                                        ("fetch", "disk", "cached", fetch)):
-        if stall is not None and stall.significance is Significance.SUSPECT:
-            out.append(suspect_note(kind, rates[Mode(faster)][0], rates[Mode(slower)][0]))
-        if stall is not None and stall.significance is Significance.INVERTED:
-            out.append(f"{kind} stall {stall.pct:.1f}% ±{stall.half_width_pct:.1f}: the {slower} "
-                       f"run measured faster than the {faster} run beyond noise (drift or "
-                       "interference between the runs); repeat with --repeats")
-    return out + _budget_warnings(anchor)
-
-
 def enforcement(runs: list[RunResult]) -> dict[str, KnobHold]:
     """Per knob, how a configuration's runs held it (the weakest where they differ), with the
     cgroup version and the dataset's device."""
@@ -433,30 +311,3 @@ def enforcement(runs: list[RunResult]) -> dict[str, KnobHold]:
                 out[name] = KnobHold(knob.how.value, knob.why, r.enforced.cgroup_version,
                                      r.enforced.dataset_disk)
     return out
-
-
-def _budget_warnings(disk: RunResult) -> list[str]:
-    """A cache budget that cannot bind (the dataset fits in it, plus the memory-limit margin
-    of runs from before the dataset-only budget), and dataset pages that eviction left."""
-    if disk.mode is not Mode.DISK:
-        return []
-    budget = disk.spec.resources.cache.cache_bytes
-    margin = disk.enforced.memory_margin_bytes or 0
-    dataset_bytes = disk.dataset.total_bytes
-    out = []
-    if budget is not None and dataset_bytes and dataset_bytes <= budget + margin:
-        room = "the budget plus the memory-limit margin" if margin else "the budget"
-        out.append(f"cache {disk.spec.resources.cache.label} does not bind: the dataset "
-                   f"({dataset_bytes / 2**20:.0f} MiB) fits in {room}; use a larger dataset")
-    before = disk.io.cache_state.get("resident_before_bytes") or 0
-    if disk.io.cache_action is CacheAction.EVICTED_INCOMPLETE:
-        out.append(f"disk run {disk.run_id} started with {before / 2**20:.1f} MiB of the dataset "
-                   f"in the page cache that eviction could not drop (mapped by another process, "
-                   f"in {disk.io.cache_state.get('files_left_resident', 0)} files): its first "
-                   "epoch read less from storage")
-    stuck = disk.io.residency.stuck_bytes if disk.io.residency else 0
-    if stuck:
-        out.append(f"disk run {disk.run_id}: {stuck / 2**20:.1f} MiB of the dataset could not be "
-                   "evicted during the run (mapped by a process): the budget held the rest")
-    return out
-

@@ -14,16 +14,20 @@ from typing import Any
 from dsanalyze.analysis import measured, pernode
 from dsanalyze.analysis.coldepoch import ColdEpoch, cold_epoch, cold_only
 from dsanalyze.analysis.measured import MeasuredWindow
+from dsanalyze.analysis.notes import said
 from dsanalyze.analysis.pernode import NodeRun
-from dsanalyze.analysis.stalls import Bound, Breakdown, RunRate, breakdowns, run_rate
+from dsanalyze.analysis.runrate import RunRate, run_rate
+from dsanalyze.analysis.stalls import Bound, Breakdown, breakdowns
 from dsanalyze.config import Job
 from dsanalyze.plain import PlainJson
 from dsanalyze.records import DatasetRecord, RunResult
 
+# 3: a configuration's notes typed (`notes.Note`, stored as `notes`), worded by the report;
 # 2: the verdicts typed (`stalls.Verdict`, `ColdEpoch.bound`), worded by the report;
 # 1: typed (this module), the verdicts in words; documents without `schema` are the untyped
-# dict of before, with the keys of 1. Before 2, a verdict reads back as its bound alone.
-SCHEMA_VERSION = 2
+# dict of before, with the keys of 1. Before 2, a verdict reads back as its bound alone;
+# before 3, the notes are the sentences stored as `warnings` (read back as `notes.Said`).
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,9 @@ class Summary(PlainJson):
         configs = d.get("configs", [])
         if schema < 2:  # the verdict was a sentence: keep what it classified
             configs = [{**c, "verdict": {"bound": c.get("bound", Bound.UNKNOWN.value)}}
+                       for c in configs]
+        if schema < 3:  # the notes were sentences (a copy read back and stored again has both)
+            configs = [c if "notes" in c else {**c, "notes": said(c.get("warnings", []))}
                        for c in configs]
         return super().from_dict({**d, "configs": configs, "schema": schema})
 

@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from dsanalyze.analysis import stalls  # noqa: E402
+from dsanalyze.analysis import runrate  # noqa: E402
 from dsanalyze.analysis import transforms as step_timing  # noqa: E402
 from dsanalyze.analysis.summary import Summary  # noqa: E402
 from dsanalyze.analysis.transforms import StepTime  # noqa: E402
@@ -70,7 +70,7 @@ def timeline(run: RunResult) -> Figure:
     ax.set_yticks(range(len(rows)), [f"rank {r.rank}" for r, _ in rows])
     ax.set_ylim(-0.6, len(rows) - 0.3)
     ax.set_xlabel("seconds since the first iteration")
-    rate = stalls.run_rate(run)
+    rate = runrate.run_rate(run)
     waiting = f"{rate.wait_pct:.0f}% of measured time waiting for data" \
         if rate.wait_pct is not None else "no measured iterations"
     if rate.epoch1_s is not None:

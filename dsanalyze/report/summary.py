@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dsanalyze.analysis import jobrun
-from dsanalyze.analysis.measured import MeasuredWindow, short_text
 from dsanalyze.analysis.summary import ConfigSummary, Summary
 from dsanalyze.config import Job, format_bytes
 from dsanalyze.report.document import Block, render_markdown
+from dsanalyze.report.notes import notes
 from dsanalyze.report.text import (
     config_label,
     enforcement_text,
@@ -96,60 +96,6 @@ def table_rows(summary: Summary) -> list[list[str]]:
                      _stall(cfg, "prep"), _stall(cfg, "fetch"), _verdict(cfg)])
         rows += _cold_rows(cfg)
     return rows
-
-
-def notes(summary: Summary) -> list[str]:
-    """Enforcement caveats, spread warnings and failed runs, one line each."""
-    out: list[str] = []
-    seen: set[str] = set()
-    for cfg in summary.configs:
-        for knob in ("cache", "storage_bw"):
-            how = cfg.enforced.get(knob)
-            text = enforcement_text(knob, how) if how else ""
-            if how and not how.enforced and f"{knob}{text}" not in seen:
-                seen.add(f"{knob}{text}")
-                out.append(f"{knob.replace('_', ' ')} {text}")
-        for w in cfg.warnings:
-            if w not in seen:
-                seen.add(w)
-                out.append(w)
-    out += _window_notes(summary)
-    for f in summary.failed_runs:
-        line = f"run {f.run_id} {f.status}: {f.error}"
-        if not any(line in s or s in line for s in seen):
-            out.append(line)
-    return out
-
-
-def _window_notes(summary: Summary) -> list[str]:
-    """Disk figures of a single (cold) epoch; scripts that ended before the window was full."""
-    out = []
-    if any(c.cold_only for c in summary.configs):
-        out.append("disk figures are the cold first epoch (one epoch measured, the page cache "
-                   "empty at its start): measure 2 or more epochs (--epochs 2) for the steady "
-                   "state")
-    said: dict[str, list[str]] = {}
-    for s in summary.measured.short_runs:
-        said.setdefault(short_text(s), []).append(s.run_id)
-    n_runs = len(summary.runs)
-    out += [f"{text} ({'every run' if len(ids) == n_runs else ', '.join(ids)})"
-            for text, ids in said.items()]
-    return out + _cache_notes(summary.measured)
-
-
-def _cache_notes(measured: MeasuredWindow) -> list[str]:
-    """Data larger than memory: the subset a cached run measured prep on; cached runs that
-    were not cached."""
-    out = [f"{s.run_id} measured prep on a subset: {s.files} of {s.of_files} files "
-           f"({format_bytes(s.bytes)} of {format_bytes(s.of_bytes)}); the page cache has "
-           f"room for {format_bytes(s.room_bytes)} ({s.room_why}); the table is per epoch "
-           "of the whole dataset" for s in measured.subsets]
-    for n in measured.not_cached:
-        why = "its dataset could not be narrowed to the warmed subset (not a torchvision " \
-              "DatasetFolder)" if n.narrowed is False else \
-              f"only {n.resident_pct:g}% of the files warmed were resident at its start"
-        out.append(f"{n.run_id} was NOT cached: {why}; its prep stall includes fetch time")
-    return out
 
 
 def _device_text(summary: Summary) -> str:

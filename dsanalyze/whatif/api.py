@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from dsanalyze.analysis import coldepoch, stalls
+from dsanalyze.analysis import coldepoch, runrate
 from dsanalyze.config import CacheBudget, Mode, Resources
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
@@ -212,7 +212,7 @@ def grid(model: Model, cfgs: Sequence[Config], results: Sequence[RunResult]) -> 
         p = predict(model, cfg)
         run = measured.get(comparable(model, cfg))
         if run is not None:
-            rate = stalls.run_rate(run)
+            rate = runrate.run_rate(run)
             steady = run_layout(run).epochs >= 2
             p = replace(p, measured_run=run.run_id, measured_sps=rate.rate_sps if steady else None,
                         measured_epoch1_sps=rate.epoch1_rate_sps if steady else rate.rate_sps)

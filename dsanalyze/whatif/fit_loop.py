@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from dsanalyze.analysis import interference, stalls
+from dsanalyze.analysis import interference, runrate
 from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
@@ -41,7 +41,7 @@ def _compute_bound(model: Model, run: RunResult) -> bool:
     ahead."""
     cfg = run_config(model, HeldOut.of(run))
     g = (cfg.nproc or model.ranks) * model.batch_size / step_for(model, cfg)
-    return (stalls.run_rate(run).rate_sps or 0.0) >= SETTINGS.prep_bound * g
+    return (runrate.run_rate(run).rate_sps or 0.0) >= SETTINGS.prep_bound * g
 
 
 def fit_main(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
@@ -117,7 +117,7 @@ def _background_cores(results: list[RunResult]) -> float:
     outside work per sample would otherwise charge to the job."""
     cores = [x * rate for r in by_mode(results, Mode.SYNTHETIC)
              if (x := interference.outside_cpu_s_per_sample(r)) is not None
-             and (rate := stalls.run_rate(r).rate_sps)]
+             and (rate := runrate.run_rate(r).rate_sps)]
     return statistics.median(cores) if cores else 0.0
 
 
@@ -130,7 +130,7 @@ def fit_others(model: Model, results: list[RunResult]) -> tuple[Model, list[Para
     found = {mode: [(r.run_id, max(0.0, x - background / rate)) for r in results
                     if r.ok and r.ranks and r.mode in modes
                     and (x := interference.outside_cpu_s_per_sample(r)) is not None
-                    and (rate := stalls.run_rate(r).rate_sps)]
+                    and (rate := runrate.run_rate(r).rate_sps)]
              for mode, modes in (("cached", (Mode.LOADER, Mode.CACHED)), ("disk", (Mode.DISK,)))}
     found, foreign = _drop_foreign(found)
     if not machine or not (found["cached"] or found["disk"]):

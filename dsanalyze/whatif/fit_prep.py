@@ -16,7 +16,7 @@ import math
 import statistics
 from dataclasses import replace
 
-from dsanalyze.analysis import stalls, transforms
+from dsanalyze.analysis import runrate, transforms
 from dsanalyze.config import Mode
 from dsanalyze.records import LOADER_STAGE, CpuScaling, RunResult
 from dsanalyze.settings import SETTINGS
@@ -36,7 +36,7 @@ from dsanalyze.whatif.model import (
 
 def _solve_prep(model: Model, run: RunResult, mode: Mode) -> float:
     cfg, layout = run_config(model, HeldOut.of(run)).with_cache(), run_layout(run)
-    target = stalls.run_rate(run).rate_sps or 0.0
+    target = runrate.run_rate(run).rate_sps or 0.0
     return pipeline.solve(lambda x: mean_rates(model, cfg, layout, mode, None,
                                                prep_cpu_s=x).rate_sps, target, 1e-6, 10.0)
 
@@ -70,7 +70,7 @@ def _prep_points(model: Model, loaders: list[RunResult], cached: list[RunResult]
     for r in loaders + [r for r in cached if (job_key(r), run_cpus(r)) not in with_loader]:
         cfg = run_config(model, HeldOut.of(r))
         ranks = cfg.nproc or model.ranks
-        if r.mode is Mode.CACHED and not (model.step_s and (stalls.run_rate(r).rate_sps or 0)
+        if r.mode is Mode.CACHED and not (model.step_s and (runrate.run_rate(r).rate_sps or 0)
                                           < SETTINGS.prep_bound * ranks * model.batch_size
                                           / step_for(model, cfg)):
             continue

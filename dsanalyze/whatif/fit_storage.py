@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from dsanalyze.analysis import stalls
+from dsanalyze.analysis import runrate
 from dsanalyze.config import Mode, format_bytes
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
@@ -107,7 +107,7 @@ def fit_read_cpu(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param
 
 def _cold_window(run: RunResult) -> tuple[pipeline.Layout, float, bool] | None:
     """A window of a disk run where every read misses: (layout, rate, is it epoch 1)."""
-    layout, rate = run_layout(run), stalls.run_rate(run)
+    layout, rate = run_layout(run), runrate.run_rate(run)
     if layout.epochs >= 2 and rate.epoch1_rate_sps:
         return replace(layout, epochs=2, iters=layout.batches + 1), rate.epoch1_rate_sps, True
     if layout.epochs == 1 and rate.rate_sps:

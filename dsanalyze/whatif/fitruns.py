@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from dsanalyze.analysis import stalls
+from dsanalyze.analysis import runrate
 from dsanalyze.analysis.jobrun import job_as_run
 from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
@@ -40,7 +40,7 @@ def per_iter(run: RunResult) -> int:
 
 def residual(model: Model, run: RunResult) -> float:
     predicted = predict_run(model, HeldOut.of(run)).rate_sps
-    return math.log(predicted / (stalls.run_rate(run).rate_sps or 1.0))
+    return math.log(predicted / (runrate.run_rate(run).rate_sps or 1.0))
 
 
 def log_error(model: Model, runs: list[RunResult]) -> float:

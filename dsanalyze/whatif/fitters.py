@@ -18,7 +18,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from dsanalyze.analysis import stalls
+from dsanalyze.analysis import runrate
 from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
@@ -114,7 +114,7 @@ def ready(model: Model) -> bool:
 def fit_sigma(model: Model, runs: list[RunResult], calibrated: int) -> tuple[Model, Param]:
     """The relative standard error of a prediction: the fit runs' residual log error over
     their degrees of freedom (runs - calibrated numbers), at least `SETTINGS.noise_floor`."""
-    rated = [r for r in runs if r.mode is not Mode.SYNTHETIC and stalls.run_rate(r).rate_sps]
+    rated = [r for r in runs if r.mode is not Mode.SYNTHETIC and runrate.run_rate(r).rate_sps]
     dof = len(rated) - calibrated
     ids = tuple(r.run_id for r in rated)
     measured = [model.measured_sigma[r.run_id] for r in rated if r.run_id in model.measured_sigma]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
-from dsanalyze.analysis import stalls
+from dsanalyze.analysis import runrate
 from dsanalyze.analysis.jobrun import job_as_run
 from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
@@ -29,12 +29,12 @@ def _fit_step(results: list[RunResult], base: tuple[int, float | None]
     """(step at the base ranks, t_allreduce, params): synthetic runs of the base step."""
     by_n: dict[int, list[RunResult]] = {}
     for r in by_mode(results, Mode.SYNTHETIC):
-        if job_key(r)[1] == base[1] and stalls.run_rate(r).rate_sps:
+        if job_key(r)[1] == base[1] and runrate.run_rate(r).rate_sps:
             by_n.setdefault(r.spec.job.world_size, []).append(r)
     if base[0] not in by_n:
         return None, 0.0, [Param("ingest_sps", None, "samples/s", (),
                                  "not measured: no synthetic run")]
-    steps = {n: statistics.median(per_iter(r) / stalls.run_rate(r).rate_sps for r in runs)
+    steps = {n: statistics.median(per_iter(r) / runrate.run_rate(r).rate_sps for r in runs)
              for n, runs in by_n.items()}
     params = [Param(f"ingest_sps[ranks={n}]", per_iter(runs[0]) / steps[n],
                     "samples/s", tuple(r.run_id for r in runs),
@@ -62,9 +62,9 @@ def _fit_cpu_step(base: list[RunResult]) -> tuple[tuple[tuple[int, float], ...],
     base job measured (the step's threads take every core; no law across counts)."""
     by: dict[int, list[RunResult]] = {}
     for r in by_mode(base, Mode.SYNTHETIC):
-        if stalls.run_rate(r).rate_sps:
+        if runrate.run_rate(r).rate_sps:
             by.setdefault(run_cpus(r), []).append(r)
-    steps = {k: statistics.median(per_iter(r) / (stalls.run_rate(r).rate_sps or 1.0)
+    steps = {k: statistics.median(per_iter(r) / (runrate.run_rate(r).rate_sps or 1.0)
                                   for r in runs) for k, runs in sorted(by.items())}
     return tuple(steps.items()), [Param(
         f"step_s[cpus={k}]", steps[k], "s", tuple(r.run_id for r in by[k]),
@@ -89,7 +89,7 @@ def job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] |
     job, ran = base[0].spec.job, job_as_run(base[0])
     file_bytes, size_param = file_sizes(base[0], sizes)
     # the whole dataset's epoch: a cached run of data larger than memory ran on a subset
-    n_samples = max(stalls.samples_per_epoch(r) or 0 for r in base) or len(file_bytes)
+    n_samples = max(runrate.samples_per_epoch(r) or 0 for r in base) or len(file_bytes)
     batches = max(run_layout(r).batches for r in base)
     epochs = max([3] + [run_layout(r).epochs for r in by_mode(base, Mode.DISK)])
     # a cold epoch, then steady ones

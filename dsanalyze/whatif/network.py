@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from dsanalyze.analysis.stalls import run_rate
+from dsanalyze.analysis.runrate import run_rate
 from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 

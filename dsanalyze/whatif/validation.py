@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dsanalyze.analysis import stalls
+from dsanalyze.analysis import runrate
 from dsanalyze.config import Mode, RunSpec
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
@@ -148,7 +148,7 @@ def check(model: Model, config: tuple[RunResult, ...], split: str) -> Check:
     cfg = run_config(model, blind)
     low, high = interval(model, cfg, pred.rate_sps)
     cache = run_cache(model, blind) if blind.mode is Mode.DISK else None
-    rates = [stalls.run_rate(r) for r in config]
+    rates = [runrate.run_rate(r) for r in config]
     return Check(run_label(model, config[0]), blind.mode.value, split,
                  _mean([r.rate_sps for r in rates]) or 0.0, pred.rate_sps, low, high,
                  _mean([r.epoch1_rate_sps for r in rates]), pred.epoch1_sps, cache,

@@ -1,0 +1,163 @@
+"""The notes under the stall table, in words: a configuration's typed notes
+(`analysis.notes`), its enforcement caveats, the measured window's and the failed runs.
+
+    note_text(WideSpread("synthetic", 42.0))
+        -> "synthetic: iteration times spread widely (IQR 42% of median)"
+    notes(summary) -> ["cache not enforced: ...", "synthetic: ...", ...]
+
+Every number is the note's; which note applies is the analysis's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dsanalyze.analysis.interference import Interference
+from dsanalyze.analysis.measured import MeasuredWindow, short_text
+from dsanalyze.analysis.notes import (
+    CacheUnbound,
+    Cause,
+    Disturbed,
+    EvictionIncomplete,
+    InvertedStall,
+    Note,
+    RunNotOk,
+    Said,
+    StuckPages,
+    SuspectStall,
+    WideSpread,
+)
+from dsanalyze.analysis.summary import Summary
+from dsanalyze.config import format_bytes
+from dsanalyze.report.text import enforcement_text
+
+REPEAT = "repeat with --repeats"
+# the figures a disturbed mode's rate is in (`analysis/interference.py`)
+AFFECTS = {"synthetic": ("compute", "prep stall"), "cached": ("prep stall", "fetch stall"),
+           "disk": ("fetch stall", "epoch time"), "loader": ("loader rate",)}
+
+
+def _mib(n: float, fmt: str = "{:.0f}") -> str:
+    return fmt.format(n / 2**20)
+
+
+def _disturbed(n: Disturbed) -> str:
+    what = []
+    if Interference.CPU in n.kinds:
+        what.append(f"other processes used {n.others_cpu_pct:.0f}% of its CPUs")
+    if Interference.MACHINE in n.kinds:
+        what.append(f"other processes kept the CPUs it was not given "
+                    f"{n.others_outside_pct:.0f}% busy (memory bandwidth and caches are shared)")
+    if Interference.IO in n.kinds:
+        what.append(f"others read {_mib(n.others_read_bytes or 0)} MiB from its disk")
+    return (f"{n.mode} run {n.run_id} disturbed: {' and '.join(what)}; affects "
+            f"{' and '.join(AFFECTS[n.mode])}")
+
+
+def _suspect(n: SuspectStall) -> str:
+    if n.cause is Cause.OUTSIDE_WORK:
+        during = f" ({n.fast_busy_pct:.0f}% during the {n.fast_mode} run)" \
+            if n.fast_busy_pct is not None else ""
+        cause = (f"other work on the machine during the {n.slow_mode} run: "
+                 f"{n.slow_busy_pct:.0f}% of CPU busy outside the job{during}")
+    else:
+        cause = (f"drift between the runs: no more outside work was recorded during the "
+                 f"{n.slow_mode} run")
+    return (f"{n.stall} stall suspect: the {n.fast_mode} run measured faster than the "
+            f"{n.slow_mode} run beyond both rate intervals ({n.fast_rate_sps:.1f} vs "
+            f"{n.slow_rate_sps:.1f} samples/s), which the data path cannot explain; "
+            f"suspected: {cause}; {REPEAT}")
+
+
+def _inverted(n: InvertedStall) -> str:
+    return (f"{n.stall} stall {n.pct:.1f}% ±{n.half_width_pct:.1f}: the {n.slower_mode} run "
+            f"measured faster than the {n.faster_mode} run beyond noise (drift or interference "
+            f"between the runs); {REPEAT}")
+
+
+def _unbound(n: CacheUnbound) -> str:
+    room = "the budget plus the memory-limit margin" if n.margin_bytes else "the budget"
+    return (f"cache {n.cache_label} does not bind: the dataset ({_mib(n.dataset_bytes)} MiB) "
+            f"fits in {room}; use a larger dataset")
+
+
+def _eviction(n: EvictionIncomplete) -> str:
+    return (f"disk run {n.run_id} started with {_mib(n.resident_bytes, '{:.1f}')} MiB of the "
+            f"dataset in the page cache that eviction could not drop (mapped by another "
+            f"process, in {n.files_left} files): its first epoch read less from storage")
+
+
+WORDS: dict[type[Note], Callable[[Any], str]] = {
+    Said: lambda n: n.text,
+    WideSpread: lambda n: f"{n.mode}: iteration times spread widely (IQR {n.iqr_pct:.0f}% of "
+                          "median)",
+    RunNotOk: lambda n: f"{n.mode} run {n.run_id} {n.status}: {n.error}",
+    Disturbed: _disturbed,
+    SuspectStall: _suspect,
+    InvertedStall: _inverted,
+    CacheUnbound: _unbound,
+    EvictionIncomplete: _eviction,
+    StuckPages: lambda n: f"disk run {n.run_id}: {_mib(n.stuck_bytes, '{:.1f}')} MiB of the "
+                          "dataset could not be evicted during the run (mapped by a process): "
+                          "the budget held the rest",
+}
+
+
+def note_text(note: Note) -> str:
+    """One note in one line."""
+    return WORDS[type(note)](note)
+
+
+def notes(summary: Summary) -> list[str]:
+    """Enforcement caveats, the configurations' notes and failed runs, one line each."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for cfg in summary.configs:
+        for knob in ("cache", "storage_bw"):
+            how = cfg.enforced.get(knob)
+            text = enforcement_text(knob, how) if how else ""
+            if how and not how.enforced and f"{knob}{text}" not in seen:
+                seen.add(f"{knob}{text}")
+                out.append(f"{knob.replace('_', ' ')} {text}")
+        for line in map(note_text, cfg.notes):
+            if line not in seen:
+                seen.add(line)
+                out.append(line)
+    out += _window_notes(summary)
+    for f in summary.failed_runs:
+        line = f"run {f.run_id} {f.status}: {f.error}"
+        if not any(line in s or s in line for s in seen):
+            out.append(line)
+    return out
+
+
+def _window_notes(summary: Summary) -> list[str]:
+    """Disk figures of a single (cold) epoch; scripts that ended before the window was full."""
+    out = []
+    if any(c.cold_only for c in summary.configs):
+        out.append("disk figures are the cold first epoch (one epoch measured, the page cache "
+                   "empty at its start): measure 2 or more epochs (--epochs 2) for the steady "
+                   "state")
+    said: dict[str, list[str]] = {}
+    for s in summary.measured.short_runs:
+        said.setdefault(short_text(s), []).append(s.run_id)
+    n_runs = len(summary.runs)
+    out += [f"{text} ({'every run' if len(ids) == n_runs else ', '.join(ids)})"
+            for text, ids in said.items()]
+    return out + _cache_notes(summary.measured)
+
+
+def _cache_notes(measured: MeasuredWindow) -> list[str]:
+    """Data larger than memory: the subset a cached run measured prep on; cached runs that
+    were not cached."""
+    out = [f"{s.run_id} measured prep on a subset: {s.files} of {s.of_files} files "
+           f"({format_bytes(s.bytes)} of {format_bytes(s.of_bytes)}); the page cache has "
+           f"room for {format_bytes(s.room_bytes)} ({s.room_why}); the table is per epoch "
+           "of the whole dataset" for s in measured.subsets]
+    for n in measured.not_cached:
+        why = "its dataset could not be narrowed to the warmed subset (not a torchvision " \
+              "DatasetFolder)" if n.narrowed is False else \
+              f"only {n.resident_pct:g}% of the files warmed were resident at its start"
+        out.append(f"{n.run_id} was NOT cached: {why}; its prep stall includes fetch time")
+    return out
