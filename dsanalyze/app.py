@@ -346,7 +346,13 @@ def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], Non
     import os
 
     from dsanalyze.config import Mode, RunSpec
-    from dsanalyze.whatif.verification import VerifyPlan, verification, verify_plan
+    from dsanalyze.whatif.verification import (
+        NotRun,
+        Unrunnable,
+        VerifyPlan,
+        verification,
+        verify_plan,
+    )
 
     prefix = Path(prefix)
     runs = store.load_runs(prefix)
@@ -357,8 +363,8 @@ def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], Non
         try:
             advice = advice_of(runs, dataset_sizes(runs))
         except Exception as e:  # noqa: BLE001 - as the advice: a line, not a crash
-            return Verified(None, VerifyPlan(None, reason=f"no recommendation to check: the "
-                                             f"advice failed ({failure_note(e)})"))
+            return Verified(None, VerifyPlan(None, reason=NotRun(Unrunnable.ADVICE_FAILED,
+                                                                 failure_note(e))))
     job = next((r.spec.job for r in runs if r.ok), runs[0].spec.job if runs else None)
     if job is None:
         raise ConfigError(f"no runs under {prefix}: run harness.py --prefix {prefix} first")

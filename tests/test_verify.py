@@ -14,13 +14,13 @@ from conftest import copy_of, harness
 from dsanalyze import app, cli, store
 from dsanalyze.analysis.stalls import run_rate
 from dsanalyze.config import Job
-from dsanalyze.report.advice import verify_text
+from dsanalyze.report.advice import not_run_text, verify_text
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif.advice import Advice
 from dsanalyze.whatif.decision import Decision, DecisionKind, Option, predicted_option
 from dsanalyze.whatif.model import predict_run
 from dsanalyze.whatif.validation import spec_only
-from dsanalyze.whatif.verification import verify_plan, with_workers
+from dsanalyze.whatif.verification import NotRun, Unrunnable, verify_plan, with_workers
 
 PICK = Option(cpus=2, cpus_used=2, cache_spec="none", cache_bytes=None, storage_read_bps=None,
               workers=4, rate_sps=100.0, span_s=1.0, stall_pct=1.0, nproc=1)
@@ -41,20 +41,25 @@ def test_what_cannot_run_here_says_why():
     job = Job(script="/x/train.py", script_args=("--epochs", "2"))
     change = Decision(DecisionKind.CHANGE, 2, 5.0, PICK, None, workers=2)
     plan = verify_plan(change, job, machine_cpus=8)
-    assert not plan.runnable and "no workers flag" in plan.reason and "4 workers" in plan.reason
-    assert verify_text(plan) == f"Verify: not run: {plan.reason}."
+    assert not plan.runnable and plan.reason == NotRun(Unrunnable.NO_WORKERS_FLAG, workers=4)
+    said = verify_text(plan)
+    assert said.startswith("Verify: not run: the script's arguments name no workers flag")
+    assert "run it with 4 workers yourself" in said
     plan = verify_plan(change, Job(), machine_cpus=1)  # the built-in job: workers are -j
-    assert plan.reason == ("it needs 2 CPUs; the harness may use 1 here: measure it on a "
-                           "larger machine")
+    assert plan.reason == NotRun(Unrunnable.CPUS, cpus=2, machine_cpus=1)
+    assert verify_text(plan) == ("Verify: not run: it needs 2 CPUs; the harness may use 1 here: "
+                                 "measure it on a larger machine.")
     built_in = verify_plan(change, Job(), machine_cpus=2)
     assert built_in.runnable and built_in.job.workers == 4
     assert built_in.sub_prefix == "verify-workers4"  # another job: not mixed into the prefix
     faster = replace(change, choice=replace(PICK, workers=2, gpu_speedup=2.0))
-    assert "2x faster" in verify_plan(faster, Job(), 8).reason
+    assert verify_plan(faster, Job(), 8).reason == NotRun(Unrunnable.FASTER_STEP, gpu_speedup=2.0)
+    assert "2x faster" in verify_text(verify_plan(faster, Job(), 8))
     measured = Decision(DecisionKind.MEASURED, 2, 5.0, replace(PICK, measured=True,
                                                                run_id="disk-cpus2"), None)
-    assert verify_plan(measured, Job(), 8).reason == \
-        "the recommended configuration was measured (disk-cpus2)"
+    assert verify_plan(measured, Job(), 8).reason == NotRun(Unrunnable.MEASURED, run_id="disk-cpus2")
+    assert verify_text(verify_plan(measured, Job(), 8)) == \
+        "Verify: not run: the recommended configuration was measured (disk-cpus2)."
 
 
 def _harness(data: Path, prefix: Path, *extra: object) -> int:
@@ -120,7 +125,7 @@ def test_harness_verify_checks_its_own_advice(tmp_path, capsys, swept):
     a = app.advise(prefix, before).advice  # the harness's advice, on the runs before
     plan = verify_plan(a.decision, runs[0].spec.job, len(os.sched_getaffinity(0)), a.note)
     if not plan.runnable:
-        assert line == f"Verify: not run: {plan.reason}." and len(runs) == len(before)
+        assert line == f"Verify: not run: {not_run_text(plan.reason)}." and len(runs) == len(before)
     else:
         folder = prefix / plan.sub_prefix if plan.sub_prefix else prefix
         made = [r for r in store.load_runs(folder) if r.spec.resources == plan.resources

@@ -14,6 +14,7 @@ Every number is the `Advice` value's (`whatif/advice.py`, `whatif/decision.py`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from dsanalyze.analysis.stalls import Bound
@@ -27,6 +28,7 @@ from dsanalyze.whatif.decision import (
     StallReason,
     predicted_option,
 )
+from dsanalyze.whatif.verification import WORKER_FLAGS, NotRun, Unrunnable
 
 
 def option_label(o: Option) -> str:
@@ -185,11 +187,34 @@ def advice_text(a: Advice) -> str:
     return "Advice: none: no configuration was measured with its stalls split."
 
 
+NOT_RUN: dict[Unrunnable, Callable[[NotRun], str]] = {
+    Unrunnable.NO_CHOICE: lambda r: f"no recommendation to check{': ' + r.note if r.note else ''}",
+    Unrunnable.ADVICE_FAILED: lambda r: f"no recommendation to check: the advice failed "
+                                        f"({r.note})",
+    Unrunnable.MEASURED: lambda r: f"the recommended configuration was measured ({r.run_id})",
+    Unrunnable.FASTER_STEP: lambda r: f"a step {r.gpu_speedup:g}x faster cannot be measured on "
+                                      "this machine",
+    Unrunnable.NODES: lambda r: "several nodes: verify from the nodes' own harnesses",
+    Unrunnable.RANKS: lambda r: f"{r.nproc} ranks: measure them with harness.py "
+                                f"--nproc_per_node {r.nproc}",
+    Unrunnable.CPUS: lambda r: f"it needs {r.cpus} CPUs; the harness may use {r.machine_cpus} "
+                               "here: measure it on a larger machine",
+    Unrunnable.NO_WORKERS_FLAG: lambda r: f"the script's arguments name no workers flag "
+                                          f"({', '.join(WORKER_FLAGS)}) that harness.py could "
+                                          f"set: run it with {r.workers} workers yourself",
+}
+
+
+def not_run_text(reason: NotRun) -> str:
+    """Why the check was not run, in words (`whatif.verification.NotRun`)."""
+    return NOT_RUN[reason.why](reason)
+
+
 def verify_text(plan: Any, result: Any = None, failed: str = "") -> str:
     """The closed loop in one line: `whatif.verification`'s plan and, when it ran, its
     `Verification` (predicted for the run as it ran, measured, the interval)."""
     if not plan.runnable:
-        return f"Verify: not run: {plan.reason}."
+        return f"Verify: not run: {not_run_text(plan.reason)}."
     if failed or result is None:
         return f"Verify: the run of the recommended configuration failed: {failed}."
     v = result

@@ -18,6 +18,7 @@ A faster step, other ranks or more nodes cannot be measured here.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -28,6 +29,33 @@ from dsanalyze.whatif.decision import Decision, DecisionKind, Option
 WORKER_FLAGS = ("--workers", "-j", "--num-workers", "--num_workers")
 
 
+class Unrunnable(enum.Enum):
+    """Why no check is run here (`NotRun`; `report/advice.py` words it)."""
+
+    NO_CHOICE = "no_choice"  # no recommendation; `note`: the advice's why
+    ADVICE_FAILED = "advice_failed"  # the advice itself failed; `note`: how
+    MEASURED = "measured"  # the recommended configuration was measured: `run_id`
+    FASTER_STEP = "faster_step"  # a step `gpu_speedup` x faster
+    NODES = "nodes"  # several nodes: each node's own harness verifies
+    RANKS = "ranks"  # `nproc` ranks other than the job's
+    CPUS = "cpus"  # it needs `cpus` CPUs, the harness may use `machine_cpus`
+    NO_WORKERS_FLAG = "no_workers_flag"  # the script's arguments cannot set `workers`
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """Why the check of a decision is not run here, with the numbers that say it."""
+
+    why: Unrunnable
+    note: str = ""
+    run_id: str | None = None
+    gpu_speedup: float | None = None
+    nproc: int | None = None
+    cpus: int | None = None
+    machine_cpus: int | None = None
+    workers: int | None = None
+
+
 @dataclass(frozen=True)
 class VerifyPlan:
     """The run that checks a decision, or why none can be made here."""
@@ -36,7 +64,7 @@ class VerifyPlan:
     job: Job | None = None  # the job to run (its workers as recommended)
     resources: Resources | None = None
     sub_prefix: str | None = None  # the job differs from the prefix's: runs go there
-    reason: str = ""  # why it cannot be run here (or why there is nothing to run)
+    reason: NotRun | None = None  # why it cannot be run here (or there is nothing to run)
 
     @property
     def runnable(self) -> bool:
@@ -69,7 +97,7 @@ class Verification:
         return {**asdict(self), "inside": self.inside, "error_pct": self.error_pct}
 
 
-def with_workers(job: Job, workers: int) -> Job | str:
+def with_workers(job: Job, workers: int) -> Job | NotRun:
     """The job with `workers` DataLoader workers per rank, or why it cannot be set."""
     if job.script is None:
         return replace(job, workers=workers)
@@ -82,8 +110,7 @@ def with_workers(job: Job, workers: int) -> Job | str:
         if a in WORKER_FLAGS and i + 1 < len(args):
             args[i + 1] = str(workers)
             return replace(job, script_args=tuple(args))
-    return (f"the script's arguments name no workers flag ({', '.join(WORKER_FLAGS)}) that "
-            f"harness.py could set: run it with {workers} workers yourself")
+    return NotRun(Unrunnable.NO_WORKERS_FLAG, workers=workers)
 
 
 def verify_plan(decision: Decision | None, job: Job, machine_cpus: int,
@@ -91,35 +118,34 @@ def verify_plan(decision: Decision | None, job: Job, machine_cpus: int,
     """What to run to check `decision` on this machine (`machine_cpus`: the CPUs the
     harness may use), or why nothing is run."""
     if decision is None or decision.choice is None:
-        return VerifyPlan(None, reason=f"no recommendation to check{': ' + note if note else ''}")
+        return VerifyPlan(None, reason=NotRun(Unrunnable.NO_CHOICE, note))
     o = decision.choice
     if decision.kind is not DecisionKind.CHANGE:
-        return VerifyPlan(o, reason=f"the recommended configuration was measured ({o.run_id})")
+        return VerifyPlan(o, reason=NotRun(Unrunnable.MEASURED, run_id=o.run_id))
     why = _unrunnable(o, job, machine_cpus)
-    if why:
+    if why is not None:
         return VerifyPlan(o, reason=why)
     resources = Resources(o.cpus_used, CacheBudget(o.cache_spec, o.cache_bytes),
                           o.storage_read_bps)
     if decision.workers is None or o.workers in (None, decision.workers):
         return VerifyPlan(o, job, resources)
     changed = with_workers(job, o.workers)
-    if isinstance(changed, str):
+    if isinstance(changed, NotRun):
         return VerifyPlan(o, reason=changed)
     # run ids do not name the workers and a prefix holds one job: another folder
     return VerifyPlan(o, changed, resources, sub_prefix=f"verify-workers{o.workers}")
 
 
-def _unrunnable(o: Option, job: Job, machine_cpus: int) -> str:
+def _unrunnable(o: Option, job: Job, machine_cpus: int) -> NotRun | None:
     if round(o.gpu_speedup, 6) != 1.0:
-        return f"a step {o.gpu_speedup:g}x faster cannot be measured on this machine"
+        return NotRun(Unrunnable.FASTER_STEP, gpu_speedup=o.gpu_speedup)
     if o.nnodes > 1 or job.nnodes > 1:
-        return "several nodes: verify from the nodes' own harnesses"
+        return NotRun(Unrunnable.NODES)
     if o.nproc not in (None, job.nproc_per_node):
-        return (f"{o.nproc} ranks: measure them with harness.py --nproc_per_node {o.nproc}")
+        return NotRun(Unrunnable.RANKS, nproc=o.nproc)
     if o.cpus_used is None or o.cpus_used > machine_cpus:
-        return (f"it needs {o.cpus_used} CPUs; the harness may use {machine_cpus} here: "
-                "measure it on a larger machine")
-    return ""
+        return NotRun(Unrunnable.CPUS, cpus=o.cpus_used, machine_cpus=machine_cpus)
+    return None
 
 
 def verification(model: Any, decision: Decision, run: RunResult,
