@@ -54,6 +54,7 @@ from dsanalyze.config import format_bytes  # noqa: E402
 from dsanalyze.dataset import scan_dataset  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
+from dsanalyze.report.whatif_text import RULES, unmade_text  # noqa: E402
 from dsanalyze.whatif import api as whatif  # noqa: E402
 
 IMAGES, CLASSES, SIZE, JITTER, SEED = 500, 4, (1200, 900), 0.3, 5
@@ -142,7 +143,8 @@ def _warn_runs(runs: list[RunResult]) -> None:
 
 def _print_checks(val: whatif.Validation) -> None:
     for split in val.splits:
-        print(f"\n{split.name}: {split.rule}" + (f"\n  {split.note}" if split.note else ""))
+        print(f"\n{split.name}: {RULES[split.name]}"
+              + (f"\n  {unmade_text(split.unmade)}" if split.unmade else ""))
         if split.fit_runs:
             print(f"  fitted on {len(split.fit_runs)} runs: {', '.join(split.fit_runs)}")
         for c in split.checks:

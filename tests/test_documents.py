@@ -18,8 +18,16 @@ from dsanalyze.analysis.summary import SCHEMA_VERSION, Summary, summarize
 from dsanalyze.analysis.uncertainty import Significance, StallInterval
 from dsanalyze.report.notes import notes
 from dsanalyze.report.verdicts import verdict_text
+from dsanalyze.report.whatif_text import unmade_text
 from dsanalyze.settings import SETTINGS
-from dsanalyze.whatif.documents import CheckRow, GridRow, SplitFigures, ValidationDoc
+from dsanalyze.whatif.documents import (
+    CheckRow,
+    GridRow,
+    SplitFigures,
+    Unmade,
+    UnmadeWhy,
+    ValidationDoc,
+)
 
 DATA = Path(__file__).parent / "data"
 FIXTURES = ("report_sweep", "report_2ranks")
@@ -130,7 +138,20 @@ def test_a_validation_document_reads_back_and_finds_its_splits(checks):
     doc = ValidationDoc(
         tuple(CheckRow(f"disk-{i}", m, p, split) for i, (split, m, p) in enumerate(checks)),
         splits=(SplitFigures("leave-one-out", held_out=len(checks)),
-                SplitFigures("extrapolation", note="not made")))
+                SplitFigures("extrapolation", unmade=Unmade(UnmadeWhy.REFUSED, "no step law"))))
     back = ValidationDoc.from_dict(as_json(doc.to_dict()))
     assert back == doc
-    assert back.split("extrapolation").note == "not made" and back.split("other") is None
+    assert back.split("extrapolation").unmade.error == "no step law"
+    assert back.split("other") is None
+
+
+def test_a_validation_document_with_the_splits_notes_in_words_still_says_them():
+    """Before the reasons were typed, a split stored its rule and its note as sentences."""
+    written = "not made: every run has the fewest CPUs"
+    old = {"splits": [{"name": "leave-one-out", "rule": "each held out", "note": "",
+                       "held_out": 2},
+                      {"name": "extrapolation", "rule": "fitted on", "note": written}]}
+    back = ValidationDoc.from_dict(old)
+    assert back.split("leave-one-out").unmade is None
+    assert back.split("extrapolation").unmade == Unmade(UnmadeWhy.SAID, written)
+    assert unmade_text(back.split("extrapolation").unmade) == written

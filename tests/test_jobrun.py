@@ -32,6 +32,7 @@ from dsanalyze.report import summary as report
 from dsanalyze.report import whatif_text
 from dsanalyze.whatif import advice
 from dsanalyze.whatif import api as whatif
+from dsanalyze.whatif.documents import UnmadeWhy
 
 DATA = Path(__file__).parent / "data"
 
@@ -144,7 +145,8 @@ def test_validation_of_a_cpu_step_says_why_it_does_not_extrapolate(runs) -> None
     val = whatif.validate(runs)
     loo, extrapolation = val.splits
     assert loo.checks
-    assert not extrapolation.checks and "step runs on the CPU" in extrapolation.note
+    assert not extrapolation.checks and extrapolation.unmade.why is UnmadeWhy.REFUSED
+    assert "step runs on the CPU" in extrapolation.unmade.error
 
 
 def test_a_prep_cost_the_rates_cannot_determine_falls_back_to_the_workers_timing(runs) -> None:

@@ -31,11 +31,13 @@ from dsanalyze.analysis.stalls import run_rate
 from dsanalyze.config import CacheBudget, Mode
 from dsanalyze.errors import ConfigError
 from dsanalyze.report.advice import advice_text
+from dsanalyze.report.whatif_text import unmade_text
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif import pipeline, recommend
 from dsanalyze.whatif.advice import Advice
 from dsanalyze.whatif.decision import DecisionKind
+from dsanalyze.whatif.documents import Unmade, UnmadeWhy
 from dsanalyze.whatif.model import HeldOut, predict_run, run_config, run_layout, simulate_run
 
 DATA = Path(__file__).parent / "data"
@@ -344,7 +346,9 @@ def test_validate_without_disk_runs_predicts_the_cached_run() -> None:
     val = whatif.validate(runs)
     loo, extrapolation = val.splits
     assert [c.run_id for c in loo.checks] == ["cached-cpus1"] and not extrapolation.checks
-    assert "not made" in extrapolation.note  # one CPU count, one rank, one step
+    # one CPU count, one rank, one step
+    assert extrapolation.unmade == Unmade(UnmadeWhy.ONE_CONFIG)
+    assert unmade_text(extrapolation.unmade).startswith("not made: every run has the fewest CPUs")
     assert val.max_abs_error_pct < 5
     doc = whatif.validation_document(val)
     assert doc["runs"][0].keys() >= {"run_id", "measured_sps", "predicted_sps", "error_pct",

@@ -19,6 +19,7 @@ from typing import Any
 
 from dsanalyze.analysis.stalls import Bound
 from dsanalyze.report.text import bandwidth_text, cache_text, number
+from dsanalyze.report.whatif_text import unmade_text
 from dsanalyze.whatif.advice import Advice
 from dsanalyze.whatif.decision import (
     Decision,
@@ -112,7 +113,8 @@ def error_text(e: ErrorQuote | None, beyond: tuple[str, ...], why_not: str) -> s
     if e is None:
         return f"{where}not validated ({why_not or 'no run held out'})"
     if e.median_abs_error_pct is None:
-        return f"{where}its {e.split} error is unknown ({e.note or 'no run held out'})"
+        why = unmade_text(e.unmade) if e.unmade else "no run held out"
+        return f"{where}its {e.split} error is unknown ({why})"
     return (f"{where}its {e.split} error on {e.held_out} held-out configuration(s): median "
             f"{number(e.median_abs_error_pct)}%, maximum {number(e.max_abs_error_pct)}%, "
             f"{e.coverage:.0%} inside their {e.nominal:.0%} intervals")

@@ -11,7 +11,8 @@ from typing import Any
 
 from dsanalyze.config import format_bytes
 from dsanalyze.report.text import bandwidth_text, cache_text, fixed_width, number
-from dsanalyze.whatif.validation import split_figures
+from dsanalyze.whatif.documents import Unmade, UnmadeWhy
+from dsanalyze.whatif.validation import EXTRAPOLATION, LOO, split_figures
 
 PARAMS_TITLE = "Model parameters (value, runs it came from, how)"
 
@@ -123,12 +124,32 @@ def _grid_row(row: Any, marked: list[Any]) -> list[str]:
             "<-" if any(row.covers(p) for p in marked) else ""]
 
 
+RULES = {
+    LOO: "each configuration held out in turn, with its repeats: each disk configuration (and "
+         "each cached one of a job other than the base one) predicted by a model fitted on "
+         "every other run",
+    EXTRAPOLATION: "fitted on the base job's runs (one rank, the slowest step) at the fewest "
+                   "CPUs; every other disk configuration (and cached one of another job) "
+                   "predicted",
+}
+
+
+def unmade_text(u: Unmade) -> str:
+    """Why a validation split was not made, in words."""
+    if u.why is UnmadeWhy.ONE_CONFIG:
+        return ("not made: every run has the fewest CPUs, one rank and the slowest step; "
+                "measure more CPUs (harness.py --cpus 1,2) to test extrapolation")
+    if u.why is UnmadeWhy.REFUSED:
+        return f"not made: {u.error}"
+    return u.error if u.why is UnmadeWhy.SAID else "not made"
+
+
 def _split_lines(split: Any) -> list[str]:
-    lines = _paragraph(f"{split.name}: {split.rule}")
+    lines = _paragraph(f"{split.name}: {RULES.get(split.name, '')}")
     if split.fit_runs:
         lines.append(f"fitted on: {', '.join(split.fit_runs)}")
-    if split.note:
-        return lines + [split.note]
+    if split.unmade:
+        return lines + [unmade_text(split.unmade)]
     rows = [[c.run_id + (f" (mean of {c.repeats})" if c.repeats > 1 else ""), f"{c.measured_sps:.1f}", f"{c.predicted_sps:.1f}",
              f"{c.low_sps:.1f}-{c.high_sps:.1f}", "yes" if c.covered else "NO",
              f"{c.error_pct:+.1f}%", _dash(c.measured_epoch1_sps, "{:.1f}"),

@@ -46,8 +46,9 @@ from dsanalyze.analysis import coldepoch
 from dsanalyze.analysis.stalls import Bound
 from dsanalyze.analysis.summary import ConfigSummary, Summary
 from dsanalyze.config import Mode, unlimited_last
+from dsanalyze.plain import fields_to_plain
 from dsanalyze.settings import SETTINGS
-from dsanalyze.whatif.documents import ValidationDoc
+from dsanalyze.whatif.documents import Unmade, UnmadeWhy, ValidationDoc
 
 # the defaults of a decision's stall limit and its ties (SETTINGS.input_bound_pct, .tie_tolerance)
 MAX_STALL_PCT = SETTINGS.input_bound_pct
@@ -113,10 +114,10 @@ class ErrorQuote:
     max_abs_error_pct: float | None
     coverage: float | None
     nominal: float | None
-    note: str = ""  # why the split was not made
+    unmade: Unmade | None = None  # why the split was not made
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return fields_to_plain(self)
 
 
 @dataclass(frozen=True)
@@ -274,10 +275,9 @@ def error_quote(validation: ValidationDoc | None, beyond: bool) -> ErrorQuote | 
     name = EXTRAPOLATION if beyond else LOO
     split = validation.split(name)
     if split is None:
-        return ErrorQuote(name, 0, None, None, None, None, "not made")
+        return ErrorQuote(name, 0, None, None, None, None, Unmade(UnmadeWhy.MISSING))
     return ErrorQuote(name, split.held_out, split.median_abs_error_pct,
-                      split.max_abs_error_pct, split.coverage, split.nominal,
-                      split.note or ("" if split.held_out else "no run held out"))
+                      split.max_abs_error_pct, split.coverage, split.nominal, split.unmade)
 
 
 def _reason(o: Option) -> StallReason:

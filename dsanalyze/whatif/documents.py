@@ -12,6 +12,7 @@ lacks takes the field's default).
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -94,14 +95,31 @@ class CheckRow(PlainJson):
     repeats: int = 1
 
 
+class UnmadeWhy(enum.Enum):
+    """Why a validation split was not made (`Unmade`)."""
+
+    ONE_CONFIG = "one_config"  # every run has the fewest CPUs, one rank and the slowest step
+    REFUSED = "refused"  # the model refused the held-out configurations: `error` says how
+    MISSING = "missing"  # the validation has no such split
+    SAID = "said"  # a document written before the reason was typed: `error` holds its words
+
+
+@dataclass(frozen=True)
+class Unmade(PlainJson):
+    """Why a validation split was not made (`report/whatif_text.py` words it)."""
+
+    why: UnmadeWhy
+    error: str = ""
+
+
 @dataclass(frozen=True)
 class SplitFigures(PlainJson):
-    """One validation split: its rule, fit runs, and figures over its held-out runs."""
+    """One validation split: its fit runs, and figures over its held-out runs, or why it
+    was not made (`unmade`). Its rule is its name's (`report/whatif_text.py` words it)."""
 
     name: str
-    rule: str = ""
     fit_runs: tuple[str, ...] = ()
-    note: str = ""
+    unmade: Unmade | None = None
     held_out: int = 0
     median_abs_error_pct: float | None = None
     max_abs_error_pct: float | None = None
@@ -121,6 +139,14 @@ class ValidationDoc(PlainJson):
     splits: tuple[SplitFigures, ...] = ()
     policy: str | None = None
     model: dict[str, Any] | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ValidationDoc:
+        """Reads a document written before the splits' reasons were typed (a `note` in
+        words) with each note as `Unmade(SAID, note)`."""
+        splits = [{**s, "unmade": {"why": UnmadeWhy.SAID.value, "error": s["note"]}}
+                  if s.get("note") and "unmade" not in s else s for s in d.get("splits", [])]
+        return super().from_dict({**d, "splits": splits})
 
     def split(self, name: str) -> SplitFigures | None:
         return next((s for s in self.splits if s.name == name), None)

@@ -27,7 +27,7 @@ from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
 from dsanalyze.whatif import cachesim
 from dsanalyze.whatif.calibrate import base_runs, fit
-from dsanalyze.whatif.documents import SplitFigures, ValidationDoc
+from dsanalyze.whatif.documents import SplitFigures, Unmade, UnmadeWhy, ValidationDoc
 from dsanalyze.whatif.model import (
     LEVEL,
     HeldOut,
@@ -40,12 +40,8 @@ from dsanalyze.whatif.model import (
     untested,
 )
 
-LOO_RULE = ("each configuration held out in turn, with its repeats: each disk configuration (and each "
-            "cached one of a job other than the base one) predicted by a model fitted on every "
-            "other run")
-EXTRAPOLATION_RULE = ("fitted on the base job's runs (one rank, the slowest step) at "
-                      "the fewest CPUs; every other disk configuration (and cached one of another "
-                      "job) predicted")
+LOO = "leave-one-out"
+EXTRAPOLATION = "extrapolation"
 
 
 def configurations(runs: Sequence[RunResult]) -> list[tuple[RunResult, ...]]:
@@ -124,13 +120,12 @@ class Check:
 
 @dataclass(frozen=True)
 class Split:
-    """One split's held-out runs, or why it could not be made."""
+    """One split's held-out runs, or why it could not be made (`unmade`)."""
 
-    name: str
-    rule: str
+    name: str  # LOO or EXTRAPOLATION (the module's docstring gives each one's rule)
     checks: tuple[Check, ...]
     fit_runs: tuple[str, ...] = ()  # the extrapolation's fit runs (LOO: every other run)
-    note: str = ""
+    unmade: Unmade | None = None
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -166,7 +161,7 @@ def _loo(ok: list[RunResult], sizes: Sequence[int] | None, policy: str,
         except ConfigError:
             continue  # the configuration alone gave a parameter: nothing to predict it with
         checks.append(check(model, config, "loo"))
-    return Split("leave-one-out", LOO_RULE, tuple(checks))
+    return Split(LOO, tuple(checks))
 
 
 def _extrapolation(ok: list[RunResult], sizes: Sequence[int] | None, policy: str,
@@ -177,16 +172,14 @@ def _extrapolation(ok: list[RunResult], sizes: Sequence[int] | None, policy: str
     ids = {id(r) for r in fit_runs}
     held = [c for c in _targets(ok) if id(c[0]) not in ids]
     if not held:
-        return Split("extrapolation", EXTRAPOLATION_RULE, (), note=(
-            "not made: every run has the fewest CPUs, one rank and the slowest step; measure "
-            "more CPUs (harness.py --cpus 1,2) to test extrapolation"))
+        return Split(EXTRAPOLATION, (), unmade=Unmade(UnmadeWhy.ONE_CONFIG))
     model = fit(fit_runs, sizes, policy, weights)
     try:
         checks = tuple(check(model, c, "extrapolation") for c in held)
     except ConfigError as e:  # the model refuses these configurations (a step on the CPU)
-        return Split("extrapolation", EXTRAPOLATION_RULE, (), tuple(r.run_id for r in fit_runs),
-                     note=f"not made: {e}")
-    return Split("extrapolation", EXTRAPOLATION_RULE, checks, tuple(r.run_id for r in fit_runs))
+        return Split(EXTRAPOLATION, (), tuple(r.run_id for r in fit_runs),
+                     Unmade(UnmadeWhy.REFUSED, str(e)))
+    return Split(EXTRAPOLATION, checks, tuple(r.run_id for r in fit_runs))
 
 
 def _abs_errors(checks: Sequence[Check]) -> list[float]:
@@ -256,8 +249,9 @@ def validation_document(v: Validation) -> dict[str, Any]:
     return {"runs": [c.to_dict() for c in v.checks],
             "median_abs_error_pct": v.median_abs_error_pct,
             "max_abs_error_pct": v.max_abs_error_pct, "coverage": v.coverage, "nominal": LEVEL,
-            "splits": [{"name": s.name, "rule": s.rule, "fit_runs": list(s.fit_runs),
-                        "note": s.note, **split_summary(s.checks)} for s in v.splits],
+            "splits": [{"name": s.name, "fit_runs": list(s.fit_runs),
+                        "unmade": s.unmade.to_dict() if s.unmade else None,
+                        **split_summary(s.checks)} for s in v.splits],
             "policy": v.model.policy, "model": v.model.to_dict()}
 
 
