@@ -54,6 +54,7 @@ from dsanalyze.config import parse_bytes, parse_duration_s  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset  # noqa: E402
 from dsanalyze.settings import SETTINGS  # noqa: E402
 from dsanalyze.whatif import netgrid, network  # noqa: E402
+from dsanalyze.whatif.assumptions import NETWORK  # noqa: E402
 from dsanalyze.whatif.model import Z  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,7 +162,7 @@ def heldout_rows(fit_obs: list[network.NetObservation],
     grid's interval (`netgrid`)."""
     net = network.fit(fit_obs)
     sigma, out_of_sample = netgrid.loo_sigma(fit_obs)
-    untested = len(netgrid.ASSUMPTIONS) + (0 if out_of_sample else 1)
+    untested = len(NETWORK) + (0 if out_of_sample else 1)
     k = math.exp(Z * math.sqrt(sigma ** 2 + untested * SETTINGS.untested_sigma ** 2))
     rows = []
     for o in held_obs:

@@ -20,6 +20,7 @@ from dsanalyze.report.advice import advice_text, option_label
 from dsanalyze.report.verdicts import verdict_text
 from dsanalyze.whatif import recommend
 from dsanalyze.whatif.advice import Advice, advise
+from dsanalyze.whatif.assumptions import Assume, Assumption, Law
 from dsanalyze.whatif.decision import (
     Decision,
     DecisionKind,
@@ -48,7 +49,8 @@ BASE = Option(cpus=1, cpus_used=1, cache_spec="none", cache_bytes=None,
               measured=True, bound=Bound.FETCH.value, nproc=1)
 FASTER = Option(cpus=4, cpus_used=4, cache_spec="none", cache_bytes=None, storage_read_bps=None,
                 workers=2, rate_sps=370.0, span_s=1.5, stall_pct=3.2, rate_sps_low=300.0,
-                rate_sps_high=450.0, untested=("4 CPUs: beyond the 1 measured",), nproc=1)
+                rate_sps_high=450.0, untested=(Assumption(Assume.BEYOND_CPUS, cpus=4, measured_cpus=1,
+                                                     law=Law.CONTENTION),), nproc=1)
 EXTRAPOLATION = ErrorQuote("extrapolation", 3, 34.0, 41.0, 1 / 3, 0.9)
 
 
@@ -60,7 +62,7 @@ def test_a_change_beyond_the_measured_range_quotes_the_extrapolation_error():
                            "samples/s steady (interval 300.0-450.0), 2 epochs in 1.50 s")
     assert "against 6.00 s measured at cpus=1 cache=unlimited bw=8M/s (70% stalled, likely " \
            "fetch-bound)" in text
-    assert "Untested: 4 CPUs: beyond the 1 measured." in text
+    assert "Untested: 4 CPUs: beyond the 1 measured; prep by the contention law." in text
     assert text.endswith("beyond the measured range (CPUs), its extrapolation error on 3 "
                          "held-out configuration(s): median 34.0%, maximum 41.0%, 33% inside "
                          "their 90% intervals.")

@@ -14,6 +14,7 @@ from dsanalyze.report import whatif_text
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif import bounds
+from dsanalyze.whatif.assumptions import Assume, Assumption
 
 DATA = Path(__file__).parent / "data"
 
@@ -40,7 +41,7 @@ def test_a_throttle_that_gave_250x_its_bandwidth_is_dropped_and_its_run_named() 
     assert line.split()[1] == "1"  # printed as its value: face value, not the dropped fit
     # a throttled prediction then rests on the throttle taken at face value, and says so
     throttled = whatif.Config.of(2, storage_read_bps=4096)
-    assert any("face value" in u for u in whatif.predict(model, throttled).untested)
+    assert Assumption(Assume.THROTTLE) in whatif.predict(model, throttled).untested
     # the real 1 MiB/s run: a plausible efficiency, kept, and the throttle tested
     real = whatif.fit(runs)
     assert 0.5 < real.throttle_efficiency < 1.5 and real.throttle_measured

@@ -16,10 +16,12 @@ from dsanalyze.analysis.notes import Said
 from dsanalyze.analysis.stalls import Bound, verdict
 from dsanalyze.analysis.summary import SCHEMA_VERSION, Summary, summarize
 from dsanalyze.analysis.uncertainty import Significance, StallInterval
+from dsanalyze.report.assumptions import assumption_text
 from dsanalyze.report.notes import notes
 from dsanalyze.report.verdicts import verdict_text
 from dsanalyze.report.whatif_text import unmade_text
 from dsanalyze.settings import SETTINGS
+from dsanalyze.whatif.assumptions import Assume, Assumption, Law
 from dsanalyze.whatif.documents import (
     CheckRow,
     GridRow,
@@ -115,7 +117,10 @@ OPTIONAL = st.none() | FINITE
 
 @given(cpus=st.none() | st.integers(1, 64), cache=st.none() | st.integers(0, 1 << 40),
        rate=FINITE, low=OPTIONAL, measured_sps=OPTIONAL, recommended=st.booleans(),
-       untested=st.lists(st.text(max_size=8), max_size=3))
+       untested=st.lists(st.builds(Assumption, st.sampled_from(list(Assume)),
+                                   cpus=st.none() | st.integers(1, 64),
+                                   law=st.none() | st.sampled_from(list(Law)),
+                                   said=st.text(max_size=8)), max_size=3))
 def test_a_grid_row_reads_back_from_its_json(cpus, cache, rate, low, measured_sps, recommended,
                                              untested):
     row = GridRow(cpus, "50%", cache, None, rate, rate_sps_low=low, measured=True,
@@ -123,6 +128,10 @@ def test_a_grid_row_reads_back_from_its_json(cpus, cache, rate, low, measured_sp
     doc = as_json(row.to_dict())
     assert "measured_sps_stored" not in doc  # the file keeps the keys it always had
     assert GridRow.from_dict(doc) == row
+    # a row written before the assumptions were typed holds their words
+    old = GridRow.from_dict({**doc, "untested": ["4 CPUs: beyond the 1 measured"]})
+    assert old.untested == (Assumption(Assume.SAID, said="4 CPUs: beyond the 1 measured"),)
+    assert assumption_text(old.untested[0]) == "4 CPUs: beyond the 1 measured"
 
 
 def test_a_row_written_before_measured_sps_says_so():

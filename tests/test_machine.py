@@ -23,6 +23,7 @@ from dsanalyze.dataset import scan_dataset
 from dsanalyze.records import CpuScaling
 from dsanalyze.resources import cpuscale
 from dsanalyze.whatif import api as whatif
+from dsanalyze.whatif.assumptions import Law
 from dsanalyze.whatif.model import usable_cpus
 
 DATA = Path(__file__).parent / "data"
@@ -70,8 +71,7 @@ def test_one_cpu_count_takes_the_machines_probe_as_its_contention() -> None:
     one, two = (whatif.predict(model, whatif.Config.of(c)).rate_sps for c in (1, 2))
     bare_two = whatif.predict(bare, whatif.Config.of(2)).rate_sps
     assert two < 2 * one and two == pytest.approx(bare_two / 1.08, rel=0.02)
-    assert any("parallel decode probe" in u for u in
-               whatif.predict(model, whatif.Config.of(2)).untested)
+    assert any(u.law is Law.PROBED for u in whatif.predict(model, whatif.Config.of(2)).untested)
 
 
 def _with_outside(run, others_cores: float):

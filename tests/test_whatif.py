@@ -31,11 +31,13 @@ from dsanalyze.analysis.stalls import run_rate
 from dsanalyze.config import CacheBudget, Mode
 from dsanalyze.errors import ConfigError
 from dsanalyze.report.advice import advice_text
+from dsanalyze.report.assumptions import assumption_text
 from dsanalyze.report.whatif_text import unmade_text
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif import pipeline, recommend
 from dsanalyze.whatif.advice import Advice
+from dsanalyze.whatif.assumptions import Assume, Assumption
 from dsanalyze.whatif.decision import DecisionKind
 from dsanalyze.whatif.documents import Unmade, UnmadeWhy
 from dsanalyze.whatif.model import HeldOut, predict_run, run_config, run_layout, simulate_run
@@ -232,7 +234,7 @@ def test_an_untested_assumption_widens_the_interval() -> None:
     model = whatif.fit(runs)
     one, four = (whatif.predict(model, whatif.Config.of(c)) for c in (1, 4))
     width = lambda p: math.log(p.rate_sps_high / p.rate_sps_low)  # noqa: E731
-    assert any("4 CPUs" in u for u in four.untested) and len(four.untested) > len(one.untested)
+    assert any(u.cpus == 4 for u in four.untested) and len(four.untested) > len(one.untested)
     # the floor: the noise floor, times the share of it a held-out run shows, both ways
     assert width(four) > width(one) >= 2 * 1.645 * SETTINGS.fit_sigma_scale * \
         SETTINGS.noise_floor
@@ -251,7 +253,7 @@ def test_more_cpus_remove_the_prep_stall_up_to_the_workers() -> None:
     # runs of report_sweep test it: test_fitted_on_one_cpu_predicts_two_cpus); here only that
     # it adds, and that the prediction says it is untested
     assert p2.rate_sps > p1.rate_sps and p2.prep_stall_s < p1.prep_stall_s
-    assert any("contention" in u for u in p2.untested)
+    assert any("contention" in assumption_text(u) for u in p2.untested)
     assert p8.rate_sps == pytest.approx(p2.rate_sps, rel=0.02)  # 2 workers: 2 cores at most
     assert p1.measured_run == "disk-cpus1-cachenone-bwnone" and p2.measured_run is None
 
@@ -445,7 +447,7 @@ def test_fitted_on_one_cpu_predicts_two_cpus() -> None:
         measured = run_rate(run).rate_sps
         assert predict_run(model, whatif.spec_only(run)).rate_sps == \
             pytest.approx(measured, rel=0.10), run.run_id
-    assert any("contention not fitted" in u
+    assert any("contention not fitted" in assumption_text(u)
                for u in whatif.predict(model, whatif.Config.of(2)).untested)
 
 
@@ -466,10 +468,10 @@ def test_unthrottled_disk_on_a_slow_device_is_fetch_bound() -> None:
     # a throttle above the device is the device
     faster = whatif.predict(model, whatif.Config.of(2, CacheBudget("0", 0), 64 << 20))
     assert faster.rate_sps == pytest.approx(p.rate_sps, rel=1e-6)
-    assert any("above the measured device" in u for u in faster.untested)
+    assert Assumption(Assume.ABOVE_DEVICE) in faster.untested
     # unthrottled on the fixture's own runs (no probe recorded): said, not infinitely fast
-    assert any("not measured" in u for u in whatif.predict(whatif.fit(runs),
-                                                            whatif.Config.of(2)).untested)
+    assert Assumption(Assume.NO_DEVICE) in whatif.predict(whatif.fit(runs),
+                                                          whatif.Config.of(2)).untested
 
 
 def _ran_with(run, **loader):
@@ -587,7 +589,7 @@ def test_more_nodes_bring_their_own_cpus() -> None:
     assert two_nodes.nproc == 2 and two_nodes.rate_sps == pytest.approx(2 * one.rate_sps,
                                                                         rel=0.1)
     assert two_ranks.rate_sps < 1.2 * one.rate_sps
-    assert any("2 nodes: none measured" in u for u in two_nodes.untested)
+    assert Assumption(Assume.NODES, nodes=2) in two_nodes.untested
     # each node reads half of every epoch, so the epoch's samples are the whole dataset's
     assert two_nodes.epoch_s == pytest.approx(one.epoch_s / 2, rel=0.1)
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dsanalyze.analysis.stalls import Bound
+from dsanalyze.report.assumptions import assumption_text
 from dsanalyze.report.text import bandwidth_text, cache_text, number
 from dsanalyze.report.whatif_text import unmade_text
 from dsanalyze.whatif.advice import Advice
@@ -140,7 +141,7 @@ def _change_text(a: Advice) -> str:
         f"({number(best.stall_pct, '{:.0f}')}% stalled, {_bound_text(best)})")
     over = "" if d.meets_budget else \
         f" Nothing predicted keeps the stalls under {d.max_stall_pct:g}%: {_reason_text(d)}."
-    untested = f" Untested: {'; '.join(c.untested)}." if c.untested else ""
+    untested = f" Untested: {'; '.join(map(assumption_text, c.untested))}." if c.untested else ""
     return (f"Advice: give the job {change_text(c, best, d.loader)}: predicted "
             f"{_rate_text(c, 'steady')}, {_epochs(d.epochs)} in {number(c.span_s, '{:.2f}')} s, "
             f"{number(c.stall_pct, '{:.0f}')}% stalled{_first_included(d)}{against}.{over}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsanalyze.config import format_bytes
+from dsanalyze.report.assumptions import assumption_text
 from dsanalyze.report.text import bandwidth_text, cache_text, fixed_width, number
 from dsanalyze.whatif.documents import Unmade, UnmadeWhy
 from dsanalyze.whatif.validation import EXTRAPOLATION, LOO, split_figures
@@ -70,7 +71,7 @@ def rate_text(p: Any) -> str:
 
 def untested_lines(preds: list[Any]) -> list[str]:
     """Each assumption some prediction rests on that no run tested, once."""
-    seen = list(dict.fromkeys(u for p in preds for u in p.untested))
+    seen = list(dict.fromkeys(assumption_text(u) for p in preds for u in p.untested))
     return _paragraph("untested by any run (predictions rest on these assumptions):",
                       *(f"  - {u}" for u in seen)) if seen else []
 

@@ -32,6 +32,7 @@ from dsanalyze.config import CacheBudget, Mode, Resources
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
 from dsanalyze.whatif import cachesim
+from dsanalyze.whatif.assumptions import Assumption
 from dsanalyze.whatif.calibrate import fit
 from dsanalyze.whatif.documents import GridRow
 from dsanalyze.whatif.model import (
@@ -79,7 +80,7 @@ class Prediction:
     rate_sps_low: float = 0.0
     rate_sps_high: float = 0.0
     cached_s: float = 0.0  # the epoch with every file cached (compute + prep stall)
-    untested: tuple[str, ...] = ()  # assumptions of this prediction no fit run tested
+    untested: tuple[Assumption, ...] = ()  # assumptions of this prediction no fit run tested
     loader: str = "pytorch"
     measured_run: str | None = None
     measured_sps: float | None = None  # the run's steady rate (None: it had no steady epochs)
@@ -128,7 +129,7 @@ class Prediction:
                 **self.stall_intervals(), "stall_pct": self.stall_pct,
                 "epoch1_s": self.epoch1_s, "hit_rate": self.hit_rate,
                 "cache_effective_bytes": self.cache_effective_bytes,
-                "bound_sps": self.bound_sps, "untested": list(self.untested),
+                "bound_sps": self.bound_sps, "untested": [u.to_dict() for u in self.untested],
                 "measured": self.measured_run is not None,
                 "measured_run": self.measured_run, "measured_sps": self.measured_sps,
                 "measured_epoch1_sps": self.measured_epoch1_sps, "recommended": recommended}

@@ -48,6 +48,7 @@ from dsanalyze.analysis.summary import ConfigSummary, Summary
 from dsanalyze.config import Mode, unlimited_last
 from dsanalyze.plain import fields_to_plain
 from dsanalyze.settings import SETTINGS
+from dsanalyze.whatif.assumptions import Assumption
 from dsanalyze.whatif.documents import Unmade, UnmadeWhy, ValidationDoc
 
 # the defaults of a decision's stall limit and its ties (SETTINGS.input_bound_pct, .tie_tolerance)
@@ -92,7 +93,7 @@ class Option:
     rate_sps_high: float | None = None
     bound: str | None = None  # measured: the table's `Bound` value
     run_id: str | None = None
-    untested: tuple[str, ...] = ()
+    untested: tuple[Assumption, ...] = ()
     fetch_dominates: bool = False  # its fetch stall exceeds its prep stall
     gpu_speedup: float = 1.0
     nproc: int | None = None
@@ -101,7 +102,7 @@ class Option:
     net_latency_s: float | None = None  # None: the data is local
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "untested": list(self.untested)}
+        return {**asdict(self), "untested": [u.to_dict() for u in self.untested]}
 
 
 @dataclass(frozen=True)

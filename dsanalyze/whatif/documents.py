@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 from dsanalyze.plain import PlainJson
+from dsanalyze.whatif.assumptions import Assumption
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class GridRow(PlainJson):
     hit_rate: float | None = None
     cache_effective_bytes: float | None = None
     bound_sps: float | None = None
-    untested: tuple[str, ...] = ()
+    untested: tuple[Assumption, ...] = ()
     measured: bool = False
     measured_run: str | None = None
     measured_sps: float | None = None  # the run's steady rate (None: one cold epoch only)
@@ -91,7 +92,7 @@ class CheckRow(PlainJson):
     measured_epoch1_sps: float | None = None
     predicted_epoch1_sps: float | None = None
     cache_bytes: float | None = None
-    untested: tuple[str, ...] = ()
+    untested: tuple[Assumption, ...] = ()
     repeats: int = 1
 
 

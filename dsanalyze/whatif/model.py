@@ -60,6 +60,7 @@ from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import cachesim, pipeline
+from dsanalyze.whatif.assumptions import Assume, Assumption, Law
 from dsanalyze.whatif.heldout import HeldOut, run_cpus, run_layout
 
 __all__ = ["HeldOut", "run_cpus", "run_layout"]  # read from here by the what-if's modules
@@ -527,42 +528,48 @@ def interval(model: Model, cfg: Config, rate_sps: float) -> tuple[float, float]:
     return rate_sps / k, rate_sps * k
 
 
-def untested(model: Model, cfg: Config) -> tuple[str, ...]:
-    """The assumptions a prediction for `cfg` rests on that no fit run tested."""
-    out = []
+def _cpu_assumptions(model: Model, cfg: Config) -> list[Assumption]:
     top = max(model.measured_cpus, default=0)
-    probed = "contention from the machine's parallel decode probe"
+    out = []
     if cfg.cpus > top:
-        law = probed if model.contention_probed else "contention law" if model.contention \
-            else "linear scaling (contention not fitted)"
-        out.append(f"{cfg.cpus} CPUs: beyond the {top} measured; prep by the {law}")
+        law = Law.PROBED if model.contention_probed else Law.CONTENTION if model.contention \
+            else Law.LINEAR
+        out.append(Assumption(Assume.BEYOND_CPUS, cpus=cfg.cpus, measured_cpus=top, law=law))
     elif cfg.cpus not in model.measured_cpus and len(model.measured_cpus) == 1:
-        out.append(f"{cfg.cpus} CPUs: only {top} measured; "
-                   + (probed if model.contention_probed else "contention not fitted"))
+        out.append(Assumption(Assume.ONE_CPU_COUNT, cpus=cfg.cpus, measured_cpus=top,
+                              law=Law.PROBED if model.contention_probed else None))
     if model.machine_cpus and cfg.cpus > model.machine_cpus:
-        out.append(f"{cfg.cpus} CPUs: more than this machine's {model.machine_cpus}")
+        out.append(Assumption(Assume.MACHINE_CPUS, cpus=cfg.cpus,
+                              machine_cpus=model.machine_cpus))
+    return out
+
+
+def _storage_assumptions(model: Model, cfg: Config) -> list[Assumption]:
+    bps = cfg.storage_read_bps
+    out = []
+    if bps is not None and not model.throttle_measured:
+        out.append(Assumption(Assume.THROTTLE))
+    if model.device_read_bps is None and (bps is None):
+        out.append(Assumption(Assume.NO_DEVICE))
+    elif model.device_read_bps is not None and bps is not None and bps > model.device_read_bps:
+        out.append(Assumption(Assume.ABOVE_DEVICE))
+    return out
+
+
+def untested(model: Model, cfg: Config) -> tuple[Assumption, ...]:
+    """The assumptions a prediction for `cfg` rests on that no fit run tested
+    (`report/assumptions.py` words them)."""
+    out = _cpu_assumptions(model, cfg)
     if cfg.nnodes > 1:
-        out.append(f"{cfg.nnodes} nodes: none measured; each node as this one (its CPUs, "
-                   "cache and storage), the all-reduce by the ring law over every node's "
-                   "ranks (the network between nodes not measured)")
+        out.append(Assumption(Assume.NODES, nodes=cfg.nnodes))
     ranks = job_ranks(model, cfg)
     if ranks not in model.measured_ranks:
-        out.append(f"{ranks} ranks: none measured; "
-                   + ("all-reduce by the ring law" if model.allreduce_s else
-                      "no all-reduce time added, each rank's loader as measured"))
+        out.append(Assumption(Assume.RANKS, ranks=ranks, ring=bool(model.allreduce_s)))
     if round(cfg.gpu_speedup, 3) not in {round(x, 3) for x in model.measured_speedups}:
-        out.append(f"a step {cfg.gpu_speedup:g}x faster: the compute part divided, taking no CPU")
+        out.append(Assumption(Assume.FASTER_STEP, speedup=cfg.gpu_speedup))
     if model.loader == "dali":
-        out.append("DALI: its threads simulated as DataLoader workers (one batch each, in order)")
+        out.append(Assumption(Assume.DALI))
     if workers_for(model, cfg) != model.workers:
-        out.append(f"{workers_for(model, cfg)} workers per rank: {model.workers} measured; a "
-                   "worker's CPU per sample taken as independent of the count")
-    bps = cfg.storage_read_bps
-    if bps is not None and not model.throttle_measured:
-        out.append("a throttle taken at face value: no throttled run held by its throttle "
-                   "was measured")
-    if model.device_read_bps is None and (bps is None):
-        out.append("storage device not measured: unthrottled reads taken as never limiting")
-    elif model.device_read_bps is not None and bps is not None and bps > model.device_read_bps:
-        out.append("a throttle above the measured device: the device's bandwidth used")
-    return tuple(out)
+        out.append(Assumption(Assume.WORKERS, workers=workers_for(model, cfg),
+                              measured_workers=model.workers))
+    return tuple(out + _storage_assumptions(model, cfg))

@@ -29,12 +29,11 @@ from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import network
 from dsanalyze.whatif.api import Prediction, predict
+from dsanalyze.whatif.assumptions import NETWORK, Assume, Assumption
 from dsanalyze.whatif.heldout import run_cpus
 from dsanalyze.whatif.model import Config, Model, Z, job_ranks, layout_for
 
 MIN_SIGMA = 0.02  # a fit that explains its runs exactly still has the runs' own noise
-ASSUMPTIONS = ("request streams slow each other only through the link",
-               "the endpoint's own costs the same at every bandwidth and latency")
 
 
 def _remote(results: Sequence[RunResult]) -> list[RunResult]:
@@ -97,9 +96,9 @@ def _at_link(model: Model, net: network.NetModel, here: Prediction, cfg: Config,
     streams = ranks * max(1, cfg.workers or 0)
     rate = net.rate_sps(n / here.cached_s, streams, r, b, res.net_bw_bps,
                         res.net_latency_s or 0.0)
-    untested = [*here.untested, *ASSUMPTIONS]
+    untested = [*here.untested, *NETWORK]
     if not out_of_sample:
-        untested.append(f"the network law's error from {net.runs} remote runs, in sample")
+        untested.append(Assumption(Assume.NET_IN_SAMPLE, runs=net.runs))
     k = math.exp(Z * math.sqrt(sigma ** 2 + len(untested) * SETTINGS.untested_sigma ** 2))
     link_sps = res.net_bw_bps / b if res.net_bw_bps and b else math.inf
     return replace(here, config=cfg, rate_sps=rate, epoch_s=n / rate,

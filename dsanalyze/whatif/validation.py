@@ -26,6 +26,7 @@ from dsanalyze.config import Mode, RunSpec
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
 from dsanalyze.whatif import cachesim
+from dsanalyze.whatif.assumptions import Assumption
 from dsanalyze.whatif.calibrate import base_runs, fit
 from dsanalyze.whatif.documents import SplitFigures, Unmade, UnmadeWhy, ValidationDoc
 from dsanalyze.whatif.model import (
@@ -96,7 +97,7 @@ class Check:
     measured_epoch1_sps: float | None
     predicted_epoch1_sps: float | None
     cache_bytes: float | None  # the page cache it was predicted with (None: no limit)
-    untested: tuple[str, ...] = ()
+    untested: tuple[Assumption, ...] = ()
     repeats: int = 1  # runs of the configuration; the measured figures are their mean
 
     @property
@@ -114,7 +115,7 @@ class Check:
                 "covered": self.covered, "error_pct": self.error_pct,
                 "measured_epoch1_sps": self.measured_epoch1_sps,
                 "predicted_epoch1_sps": self.predicted_epoch1_sps,
-                "cache_bytes": self.cache_bytes, "untested": list(self.untested),
+                "cache_bytes": self.cache_bytes, "untested": [u.to_dict() for u in self.untested],
                 "repeats": self.repeats}
 
 
