@@ -69,6 +69,7 @@ from dsanalyze.dataset import scan_dataset  # noqa: E402
 from dsanalyze.instrument.untilci import RankStop  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
+from dsanalyze.report.adaptive import decision_text  # noqa: E402
 from dsanalyze.settings import SETTINGS  # noqa: E402
 from dsanalyze.whatif import nextrun  # noqa: E402
 
@@ -297,7 +298,7 @@ def print_results(results: list[dict]) -> None:
               f"±{r['theirs'].pick_half_width_pct:.1f}%; adaptive {r['mine'].pick_key} "
               f"{r['mine'].pick_rate_sps:.1f} ±{r['mine'].pick_half_width_pct:.1f}% "
               f"({r['mine'].verdict.value}); {'match' if r['match'] else 'DIFFER'}")
-        print(f"          adaptive's last step: {r['mine'].reason}")
+        print(f"          adaptive's last step: {decision_text(r['mine'])}")
 
 
 if __name__ == "__main__":

@@ -36,10 +36,11 @@ from dsanalyze.analysis import uncertainty
 from dsanalyze.config import Mode, Resources, RunSpec, Sweep
 from dsanalyze.errors import ConfigError, DsAnalyzeError
 from dsanalyze.records import RunResult
+from dsanalyze.report.adaptive import decision_text
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import api, nextrun
 from dsanalyze.whatif.model import Config
-from dsanalyze.whatif.nextrun import Candidate, Decision, Verdict
+from dsanalyze.whatif.nextrun import Budget, Candidate, Decision, Verdict
 
 
 @dataclass(frozen=True)
@@ -170,9 +171,8 @@ class _Search:
         expected = statistics.median(durations) * times if durations else 0.0
         if spent + expected <= budget:
             return None
-        why = (f"budget: {spent:.0f} s of {budget:.0f} s spent, the next run "
-               f"({decision.next_key}) would take about {expected:.0f} s more: stopping")
-        return dataclasses.replace(decision, verdict=Verdict.BUDGET, next_key=None, why=why)
+        return dataclasses.replace(decision, verdict=Verdict.BUDGET, next_key=None,
+                                   budget=Budget(spent, budget, expected, decision.next_key))
 
 
 def search(sweep: Sweep, specs: list[RunSpec], measure: Callable[[RunSpec], RunResult | None],
@@ -191,7 +191,7 @@ def search(sweep: Sweep, specs: list[RunSpec], measure: Callable[[RunSpec], RunR
         if decision.next_key is not None:
             decision = s.over_budget(decision) or decision
         decisions.append(decision)
-        s.progress(f"adaptive step {len(decisions)}: {decision.reason}")
+        s.progress(f"adaptive step {len(decisions)}: {decision_text(decision)}")
         if decision.next_key is None:
             break
         if decision.verdict is Verdict.REPEAT:

@@ -313,6 +313,13 @@ def advise(prefix: str | Path, runs: list[RunResult] | None = None) -> WhatIfDoc
     return advice_docs(a)
 
 
+def adaptive_text(answer: Any) -> str:
+    """The adaptive sweep's answer (`adaptive.AdaptiveAnswer`) in words (`report/adaptive.py`)."""
+    from dsanalyze.report.adaptive import adaptive_text as words
+
+    return words(answer)
+
+
 def advice_docs(a: Any) -> WhatIfDocs:
     """An `Advice` as the plots and the report take it: its rows, validation and words."""
     from dsanalyze.report.advice import advice_text

@@ -168,7 +168,7 @@ def _harness(argv: list[str] | None) -> int:
     if out.verified is not None:
         print(out.verified)
     if out.profile.sweep.adaptive is not None:
-        print(_adaptive_text(out.profile.sweep.adaptive))
+        print(app.adaptive_text(out.profile.sweep.adaptive))
     print(f"results: {out.summary_path}")
     _print_figures(Path(out.sweep.prefix), list(out.figures))
     if out.failure is not None:
@@ -197,14 +197,6 @@ def _cmd_verify(ns: argparse.Namespace) -> int:
         print("\n".join(app.advice_docs(v.advice).recommendation))
     print(v.text)
     return 0
-
-
-def _adaptive_text(a: Any) -> str:
-    """The adaptive sweep's answer: its recommendation, and what it cost against the grid."""
-    d = a.final
-    return (f"Adaptive: {d.verdict.value} after {len(a.decisions)} decision(s): {d.reason}.\n"
-            f"  {a.runs} run(s), {a.seconds / 60:.1f} min of runs; the full grid: {a.grid_runs} "
-            f"run(s), about {a.grid_seconds / 60:.1f} min (at the measured runs' durations)")
 
 
 def _print_figures(prefix: Path, paths: list[Path]) -> None:

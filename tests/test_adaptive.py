@@ -8,6 +8,7 @@ checked on real measurements, in seconds."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -18,10 +19,12 @@ from hypothesis import strategies as st
 from dsanalyze import adaptive, store
 from dsanalyze.config import Mode, Sweep, parse_duration
 from dsanalyze.errors import ConfigError
+from dsanalyze.report.adaptive import decision_text, pick_text
 from dsanalyze.whatif.api import Prediction
 from dsanalyze.whatif.model import Config
 from dsanalyze.whatif.nextrun import (
     MAX_PICK_RUNS,
+    Budget,
     Candidate,
     Decision,
     Verdict,
@@ -100,9 +103,24 @@ CASES = [
 @pytest.mark.parametrize("tc", CASES, ids=lambda tc: tc.name)
 def test_choose(tc):
     d = choose(tc.candidates, 5.0, 1, 5.0, tc.tried)
-    assert (d.verdict, d.next_key) == (tc.verdict, tc.next_key), d.reason
-    assert d.reason.startswith(f"pick {d.pick_key} ")
-    assert Decision.from_dict(d.to_dict()) == d  # adaptive.json's round trip
+    said = decision_text(d)
+    assert (d.verdict, d.next_key) == (tc.verdict, tc.next_key), said
+    assert said.startswith(f"pick {d.pick_key} (") and f"±{d.pick_half_width_pct:.1f}%; " in said
+    if d.verdict is Verdict.MEASURE and d.next_key != d.pick_key:  # a rival: its chance said
+        assert said.endswith(f"{d.next_key} has a {d.rival_chance:.0%} chance to "
+                             + ("be cheaper under the limit" if d.under_limit else "do better")
+                             + ": measuring it")
+    # adaptive.json's round trip
+    assert Decision.from_dict(json.loads(json.dumps(d.to_dict()))) == d
+
+
+def test_a_budget_stop_says_what_was_spent_and_what_the_next_run_would_take():
+    d = choose(CASES[0].candidates, 5.0, 1, 5.0, CASES[0].tried)
+    stop = dataclasses.replace(d, verdict=Verdict.BUDGET, next_key=None,
+                               budget=Budget(12.4, 10.0, 5.2, "cpus2-cachenone-bwnone"))
+    assert decision_text(stop) == (f"{pick_text(d)}; budget: 12 s of 10 s spent, the next run "
+                                   "(cpus2-cachenone-bwnone) would take about 5 s more: stopping")
+    assert Decision.from_dict(json.loads(json.dumps(stop.to_dict()))) == stop
 
 
 @given(rate=st.floats(50, 399), rel=st.floats(0.005, 0.5), other=st.floats(50, 399))
@@ -199,7 +217,12 @@ def test_a_spent_budget_stops_the_search_after_the_seeds(tmp_path):
     sweep, sizes = demo_sweep(tmp_path / "p", budget_s=1.0)
     asked: list[str] = []
     a = search(sweep, sizes, asked)
-    assert len(asked) == 3 and a.final.verdict is Verdict.BUDGET and "budget" in a.final.reason
+    assert len(asked) == 3 and a.final.verdict is Verdict.BUDGET
+    b = a.final.budget
+    assert b.spent_s + b.expected_s > b.budget_s == 1.0
+    assert decision_text(a.final).endswith(f"budget: {b.spent_s:.0f} s of 1 s spent, the next "
+                                           f"run ({b.skipped_key}) would take about "
+                                           f"{b.expected_s:.0f} s more: stopping")
 
 
 def test_bad_adaptive_settings_say_what_to_do():

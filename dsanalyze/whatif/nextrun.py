@@ -37,12 +37,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any
 
+from dsanalyze.plain import PlainJson
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif.api import Prediction
 from dsanalyze.whatif.model import LEVEL
-from dsanalyze.whatif.recommend import TOLERANCE, config_text, cost, rank
+from dsanalyze.whatif.recommend import TOLERANCE, cost, rank
 
 MAX_PICK_RUNS = 3  # a measured pick still wider than the target is run again up to this many times
 MEASURED_LEVEL = 0.95  # a run's rate interval (analysis/uncertainty.py)
@@ -89,8 +89,35 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class Decision:
-    """What the adaptive sweep does next, and why, in numbers and in one sentence."""
+class Setup(PlainJson):
+    """The pick's configuration, as its words quote it."""
+
+    cpus: int
+    cache_bytes: int | None  # None: unlimited
+    storage_read_bps: int | None  # None: the measured device
+    workers: int | None
+    loader: str
+
+
+@dataclass(frozen=True)
+class Budget(PlainJson):
+    """Why a BUDGET stop: `spent_s` of `budget_s`, the next run (`skipped_key`) expected to
+    take `expected_s` more."""
+
+    spent_s: float
+    budget_s: float
+    expected_s: float
+    skipped_key: str | None
+
+
+@dataclass(frozen=True)
+class Decision(PlainJson):
+    """What the adaptive sweep does next, and the numbers that say why (`report/adaptive.py`
+    words it). Why a MEASURE: the pick itself is wider than ±`target_pct` (`next_key` is the
+    pick) or the rival has at least `chance_min` chance to take its place (`under_limit`:
+    to be cheaper under the limit, else to do better); REPEAT: the measured pick is still
+    wider after `pick_runs` runs; CONFIDENT / SETTLED: within the target or not, no rival at
+    `chance_min`; BUDGET: `budget`."""
 
     verdict: Verdict
     pick_key: str
@@ -100,20 +127,13 @@ class Decision:
     rival_key: str | None  # the unmeasured configuration likeliest to change the answer
     rival_chance: float  # its chance (0: none left)
     next_key: str | None  # to measure (MEASURE only)
-    pick_text: str  # the pick in words, with its rate and interval
-    why: str  # why this verdict
-
-    @property
-    def reason(self) -> str:
-        return f"{self.pick_text}; {self.why}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "verdict": self.verdict.value, "reason": self.reason}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Decision:
-        fields = {k: v for k, v in d.items() if k != "reason"}  # worded from the others
-        return cls(**{**fields, "verdict": Verdict(d["verdict"])})
+    pick: Setup | None = None
+    under_limit: bool = False  # the pick stalls under `max_stall_pct`
+    max_stall_pct: float = 0.0
+    target_pct: float = 0.0
+    chance_min: float = 0.0
+    pick_runs: int = 0
+    budget: Budget | None = None
 
 
 def stall_chance(c: Candidate, max_stall_pct: float, epochs: int) -> float:
@@ -167,34 +187,22 @@ def choose(candidates: Sequence[Candidate], max_stall_pct: float, epochs: int,
                      for c in candidates if c is not pick and not c.measured and c.key not in tried),
                     reverse=True)
     chance, rival = rivals[0] if rivals else (0.0, None)
-    what = _pick_text(pick, hw, chosen is not None, max_stall_pct)
+    c = pick.prediction.config
+    setup = Setup(c.cpus, c.cache_bytes, c.storage_read_bps, c.workers, pick.prediction.loader)
 
-    def decided(verdict: Verdict, next_key: str | None, why: str) -> Decision:
+    def decided(verdict: Verdict, next_key: str | None) -> Decision:
         return Decision(verdict, pick.key, pick.measured, hw, _rate(pick), rival, chance,
-                        next_key, what, why)
+                        next_key, setup, chosen is not None, max_stall_pct, target_pct,
+                        SETTINGS.chance_min, pick.runs)
     if not pick.measured and pick.key not in tried and hw > target_pct:
-        return decided(Verdict.MEASURE, pick.key, f"wider than ±{target_pct:g}%: measuring it")
+        return decided(Verdict.MEASURE, pick.key)
     if rival is not None and chance >= SETTINGS.chance_min:
-        return decided(Verdict.MEASURE, rival, f"{rival} has a {chance:.0%} chance to "
-                       + ("be cheaper under the limit" if chosen else "do better") + ": measuring it")
+        return decided(Verdict.MEASURE, rival)
     if pick.measured and hw > target_pct and pick.runs < MAX_PICK_RUNS:
-        return decided(Verdict.REPEAT, pick.key, f"wider than ±{target_pct:g}% after "
-                       f"{pick.runs} run(s): measuring it again (run {pick.runs + 1})")
-    left = (f"no configuration left to measure has a {SETTINGS.chance_min:.0%} chance to change it"
-            + (f" (likeliest {rival}: {chance:.1%})" if rival else ""))
-    if hw <= target_pct:
-        return decided(Verdict.CONFIDENT, None, f"within ±{target_pct:g}% and {left}")
-    return decided(Verdict.SETTLED, None, f"wider than ±{target_pct:g}% "
-                   + (f"after {pick.runs} runs of it" if pick.measured else "(not measurable)")
-                   + f", but {left}")
+        return decided(Verdict.REPEAT, pick.key)
+    return decided(Verdict.CONFIDENT if hw <= target_pct else Verdict.SETTLED, None)
 
 
 def _rate(c: Candidate) -> float:
     return c.measured_sps if c.measured_sps is not None else c.prediction.rate_sps
 
-
-def _pick_text(pick: Candidate, hw: float, under_limit: bool, max_stall_pct: float) -> str:
-    how = "measured" if pick.measured else "predicted"
-    limit = f"under {max_stall_pct:g}% stalls" if under_limit else "the least stalled"
-    return (f"pick {pick.key} ({config_text(pick.prediction.config, pick.prediction.loader)}; "
-            f"{limit}): {how} {_rate(pick):.1f} samples/s ±{hw:.1f}%")

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from dsanalyze.analysis.summary import Summary, summarize
-from dsanalyze.config import Mode, format_bytes, unlimited_last
+from dsanalyze.config import Mode, unlimited_last
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
 from dsanalyze.whatif.api import Prediction, predict
@@ -124,13 +124,3 @@ def rank(preds: Sequence[Prediction], max_stall_pct: float, epochs: int,
     best = min(p.job_s(epochs) for p in preds)
     return chosen, chosen or min((p for p in preds if p.job_s(epochs) <= best * (1 + tolerance)),
                                  key=cost)
-
-
-def config_text(c: Config, loader: str) -> str:
-    """`2 CPUs, page cache 50M, storage 8M/s, 2 DataLoader workers per rank`."""
-    cache = "unlimited" if c.cache_bytes is None else format_bytes(c.cache_bytes)
-    bw = "the measured device" if c.storage_read_bps is None else \
-        f"{format_bytes(c.storage_read_bps)}/s"
-    word = "DALI threads" if loader == "dali" else "DataLoader workers"
-    return (f"{c.cpus} CPU{'s' if c.cpus > 1 else ''}, page cache {cache}, storage {bw}, "
-            f"{c.workers} {word[:-1] if c.workers == 1 else word} per rank")
