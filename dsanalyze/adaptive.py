@@ -3,7 +3,9 @@
     answer = search(sweep, specs, measure, file_bytes, progress)
 
 1. Seeds: the synthetic, cached and disk runs of the grid's first
-   configuration, the fewest the what-if model fits on.
+   configuration, the fewest the what-if model fits on; for a step that runs
+   on the CPU (the recorded device), also the synthetic run of every other CPU
+   count, since the model times such a step per CPU count rather than scaling it.
 2. Then, in turn: fit the model on the runs so far (`whatif.api.fit`), predict
    every configuration of the grid, and let `whatif.nextrun.choose` name the
    next configuration to measure (its disk run), or the measured pick to run
@@ -33,6 +35,7 @@ from typing import Any
 
 from dsanalyze import store
 from dsanalyze.analysis import uncertainty
+from dsanalyze.analysis.jobrun import job_as_run
 from dsanalyze.config import Mode, Resources, RunSpec, Sweep
 from dsanalyze.errors import ConfigError, DsAnalyzeError
 from dsanalyze.records import RunResult
@@ -102,10 +105,13 @@ def as_measured(p: api.Prediction, rate_sps: float, low_sps: float,
     """A measured configuration's prediction moved onto its measurement, so that the ranking
     compares what was measured where it was: the steady rate and its interval measured, the
     steady epoch (and its fetch stall) scaled to it, the cold epoch the run's own when it
-    measured one (else scaled alike)."""
+    measured one apart from its steady epochs (a run of two or more epochs: `measured_sps`
+    set), else scaled alike: a one-epoch run's rate is rated after its warm-up, and the
+    model's cold epoch from its first batch, so only the scaled one compares with the
+    cold epochs predicted for the configurations not measured."""
     n = p.rate_sps * p.epoch_s
     epoch_s = n / rate_sps
-    epoch1_s = n / p.measured_epoch1_sps if p.measured_epoch1_sps else \
+    epoch1_s = n / p.measured_epoch1_sps if p.measured_epoch1_sps and p.measured_sps else \
         (p.epoch1_s * p.rate_sps / rate_sps if p.epoch1_s is not None else None)
     return dataclasses.replace(p, rate_sps=rate_sps, rate_sps_low=low_sps,
                                rate_sps_high=high_sps, epoch_s=epoch_s, epoch1_s=epoch1_s,
@@ -185,6 +191,10 @@ def search(sweep: Sweep, specs: list[RunSpec], measure: Callable[[RunSpec], RunR
     for spec in specs:
         if spec.resources in (grid[0], Resources(grid[0].cpus)):
             s.measure_with_repeats(spec)  # the seeds
+    if any(job_as_run(r).step_uses_cpu for r in s.runs() if r.spec.mode is Mode.SYNTHETIC):
+        for spec in specs:  # a step on the CPU is timed, not modelled, at each CPU count
+            if spec.mode is Mode.SYNTHETIC and spec.resources.cpus != grid[0].cpus:
+                s.measure_with_repeats(spec)
     decisions: list[Decision] = []
     while True:
         decision = s.decide(grid)

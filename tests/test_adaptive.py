@@ -139,10 +139,11 @@ def test_chances_are_probabilities_that_follow_the_rate(rate, rel, other):
 SOURCE = DATA_DIR / "report_sweep"
 
 
-def demo_sweep(prefix: Path, **kw) -> tuple[Sweep, list[int]]:
-    run = store.load_runs(SOURCE)[0]
+def demo_sweep(prefix: Path, source: Path = SOURCE, bw: str = "8M", **kw
+               ) -> tuple[Sweep, list[int]]:
+    run = store.load_runs(source)[0]
     sizes = [run.dataset.total_bytes // run.dataset.num_files] * run.dataset.num_files
-    return Sweep(run.spec.job, str(prefix), cpus=(1, 2), storage_bw=("none", "8M"),
+    return Sweep(run.spec.job, str(prefix), cpus=(1, 2), storage_bw=("none", bw),
                  adaptive=True, **kw), sizes
 
 
@@ -150,7 +151,8 @@ class Interrupted(Exception):
     """The search's process ended in the middle (Ctrl-C, a lost machine)."""
 
 
-def search(sweep: Sweep, sizes: list[int], asked: list[str], stop_after: int | None = None):
+def search(sweep: Sweep, sizes: list[int], asked: list[str], stop_after: int | None = None,
+           source: Path = SOURCE):
     """The search with each run it asks for replayed from the committed sweep (a repeat: the
     same measurement under the repeat's id); `stop_after` runs measured, it is interrupted."""
     def measure(spec):
@@ -161,7 +163,7 @@ def search(sweep: Sweep, sizes: list[int], asked: list[str], stop_after: int | N
                 == stop_after:
             raise Interrupted(spec.run_id)
         run = next(
-            r for r in store.load_runs(SOURCE) if r.run_id == dataclasses.replace(
+            r for r in store.load_runs(source) if r.run_id == dataclasses.replace(
                 spec, repeat=1).run_id)
         store.write_run(sweep.prefix, dataclasses.replace(run, spec=dataclasses.replace(
             run.spec, repeat=spec.repeat)))
@@ -190,6 +192,20 @@ def test_search_measures_what_changes_the_answer_and_resumes(tmp_path):
     # the stored runs are its state: it starts where the first search ended, measuring nothing
     assert b.final == a.final and again == asked[:3] and len(b.decisions) == 1
     assert len(list(store.runs_dir(tmp_path / "p").glob("*.json"))) == a.runs
+
+
+def test_a_step_on_the_cpu_is_timed_at_every_cpu_count_before_the_first_decision(tmp_path):
+    """A script that trains on the CPU (its recorded device): the model times its step per
+    CPU count and refuses a count without a synthetic run, so the seeds include the synthetic
+    run of each CPU count of the grid, and the search decides instead of stopping."""
+    source = DATA_DIR / "script_cpu"
+    assert {r.spec.job.script is not None for r in store.load_runs(source)} == {True}
+    sweep, sizes = demo_sweep(tmp_path / "p", source=source, bw="2M")
+    asked: list[str] = []
+    a = search(sweep, sizes, asked, source=source)
+    assert asked[:4] == ["synthetic-cpus1", "cached-cpus1", "disk-cpus1-cachenone-bwnone",
+                         "synthetic-cpus2"]
+    assert a.decisions and a.final.verdict is not Verdict.MEASURE
 
 
 @pytest.mark.slow
