@@ -12,8 +12,8 @@ import pytest
 from conftest import copy_of, harness
 
 from dsanalyze import app, cli, store
-from dsanalyze.analysis.stalls import Bound, Verdict
 from dsanalyze.analysis.summary import Summary, summarize
+from dsanalyze.analysis.verdict import Bound, Verdict
 from dsanalyze.dataset import scan_dataset
 from dsanalyze.records import RunResult
 from dsanalyze.report.advice import advice_text, option_label

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from dsanalyze import store
 from dsanalyze.analysis.notes import Said
-from dsanalyze.analysis.stalls import Bound, verdict
 from dsanalyze.analysis.summary import SCHEMA_VERSION, Summary, summarize
 from dsanalyze.analysis.uncertainty import Significance, StallInterval
+from dsanalyze.analysis.verdict import Bound, verdict
 from dsanalyze.report.assumptions import assumption_text
 from dsanalyze.report.notes import notes
 from dsanalyze.report.verdicts import verdict_text

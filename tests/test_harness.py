@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import STEP_BOUND, assert_step_bound_rate, harness
 
-from dsanalyze.analysis.stalls import Verdict
+from dsanalyze.analysis.verdict import Verdict
 from dsanalyze.report.verdicts import verdict_text
 from dsanalyze.store import load_runs
 

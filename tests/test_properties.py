@@ -34,17 +34,10 @@ from dsanalyze.analysis.notes import (
     WideSpread,
 )
 from dsanalyze.analysis.pernode import NodeRun, NodeShare
-from dsanalyze.analysis.stalls import (
-    Bound,
-    Breakdown,
-    KnobHold,
-    ModeRate,
-    RunRate,
-    StallShare,
-    Verdict,
-    breakdowns,
-)
+from dsanalyze.analysis.runrate import RunRate
+from dsanalyze.analysis.stalls import Breakdown, KnobHold, ModeRate, breakdowns
 from dsanalyze.analysis.summary import ConfigSummary, FailedRun, Summary
+from dsanalyze.analysis.verdict import Bound, StallShare, Verdict
 from dsanalyze.config import CacheBudget, Job, Mode, Resources, RunSpec
 from dsanalyze.records import (
     CpuScaling,

@@ -6,9 +6,10 @@ import pytest
 
 from dsanalyze.analysis.notes import CacheUnbound
 from dsanalyze.analysis.runrate import run_rate
-from dsanalyze.analysis.stalls import bound, breakdowns, verdict
+from dsanalyze.analysis.stalls import breakdowns
 from dsanalyze.analysis.summary import summarize
 from dsanalyze.analysis.uncertainty import Significance, StallInterval
+from dsanalyze.analysis.verdict import bound, verdict
 from dsanalyze.config import CacheBudget, Job, Mode, Resources, RunSpec
 from dsanalyze.records import RankRecord, RunResult
 from dsanalyze.report.notes import note_text

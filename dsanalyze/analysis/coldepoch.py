@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsanalyze.analysis.stalls import Bound, Breakdown
+from dsanalyze.analysis.stalls import Breakdown
+from dsanalyze.analysis.verdict import Bound
 from dsanalyze.plain import PlainJson
 from dsanalyze.settings import SETTINGS
 

@@ -17,13 +17,14 @@ from dsanalyze.analysis.measured import MeasuredWindow
 from dsanalyze.analysis.notes import said
 from dsanalyze.analysis.pernode import NodeRun
 from dsanalyze.analysis.runrate import RunRate, run_rate
-from dsanalyze.analysis.stalls import Bound, Breakdown, breakdowns
+from dsanalyze.analysis.stalls import Breakdown, breakdowns
+from dsanalyze.analysis.verdict import Bound
 from dsanalyze.config import Job
 from dsanalyze.plain import PlainJson
 from dsanalyze.records import DatasetRecord, RunResult
 
 # 3: a configuration's notes typed (`notes.Note`, stored as `notes`), worded by the report;
-# 2: the verdicts typed (`stalls.Verdict`, `ColdEpoch.bound`), worded by the report;
+# 2: the verdicts typed (`verdict.Verdict`, `ColdEpoch.bound`), worded by the report;
 # 1: typed (this module), the verdicts in words; documents without `schema` are the untyped
 # dict of before, with the keys of 1. Before 2, a verdict reads back as its bound alone;
 # before 3, the notes are the sentences stored as `warnings` (read back as `notes.Said`).

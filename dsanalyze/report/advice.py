@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dsanalyze.analysis.stalls import Bound
+from dsanalyze.analysis.verdict import Bound
 from dsanalyze.report.assumptions import assumption_text
 from dsanalyze.report.text import bandwidth_text, cache_text, number
 from dsanalyze.report.whatif_text import unmade_text

@@ -1,4 +1,4 @@
-"""The table's verdicts in words: the steady state's (`analysis.stalls.Verdict`) and the cold
+"""The table's verdicts in words: the steady state's (`analysis.verdict.Verdict`) and the cold
 first epoch's (`analysis.coldepoch.ColdEpoch`).
 
     verdict_text(v)      -> "likely highly prep-bound: 41% ±3 of time is prep stall"
@@ -10,7 +10,7 @@ Every number is the value's; the classification is the analysis's.
 from __future__ import annotations
 
 from dsanalyze.analysis.coldepoch import ColdEpoch
-from dsanalyze.analysis.stalls import Bound, StallShare, Verdict
+from dsanalyze.analysis.verdict import Bound, StallShare, Verdict
 
 REPEAT_HINT = "repeat the runs (--repeats, --target-ci)"
 WAITING_ON = {Bound.FETCH: "storage", Bound.PREP: "pre-processing"}

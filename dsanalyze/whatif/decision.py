@@ -43,8 +43,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dsanalyze.analysis import coldepoch
-from dsanalyze.analysis.stalls import Bound
 from dsanalyze.analysis.summary import ConfigSummary, Summary
+from dsanalyze.analysis.verdict import Bound
 from dsanalyze.config import Mode, unlimited_last
 from dsanalyze.plain import fields_to_plain
 from dsanalyze.settings import SETTINGS
