@@ -39,6 +39,7 @@ from dsanalyze.errors import (
 from dsanalyze.fingerprint import Fingerprint, check_resumable, check_unchanged
 from dsanalyze.records import CpuScaling, RunResult, Status
 from dsanalyze.remote.runlink import RemoteData
+from dsanalyze.report.notes import short_text
 from dsanalyze.resources import cgroups, cpuscale
 from dsanalyze.resources.datalock import DataLock
 
@@ -420,7 +421,7 @@ def _progress_line(spec: RunSpec, result: RunResult, measured: int, elapsed_s: f
             what += f" [{rate.rate_sps_low:.1f}, {rate.rate_sps_high:.1f}]"
     short = measured_window.short_run(result)
     if short is not None:
-        what += f"; {measured_window.short_text(short)}"
+        what += f"; {short_text(short)}"
     eta_s = elapsed_s / measured * remaining
     return (f"{spec.run_id}: {what} ({result.duration_s:.0f} s), "
             f"ETA {eta_s // 60:.0f}m{eta_s % 60:02.0f}s")

@@ -84,12 +84,3 @@ def job_as_run(run: RunResult) -> JobAsRun:
         persistent_workers=bool(loader.get("persistent_workers",
                                            job.script is None and int(workers) > 0)),
         device=_device(run, extra), loader=kind, script=job.script is not None)
-
-
-def job_text(job: JobAsRun) -> str:
-    """`2 workers per rank, batch 16 per rank, prefetch 2, 1 rank(s), device cpu`."""
-    extras = [w for w, on in (("pinned memory", job.pin_memory),
-                              ("persistent workers", job.persistent_workers)) if on]
-    return (f"{job.loader} loader, {job.workers} workers per rank, batch {job.batch_size} per "
-            f"rank, prefetch {job.prefetch_factor}, {job.ranks} rank(s)"
-            + "".join(f", {e}" for e in extras))

@@ -12,7 +12,6 @@ state), not the built-in job's `--device` setting.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from dsanalyze.analysis.jobrun import JobAsRun, job_as_run
 from dsanalyze.config import Mode
@@ -49,17 +48,6 @@ def short_run(result: RunResult) -> ShortRun | None:
     if job.epochs is not None and epochs < job.epochs:
         return ShortRun(result.run_id, job.epochs, epochs, measured, "epochs", rank.warmup)
     return None
-
-
-def short_text(s: ShortRun | dict[str, Any]) -> str:
-    """`the script ended after 13 of 105 iterations (5 warm-up + 100 asked): measured 8`."""
-    d = s.to_dict() if isinstance(s, ShortRun) else s
-    if d["unit"] == "iterations":
-        asked = f"{d['warmup'] + d['asked']} iterations ({d['warmup']} warm-up + {d['asked']} asked)"
-    else:
-        asked = f"{d['asked']} epochs"
-    return (f"the script ended after {d['ran']} of {asked}: measured {d['measured']} "
-            "iteration(s)")
 
 
 def measured_iters(results: list[RunResult]) -> int | None:

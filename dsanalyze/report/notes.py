@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dsanalyze.analysis.interference import Interference
-from dsanalyze.analysis.measured import MeasuredWindow, short_text
+from dsanalyze.analysis.measured import MeasuredWindow, ShortRun
 from dsanalyze.analysis.notes import (
     CacheUnbound,
     Cause,
@@ -102,6 +102,17 @@ WORDS: dict[type[Note], Callable[[Any], str]] = {
                           "dataset could not be evicted during the run (mapped by a process): "
                           "the budget held the rest",
 }
+
+
+def short_text(s: ShortRun | dict[str, Any]) -> str:
+    """`the script ended after 13 of 105 iterations (5 warm-up + 100 asked): measured 8`."""
+    d = s.to_dict() if isinstance(s, ShortRun) else s
+    if d["unit"] == "iterations":
+        asked = f"{d['warmup'] + d['asked']} iterations ({d['warmup']} warm-up + {d['asked']} asked)"
+    else:
+        asked = f"{d['asked']} epochs"
+    return (f"the script ended after {d['ran']} of {asked}: measured {d['measured']} "
+            "iteration(s)")
 
 
 def note_text(note: Note) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dsanalyze.analysis import jobrun
+from dsanalyze.analysis.jobrun import JobAsRun
 from dsanalyze.analysis.summary import ConfigSummary, Summary
 from dsanalyze.config import Job, format_bytes
 from dsanalyze.report.document import Block, render_markdown
@@ -107,6 +107,15 @@ def _device_text(summary: Summary) -> str:
     return device
 
 
+def job_text(job: JobAsRun) -> str:
+    """`2 workers per rank, batch 16 per rank, prefetch 2, 1 rank(s), device cpu`."""
+    extras = [w for w, on in (("pinned memory", job.pin_memory),
+                              ("persistent workers", job.persistent_workers)) if on]
+    return (f"{job.loader} loader, {job.workers} workers per rank, batch {job.batch_size} per "
+            f"rank, prefetch {job.prefetch_factor}, {job.ranks} rank(s)"
+            + "".join(f", {e}" for e in extras))
+
+
 def render_table(summary: Summary) -> str:
     """Fixed-width text table with a header, then notes."""
     n = summary.samples_per_epoch
@@ -171,7 +180,7 @@ def _job_lines(summary: Summary) -> list[str]:
 def _knobs_text(summary: Summary, job: Job) -> str:
     """The loader's knobs as the job ran them (a script's own), else as the harness asked."""
     if summary.measured.job_as_run is not None:
-        return jobrun.job_text(summary.measured.job_as_run)
+        return job_text(summary.measured.job_as_run)
     return (f"{job.loader} loader, {job.workers} workers per rank, batch {job.batch_size} per "
             f"rank, {job.nproc_per_node * job.nnodes} rank(s)")
 
