@@ -3,7 +3,7 @@
 
     note_text(WideSpread("synthetic", 42.0))
         -> "synthetic: iteration times spread widely (IQR 42% of median)"
-    notes(summary) -> ["cache not enforced: ...", "synthetic: ...", ...]
+    notes(summary) -> ['cache not enforced: ...', 'synthetic: ...', ...]
 
 Every number is the note's; which note applies is the analysis's.
 """
@@ -104,15 +104,13 @@ WORDS: dict[type[Note], Callable[[Any], str]] = {
 }
 
 
-def short_text(s: ShortRun | dict[str, Any]) -> str:
+def short_text(s: ShortRun) -> str:
     """`the script ended after 13 of 105 iterations (5 warm-up + 100 asked): measured 8`."""
-    d = s.to_dict() if isinstance(s, ShortRun) else s
-    if d["unit"] == "iterations":
-        asked = f"{d['warmup'] + d['asked']} iterations ({d['warmup']} warm-up + {d['asked']} asked)"
+    if s.unit == "iterations":
+        asked = f"{s.warmup + s.asked} iterations ({s.warmup} warm-up + {s.asked} asked)"
     else:
-        asked = f"{d['asked']} epochs"
-    return (f"the script ended after {d['ran']} of {asked}: measured {d['measured']} "
-            "iteration(s)")
+        asked = f"{s.asked} epochs"
+    return f"the script ended after {s.ran} of {asked}: measured {s.measured} iteration(s)"
 
 
 def note_text(note: Note) -> str:
