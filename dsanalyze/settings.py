@@ -139,6 +139,12 @@ class Settings:
     target_pct: float = _tuned(
         5.0, "% of rate", "the adaptive recommendation's interval, plus or minus",
         "no grid recorded; judged by bench/adaptive.py (0a89001)")
+    max_pick_runs: int = _tuned(
+        3, "runs", "a measured pick still wider than the target is run again up to this many "
+        "times", "no grid recorded; the demo's pick reached ±5% in 2 runs (fa1079f)")
+    epoch_seen_max_iters: int = _tuned(
+        1000, "batches", "an epoch this short is seen to its end before a run may stop early",
+        "no grid recorded; the checkpoint script's 64-batch epochs (e69622e)")
 
     def describe(self) -> list[dict[str, Any]]:
         """Every setting: name, value, unit, what it is, where it was tuned."""

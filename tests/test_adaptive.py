@@ -20,10 +20,10 @@ from dsanalyze import adaptive, store
 from dsanalyze.config import Mode, Sweep, parse_duration
 from dsanalyze.errors import ConfigError
 from dsanalyze.report.adaptive import decision_text, pick_text
+from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif.api import Prediction
 from dsanalyze.whatif.model import Config
 from dsanalyze.whatif.nextrun import (
-    MAX_PICK_RUNS,
     Budget,
     Candidate,
     Decision,
@@ -77,7 +77,7 @@ CASES = [
        (cand("c1", pred(1, 100, 0.05)), cand("c2", pred(2, 395, 0.2), 0.2, runs=2)),
        Verdict.REPEAT, "c2"),
     TC("the pick still noisy after MAX_PICK_RUNS runs; rivals far below: settled",
-       (cand("c1", pred(1, 100, 0.05)), cand("c2", pred(2, 395, 0.2), 0.2, MAX_PICK_RUNS)),
+       (cand("c1", pred(1, 100, 0.05)), cand("c2", pred(2, 395, 0.2), 0.2, SETTINGS.max_pick_runs)),
        Verdict.SETTLED, None),
     TC("a rival likely to change the answer is measured before the pick is run again",
        (cand("c1", pred(1, 370, 0.15)), cand("c2", pred(2, 395, 0.2), 0.2)),

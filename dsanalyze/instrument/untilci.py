@@ -8,7 +8,7 @@ same iteration (`RankStop`). The rule, over rank 0's window:
   the second epoch on, so that the cold first epoch is measured whole (the
   disk figures report it on its own, `analysis/coldepoch.py`): a disk run
   that never reaches its second epoch runs to its maximum. In the other modes,
-  when the training loader's epoch is at most `EPOCH_SEEN_MAX_ITERS` batches,
+  when the training loader's epoch is at most `SETTINGS.epoch_seen_max_iters` batches,
   the run may not stop before its second epoch has begun: the boundary's
   stall (workers restarted, their first batches) is in the window at least
   once, where a window ending before it would count none. A longer epoch's
@@ -46,7 +46,6 @@ import numpy as np
 from dsanalyze.blockstats import DEFAULT_LEVEL, block_length, small_sample_factor
 from dsanalyze.settings import SETTINGS
 
-EPOCH_SEEN_MAX_ITERS = 1000  # an epoch this short is seen to its end before the run may stop
 STOP_FILE = "stop-at.json"
 Z95 = 1.959964
 
@@ -153,7 +152,7 @@ class RankStop:
 
     def _before_first_boundary(self, epoch: list[int]) -> bool:
         """A short epoch not yet ended: its boundary's stall is not in the window yet."""
-        short = self.epoch_batches is not None and self.epoch_batches <= EPOCH_SEEN_MAX_ITERS
+        short = self.epoch_batches is not None and self.epoch_batches <= SETTINGS.epoch_seen_max_iters
         return short and bool(epoch) and epoch[-1] < 1
 
     def record(self) -> dict[str, Any]:

@@ -18,11 +18,11 @@ Then, in order:
    only in cache and storage and the pick is already within the tolerance of
    its job with no fetch stall (`cannot_beat`).
 3. The pick is measured, its interval (its runs' own, pooled over repeats) is
-   wider than ±`target_pct`, and it has had fewer than `MAX_PICK_RUNS` runs:
+   wider than ±`target_pct`, and it has had fewer than `SETTINGS.max_pick_runs` runs:
    `REPEAT` it (one more run of it; the runs pool, the interval narrows).
 4. Else stop: `CONFIDENT` when the pick's interval is within ±`target_pct`,
    `SETTLED` when it is not but no configuration left to measure could change
-   the answer (the pick is measured `MAX_PICK_RUNS` times, or not measurable).
+   the answer (the pick is measured `SETTINGS.max_pick_runs` times, or not measurable).
 
 Chances treat a rate as log-normal, sigma read off its interval: the
 prediction's (`LEVEL`, the model's error) or, for a measured configuration,
@@ -44,7 +44,6 @@ from dsanalyze.whatif.api import Prediction
 from dsanalyze.whatif.model import LEVEL
 from dsanalyze.whatif.recommend import TOLERANCE, cost, rank
 
-MAX_PICK_RUNS = 3  # a measured pick still wider than the target is run again up to this many times
 MEASURED_LEVEL = 0.95  # a run's rate interval (analysis/uncertainty.py)
 _NORMAL = NormalDist()
 
@@ -198,7 +197,7 @@ def choose(candidates: Sequence[Candidate], max_stall_pct: float, epochs: int,
         return decided(Verdict.MEASURE, pick.key)
     if rival is not None and chance >= SETTINGS.chance_min:
         return decided(Verdict.MEASURE, rival)
-    if pick.measured and hw > target_pct and pick.runs < MAX_PICK_RUNS:
+    if pick.measured and hw > target_pct and pick.runs < SETTINGS.max_pick_runs:
         return decided(Verdict.REPEAT, pick.key)
     return decided(Verdict.CONFIDENT if hw <= target_pct else Verdict.SETTLED, None)
 
