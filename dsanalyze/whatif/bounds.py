@@ -42,6 +42,11 @@ THROTTLE_EFFICIENCY = Bound(
 READ_CPU_BPS = Bound(
     "read_cpu_bps", 0.0, SETTINGS.memory_bps,
     "a read costs at least the memory copy of its bytes, about 20 GB/s per core")
+READ_AMPLIFICATION = Bound(
+    "read_amplification", 0.5, 10.0,
+    "a job reads each file once per training sample or a few times more (a validation "
+    "pass, a test pass); under half the bytes its loader missed, the page cache held more "
+    "than its budget; over 10x, the counter saw another process's reads")
 CONTENTION = Bound(
     "contention", 0.0, 1.0,
     "above 1 each extra busy core would lower the loader's total rate")

@@ -29,6 +29,11 @@ configuration: each is one number for the job or the machine, or one law.
   min(throttle * throttle_efficiency, device), with one efficiency for every
   throttle (cold epochs). The CPU a worker spends per byte read (page-cache
   fill, reclaim) is one number too.
+- a, the read amplification: storage bytes per byte the training loader
+  misses, measured on the disk runs whose cache holds almost nothing
+  (`fit_reads`): a job that reads its files again (a validation pass) reads
+  (a - 1) x each sample's bytes more, in the share of the dataset its cache
+  does not hold (`reread_share`).
 - s and the size distribution (the dataset's files), N (samples per epoch).
 - h(C): `cachesim` over the real file sizes for the job's access pattern, with
   C the budget plus one slack (the page cache, DataLoader shared memory
@@ -149,6 +154,7 @@ class Model:
     main_cpu_s: float = 0.0  # CPU of a rank's main process per iteration
     receive_s: float = 0.0  # delay for the main process to take a ready batch (not CPU)
     miss_cpu_s_per_byte: float = 0.0
+    read_amplification: float = 1.0  # storage bytes / the training loader's missed bytes
     throttle_efficiency: float = 1.0  # bandwidth a throttle gives / the throttle
     throttle_measured: bool = False  # fitted on throttled runs (else taken at face value)
     cache_slack_bytes: float = 0.0  # effective page cache - budget, in the fit runs
@@ -317,9 +323,27 @@ def workers_for(model: Model, cfg: Config) -> int:
     return model.workers if cfg.workers is None else cfg.workers
 
 
-def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None) -> pipeline.Pipeline:
-    """The pipeline of `cfg`; a step on the CPU is the main process's CPU work (it competes
-    with the workers for the cores), else the step leaves the CPU free."""
+def uncached_share(model: Model, cache_bytes: float | None) -> float:
+    """The share of the dataset a page cache of `cache_bytes` (None: no limit) cannot hold."""
+    if cache_bytes is None or not model.dataset_bytes:
+        return 0.0
+    return max(0.0, 1.0 - cache_bytes / model.dataset_bytes)
+
+
+def reread_share(model: Model, cache_bytes: float | None) -> float:
+    """Storage bytes a sample reads beyond its misses, per byte of it: (a - 1) x the share
+    of the dataset the cache cannot hold. The job's other reads of a file (a validation
+    pass) are taken to hit where the cache holds the dataset's bytes, as a pass over the
+    files in another order would (a cached share C / D), and to miss elsewhere: measured
+    where the cache holds almost nothing (`fit_reads`), untested in between."""
+    return (model.read_amplification - 1.0) * uncached_share(model, cache_bytes)
+
+
+def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None,
+          cache_bytes: float | None = None) -> pipeline.Pipeline:
+    """The pipeline of `cfg` (a disk run's with `cache_bytes` of page cache); a step on the
+    CPU is the main process's CPU work (it competes with the workers for the cores), else
+    the step leaves the CPU free."""
     step = 0.0 if mode is Mode.LOADER else step_for(model, cfg)
     cpu_step = step if model.step_on_cpu else 0.0
     return pipeline.Pipeline(
@@ -329,7 +353,8 @@ def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None) -> p
         prep_cpu_s=prep_cpu_for(model, cfg) if prep is None else prep,
         read_bps=read_bps_for(model, cfg.storage_read_bps) if mode is Mode.DISK else None,
         miss_cpu_s_per_byte=model.miss_cpu_s_per_byte, read_latency_s=model.device_latency_s,
-        size_share=model.size_share, receive_s=model.receive_s)
+        size_share=model.size_share, receive_s=model.receive_s,
+        reread_share=reread_share(model, cache_bytes) if mode is Mode.DISK else 0.0)
 
 
 def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,
@@ -374,7 +399,8 @@ def simulate_run(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
         sim = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes, mode, seed,
                       cfg.nnodes)
     misses, read, sim_batches = sim
-    p = replace(_pipe(model, cfg, mode, override.pop("prep_cpu_s", None)), **override)
+    p = replace(_pipe(model, cfg, mode, override.pop("prep_cpu_s", None), cache_bytes),
+                **override)
     layout = rated_layout(layout)
     tl = pipeline.expand(pipeline.simulate(p, misses, sim_batches, read), sim_batches, layout)
     n = min(layout.iters, len(tl.iter_s))
@@ -444,7 +470,7 @@ def _mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
         sim = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes, mode, seed,
                       cfg.nnodes)
         misses, reads = sim[0], sim[1]
-        tl = simulate_run(model, cfg, layout, mode, sim=sim, **override)
+        tl = simulate_run(model, cfg, layout, mode, cache_bytes, sim=sim, **override)
         out.append(pipeline.window_rates(tl, rated_layout(layout), cold_first))
         if mode is Mode.DISK:
             skip = 1 if cold_first and len(misses) > 1 else 0
@@ -553,6 +579,14 @@ def _storage_assumptions(model: Model, cfg: Config) -> list[Assumption]:
         out.append(Assumption(Assume.NO_DEVICE))
     elif model.device_read_bps is not None and bps is not None and bps > model.device_read_bps:
         out.append(Assumption(Assume.ABOVE_DEVICE))
+    # a cache that holds part of the dataset: the re-reads' hits there were not measured; they
+    # matter where they move the bytes read by more than the run-to-run noise
+    cache = binding_cache(model, None if cfg.cache_bytes is None else
+                          cfg.cache_bytes + model.cache_slack_bytes)
+    uncached = uncached_share(model, cache)
+    if uncached < SETTINGS.reread_uncached and \
+            abs(model.read_amplification - 1) * uncached > SETTINGS.noise_floor:
+        out.append(Assumption(Assume.REREADS, amplification=model.read_amplification))
     return out
 
 
