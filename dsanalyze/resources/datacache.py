@@ -106,7 +106,7 @@ class DatasetCacheLimiter:
         self._watcher: OpenWatcher | None = None
         self._use_fanotify = use_fanotify
         self._ignore_pids = tuple(ignore_pids)  # opens that are not the job's (the harness's)
-        self._size = [-(-os.stat(f).st_size // _PAGE) * _PAGE for f in self.files]
+        self._size = [os.stat(f).st_size for f in self.files]  # resident bytes are capped at it
         self.watch = "scan"
         self.resident: dict[int, int] = {}  # file index -> resident bytes, as last measured
         self.total = 0
@@ -226,8 +226,8 @@ class DatasetCacheLimiter:
     def _measure(self, i: int) -> int:
         try:
             fd = self._fds.get(i)
-            now = (pagecache.fd_resident_bytes(fd) if fd is not None
-                   else pagecache.file_resident_bytes(self.files[i]))
+            now = (pagecache.fd_resident_bytes(fd, self.files[i], self._size[i])
+                   if fd is not None else pagecache.file_resident_bytes(self.files[i]))
         except OSError:
             now = 0  # removed under the run: nothing of it can be held
         self.total += now - self.resident.get(i, 0)

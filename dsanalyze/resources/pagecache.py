@@ -183,9 +183,11 @@ def file_resident_bytes(path: str) -> int:
         os.close(fd)
 
 
-def fd_resident_bytes(fd: int, name: str = "") -> int:
-    """Bytes of the open file `fd` in the page cache now (whole pages, capped at the size)."""
-    size = os.fstat(fd).st_size
+def fd_resident_bytes(fd: int, name: str = "", size: int | None = None) -> int:
+    """Bytes of the open file `fd` in the page cache now (whole pages, capped at its size,
+    `size` where the caller knows it)."""
+    if size is None:
+        size = os.fstat(fd).st_size
     if size == 0:
         return 0
     pages = cachestat_pages(fd)
