@@ -106,9 +106,14 @@ def test_the_limiter_in_its_own_process_holds_the_budget_and_leaves_the_harnesss
     filled = held.filled()
     assert len(filled) >= 5, held
     assert all(0.95 * budget <= b <= 1.05 * budget for b in filled), (filled, held)
-    assert pagecache.resident_bytes(mine) == 40 * (32 << 10)
-    assert 0.95 * budget <= pagecache.resident_bytes(job) <= budget
-    assert held.evicted_bytes >= 400 * (32 << 10) - budget - (64 << 10)
+    # this shared machine's kernel takes back a page or four of a file now and then, with
+    # no limiter running (seen 1 in 4 tries): a whole file of the harness's is the bound
+    assert pagecache.resident_bytes(mine) >= 39 * (32 << 10)
+    job_left = pagecache.resident_bytes(job)
+    assert 0.95 * budget <= job_left <= budget
+    # every byte it evicted was one the job read: 400 reads less what is left of them
+    assert 400 * (32 << 10) - budget - (64 << 10) <= held.evicted_bytes \
+        <= 400 * (32 << 10) - job_left
 
 
 # Reads every file given whole, argv[1] passes over them in order, as fast as it can.
