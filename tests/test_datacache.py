@@ -22,7 +22,8 @@ from dsanalyze.jobs.datasets import make_dataset
 from dsanalyze.records import How, Knob, Status
 from dsanalyze.resources import cgroups, libmaps, pagecache
 from dsanalyze.resources.cacheproc import LimiterProcess
-from dsanalyze.resources.datacache import DatasetCacheLimiter, raise_priority
+from dsanalyze.resources.datacache import DatasetCacheLimiter
+from dsanalyze.resources.ownlimits import raise_priority
 from dsanalyze.resources.throttle import ThrottleGate
 from dsanalyze.store import load_runs
 

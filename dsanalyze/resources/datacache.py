@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import resource
 import threading
 import time
 from collections import OrderedDict
@@ -55,6 +54,7 @@ from dsanalyze.errors import ResourceError
 from dsanalyze.records import Residency
 from dsanalyze.resources import pagecache
 from dsanalyze.resources.fanotify import Event, OpenWatcher
+from dsanalyze.resources.ownlimits import fds_for, raise_priority
 
 INTERVAL_S = 0.05  # a tick: open files measured, a slice of the list re-measured
 SAMPLE_S = 0.2  # one residency sample (the most seen) per period
@@ -62,35 +62,7 @@ SETTLE_S = 0.5  # a closed file is measured again this long after its close
 SCAN_PER_TICK = 64  # files re-measured per tick in slices (fanotify mode)
 SCAN_ALL_UP_TO = 4096  # scan mode: files measured per tick (all of them up to this)
 STUCK_AFTER = 3  # evictions that freed nothing before a file's pages count as stuck
-BOOST_NICE = 10  # the limiter thread's nice below the harness's (and so the job's)
-SPARE_FDS = 256  # descriptors left for the rest of the process when gating
 _PAGE = mmap.PAGESIZE
-
-
-def raise_priority(by: int = BOOST_NICE) -> int:
-    """This thread's nice value lowered by `by` (to at most -20), where allowed (root or
-    RLIMIT_NICE): the limiter plays the kernel's page cache, which evicts as the reader
-    reads. On a loaded CPU, a limiter at the job's priority runs late, and the dataset's
-    pages pile up above the budget between its passes. It runs for a few ms a second;
-    the job's own threads (forked from others) keep their priority. Returns the nice
-    value it runs at."""
-    tid = threading.get_native_id()
-    now = os.getpriority(os.PRIO_PROCESS, tid)
-    try:
-        os.setpriority(os.PRIO_PROCESS, tid, max(-20, now - by))
-    except OSError:
-        return now  # not allowed: it stays at the harness's priority
-    return os.getpriority(os.PRIO_PROCESS, tid)
-
-
-def fds_for(files: int) -> bool:
-    """Whether this process may hold a descriptor per dataset file (the gate holds one per
-    file it tracks), raising its soft limit to the hard one if need be."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if files + SPARE_FDS > soft and soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        soft = hard
-    return files + SPARE_FDS <= soft
 
 
 class DatasetCacheLimiter:
@@ -151,8 +123,16 @@ class DatasetCacheLimiter:
         self._fds.clear()
 
     def _loop(self) -> None:
-        raise_priority()
         cpu0 = time.thread_time()
+        try:
+            self._run()
+        finally:  # ended, or failed: no open may wait on a limiter that is gone
+            if self._watcher is not None:
+                self._watcher.close()
+            self.cpu_s = time.thread_time() - cpu0
+
+    def _run(self) -> None:
+        raise_priority()
         last = next_tick = time.monotonic()
         while not self._stop.is_set():
             if self._watcher is not None:
@@ -169,7 +149,6 @@ class DatasetCacheLimiter:
             last = now
             if not self.gated:  # a busy reader's events are taken in batches, 5 ms apart
                 self._stop.wait(max(0.0, 0.005 - (time.monotonic() - now)))
-        self.cpu_s = time.thread_time() - cpu0
 
     def step(self) -> None:
         """One tick: measure the files being read, sample, re-measure a slice, evict down to
@@ -188,17 +167,20 @@ class DatasetCacheLimiter:
         """The job's opens and closes; a gated open goes on once there is room for its file."""
         now = time.monotonic()
         for ev in watcher.drain():
+            kept = False
             try:
-                self._on_event(ev, now)
+                kept = self._on_event(ev, now)
             finally:
                 if ev.asks:
                     watcher.allow(ev.fd)
-                if self._fds.get(ev.index) != ev.fd:
+                if not kept:
                     os.close(ev.fd)
 
-    def _on_event(self, ev: Event, now: float) -> None:
+    def _on_event(self, ev: Event, now: float) -> bool:
+        """Count the open or close, make room; True if the limiter keeps the event's
+        descriptor as the file's (its first)."""
         i = ev.index
-        self._fds.setdefault(i, ev.fd)
+        kept = self._fds.setdefault(i, ev.fd) == ev.fd
         opened = self._open.pop(i, 0) + ev.delta
         if opened > 0:
             self._open[i] = opened
@@ -206,6 +188,7 @@ class DatasetCacheLimiter:
         self._measure(i)
         self._sample()
         self._evict()
+        return kept
 
     def _touch(self, i: int, now: float) -> None:
         self._lru[i] = None
@@ -224,10 +207,13 @@ class DatasetCacheLimiter:
             os.close(fd)
 
     def _measure(self, i: int) -> int:
+        fd = self._fds.get(i)
         try:
-            fd = self._fds.get(i)
-            now = (pagecache.fd_resident_bytes(fd, self.files[i], self._size[i])
-                   if fd is not None else pagecache.file_resident_bytes(self.files[i]))
+            if fd is not None:
+                now = pagecache.fd_resident_bytes(fd, self.files[i], self._size[i])
+            else:  # never by path while watching: a gated open of its own would wait forever
+                now = 0 if self._watcher is not None else \
+                    pagecache.file_resident_bytes(self.files[i])
         except OSError:
             now = 0  # removed under the run: nothing of it can be held
         self.total += now - self.resident.get(i, 0)
