@@ -26,8 +26,15 @@ same iteration (`RankStop`). The rule, over rank 0's window:
   seen, so a stall that has not yet recurred cannot end the run.
 - **interval**: per block, seconds per sample; the 95% half-width t_{k-1}
   s / sqrt(k) relative to their mean (t/z as `blockstats.small_sample_factor`).
-  The run stops once it is at most P%. The run's reported interval is still
-  the circular block bootstrap's, computed later over the same window.
+- **drift**: the rate of the window's last third (its last ceil(k/3) blocks,
+  at least 2) must agree with the whole window's within P%. A rate still
+  moving (a slow start averaged in, a page cache filling, a device warming)
+  can give batch means a narrow interval while the window's rate is not yet
+  the one the job runs at; the run goes on until the start's share is under
+  P% (or to its maximum).
+- The run stops once the interval is at most P% and no drift is seen. The
+  run's reported interval is still the circular block bootstrap's, computed
+  later over the same window.
 
 Pure (numpy, no torch): `estimate` takes the series and returns a value.
 """
@@ -61,6 +68,7 @@ class Estimate:
     blocks: int
     period: int  # longest gap between recurring stalls seen (0: none)
     stop: bool
+    drift: bool = False  # the blocks' rate has a significant trend
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -97,7 +105,10 @@ def estimate(iter_s: Any, samples: Any, target_pct: float, min_iters: int) -> Es
     per_sample = tail_x.sum(axis=1) / tail_s.sum(axis=1)
     t = Z95 * small_sample_factor(k, DEFAULT_LEVEL)
     half = 100 * t * float(per_sample.std(ddof=1)) / math.sqrt(k) / float(per_sample.mean())
-    return Estimate(n, rate, half, m, k, period, half <= target_pct)
+    late = max(2, math.ceil(k / 3))  # blocks: the window's last third
+    late_rate = float(tail_s[-late:].sum() / tail_x[-late:].sum())
+    drift = abs(late_rate / rate - 1) * 100 > target_pct
+    return Estimate(n, rate, half, m, k, period, half <= target_pct and not drift, drift)
 
 
 def window_start(epoch: list[int], warmup: int, mode: str) -> int | None:
