@@ -44,6 +44,12 @@ shared machine between them included) are printed too.
 Prints per workload runs, wall seconds and both recommendations, then the
 early-stop tables; the figure last. About 15 minutes on a quiet 2-core
 machine; `--reuse` re-reads the prefixes already measured (their wall.json).
+
+`--replay` measures nothing in part 1: the adaptive search is driven over each
+workload's full grid already measured under DIR (each run it asks for is the
+grid's measurement of it; a repeat, the same measurement again), so its
+decisions, runs and seconds (the replayed runs' durations against the grid's)
+are the rule's alone, free of the machine's load between two sweeps.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -64,10 +71,12 @@ sys.path.insert(0, str(REPO))
 
 from dsanalyze import adaptive, store  # noqa: E402
 from dsanalyze.analysis import stalls  # noqa: E402
+from dsanalyze.cli import harness_parser  # noqa: E402
 from dsanalyze.config import Sweep  # noqa: E402
 from dsanalyze.dataset import scan_dataset  # noqa: E402
 from dsanalyze.instrument.untilci import RankStop  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset  # noqa: E402
+from dsanalyze.options import HarnessOptions, build_sweep  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
 from dsanalyze.report.adaptive import decision_text  # noqa: E402
 from dsanalyze.settings import SETTINGS  # noqa: E402
@@ -158,14 +167,44 @@ def compare(w: Workload, root: Path) -> dict:
     answer = json.loads((adapt_p / "adaptive.json").read_text())
     mine = nextrun.Decision.from_dict(answer["decisions"][-1])
     theirs, cands = full_pick(full_p, sweep_of(full_p), answer["epochs"])
-    grid_of_mine = cands[mine.pick_key]
-    low = theirs.pick_rate_sps * (1 - theirs.pick_half_width_pct / 100)
-    high = theirs.pick_rate_sps * (1 + theirs.pick_half_width_pct / 100)
-    match = mine.pick_key == theirs.pick_key or (
-        grid_of_mine.measured and low <= grid_of_mine.measured_sps <= high)
+    match = same_answer(mine, theirs, cands)
     return {"name": w.name, "full_runs": len(store.load_runs(full_p)), "full_s": full_s,
             "adaptive_runs": answer["runs"], "adaptive_s": adapt_s, "mine": mine,
             "theirs": theirs, "match": match, "full": full_p, "adaptive": adapt_p}
+
+
+def replay(w: Workload, root: Path) -> dict:
+    """The adaptive search over the full grid's stored runs (the module's `--replay`)."""
+    full_p, out = root / w.name / "full", root / w.name / "replay"
+    shutil.rmtree(out, ignore_errors=True)
+    argv = ["--data", str(w.data), *w.grid, *w.adaptive, *QUIET, "--prefix", str(out), *w.job]
+    sweep = build_sweep(HarnessOptions.from_flat(vars(harness_parser().parse_args(argv))))
+    sizes = list(scan_dataset(sweep.job.data_dir).file_bytes)
+    stored = {r.run_id: r for r in store.load_runs(full_p)}
+
+    def measure(spec):
+        run = stored[dataclasses.replace(spec, repeat=1).run_id]
+        store.write_run(out, dataclasses.replace(run, spec=dataclasses.replace(
+            run.spec, repeat=spec.repeat)))
+        return run
+    answer = adaptive.search(sweep, sweep.run_specs(sum(sizes)), measure, sizes,
+                             lambda c: c or len(os.sched_getaffinity(0)),
+                             lambda line: print(f"  {w.name}: {line}", flush=True))
+    theirs, cands = full_pick(full_p, sweep_of(full_p), answer.epochs)
+    return {"name": w.name, "full_runs": len(stored), "adaptive_runs": answer.runs,
+            "full_s": sum(r.duration_s for r in stored.values()), "adaptive_s": answer.seconds,
+            "mine": answer.final, "theirs": theirs,
+            "match": same_answer(answer.final, theirs, cands), "full": full_p, "adaptive": out}
+
+
+def same_answer(mine: nextrun.Decision, theirs: nextrun.Decision, cands: dict) -> bool:
+    """The issue's criterion: the same pick, or the grid's measurement of the adaptive pick
+    inside the interval of the grid's pick."""
+    low = theirs.pick_rate_sps * (1 - theirs.pick_half_width_pct / 100)
+    high = theirs.pick_rate_sps * (1 + theirs.pick_half_width_pct / 100)
+    grid_of_mine = cands[mine.pick_key]
+    return mine.pick_key == theirs.pick_key or (
+        grid_of_mine.measured and low <= grid_of_mine.measured_sps <= high)
 
 
 def early(root: Path) -> list[Path]:
@@ -249,6 +288,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--dir", default=str(REPO / "results" / "bench-adaptive"))
     ap.add_argument("--only", default="demo,prep,fetch,early")
+    ap.add_argument("--replay", action="store_true",
+                    help="part 1: drive the adaptive search over the full grids already "
+                         "measured under --dir instead of measuring it")
     ap.add_argument("--reuse", action="store_true",
                     help="read the prefixes already measured (their wall.json) instead of "
                          "measuring them again")
@@ -260,14 +302,17 @@ def main() -> None:
     results, rows, replays = [], [], []
     for w in workloads(root, only):
         if w.name in only:
-            res = compare(w, root)
+            res = replay(w, root) if ns.replay else compare(w, root)
             results.append(res)
-            rows += early_rows(res["full"], res["adaptive"], w.name)
+            if not ns.replay:
+                rows += early_rows(res["full"], res["adaptive"], w.name)
     tried = [0]  # full-length runs replayed
     if "early" in only:
         for prefix in early(root):
             replays += replay_rows(prefix, prefix.name)
             tried[0] += len(store.load_runs(prefix))
+    if ns.replay:
+        print("\n(replayed over the grids measured: seconds are the runs' summed durations)")
     print_results(results)
     within = print_rows("for reference, part 1's early-stopped runs against the grid's runs of "
                         "the same configuration (two runs: a shared machine's drift included)",
