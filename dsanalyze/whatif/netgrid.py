@@ -61,6 +61,12 @@ def loo_sigma(obs: Sequence[network.NetObservation]) -> tuple[float, bool]:
     return max(MIN_SIGMA, math.sqrt(statistics.fmean(x * x for x in logs))), out
 
 
+def spread(sigma: float, untested: int) -> float:
+    """The factor k of a 90% interval [rate / k, rate × k]: the law's out-of-sample error
+    `sigma` and `untested` assumptions' each, in quadrature."""
+    return math.exp(Z * math.sqrt(sigma ** 2 + untested * SETTINGS.untested_sigma ** 2))
+
+
 def predictions(model: Model, results: Sequence[RunResult], cpus: Sequence[int] | None = None,
                 workers: Sequence[int | None] | None = None,
                 bws: Sequence[int | None] | None = None,
@@ -99,8 +105,8 @@ def _at_link(model: Model, net: network.NetModel, here: Prediction, cfg: Config,
     untested = [*here.untested, *NETWORK]
     if not out_of_sample:
         untested.append(Assumption(Assume.NET_IN_SAMPLE, runs=net.runs))
-    k = math.exp(Z * math.sqrt(sigma ** 2 + len(untested) * SETTINGS.untested_sigma ** 2))
-    link_sps = res.net_bw_bps / b if res.net_bw_bps and b else math.inf
+    k = spread(sigma, len(untested))
+    link_sps = 1 / network.link_s(b, res.net_bw_bps) if res.net_bw_bps and b else math.inf
     return replace(here, config=cfg, rate_sps=rate, epoch_s=n / rate,
                    fetch_stall_s=max(0.0, n / rate - here.cached_s), epoch1_s=None,
                    hit_rate=None, cache_effective_bytes=None,

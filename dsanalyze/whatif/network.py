@@ -2,27 +2,31 @@
 
 Each of `streams` request streams (DataLoader workers × the library's own
 parallelism, which is 1 for the loaders tested) reads its samples one after
-another, and prepares each after reading it, so a sample costs one stream
+another: it spends, a sample, off the link
 
-    t_sample = streams / P_cached                         (prep, from the cached run)
-             + r × (latency + request_s)                  (r requests a sample, each one delay
+    think_s = streams / P_cached                          (prep, from the cached run)
+            + r × (latency + request_s)                   (r requests a sample, each one delay
                                                            and the endpoint's own time)
-             + b × (1 / bw + byte_s)                      (b bytes a sample through the link,
-                                                           and the endpoint's own time per byte)
+            + b × byte_s                                  (the endpoint's own time per byte)
 
-and the job gets `rate = min(streams / t_sample, bw / b)`: the streams overlap
-their requests, the link carries at most `bw`. `request_s` and `byte_s` are
-fitted (non-negative least squares over every remote run) on each run's
-per-sample fetch time `streams / rate − streams / P_cached − r × latency − b / bw`;
-`r` and `b` are the proxy's counts over the run (`LinkRecord`) per sample the
-ranks consumed. Assumptions, untested here: the request streams do not slow
-each other down but through the link; the endpoint's own costs do not change
-with the bandwidth or the latency; a request's delay is one latency (HTTP/1.1,
-one request a turn).
+and then its b bytes a sample cross the link, which every stream shares:
+`link_s = b / (bw × PAYLOAD_SHARE)` of the link's time. The job's rate is that
+closed loop's (`closed_loop_sps`, mean value analysis): `streams / think_s`
+while the link idles, `bw × PAYLOAD_SHARE / b` when it never does, and in
+between the streams queue for it. The latency and the link are inputs (the
+proxy's counts `r` and `b` per sample the ranks consumed, `LinkRecord`), never
+fitted: a stream's requests wait `r × latency` a sample, `streams` of them at a
+time. Only what is left, `request_s` and `byte_s`, is fitted (`fit`).
+
+Assumptions, untested here: the streams slow each other only through the link
+(a fair share of it each, as TCP gives); the endpoint's own costs are the same
+at every link; a request's delay is one latency (HTTP/1.1, one request a turn);
+frames of 1500 bytes (`PAYLOAD_SHARE`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -31,6 +35,43 @@ import numpy as np
 from dsanalyze.analysis.runrate import run_rate
 from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
+
+# TCP payload per Ethernet frame of a 1500-byte MTU, timestamps on (1448 of 1514 bytes): the
+# share of a link's line rate the job's bytes get. A physical figure, not fitted.
+PAYLOAD_SHARE = 1448 / 1514
+
+
+def link_s(bytes_per_sample: float, bw_bps: float | None) -> float:
+    """The link's time a sample: its bytes at the payload rate of `bw_bps` (None: unlimited)."""
+    return bytes_per_sample / (bw_bps * PAYLOAD_SHARE) if bw_bps else 0.0
+
+
+def closed_loop_sps(streams: int, think_s: float, link_s: float) -> float:
+    """Samples/s of `streams` streams, each spending `think_s` a sample off the link and then
+    `link_s` of the link's time, shared fairly (processor sharing: mean value analysis, exact
+    for a fair share whatever the distributions)."""
+    if link_s <= 0:
+        return streams / think_s if think_s > 0 else math.inf
+    queued, rate = 0.0, 0.0
+    for n in range(1, streams + 1):
+        residence_s = link_s * (1.0 + queued)
+        rate = n / (think_s + residence_s)
+        queued = rate * residence_s
+    return rate
+
+
+def think_for(streams: int, rate_sps: float, link_s: float) -> float:
+    """The think time a stream at which `closed_loop_sps` gives `rate_sps` (0 when even no
+    think time falls short of it: the link alone is slower than that)."""
+    if link_s <= 0:
+        return streams / rate_sps
+    if closed_loop_sps(streams, 0.0, link_s) <= rate_sps:
+        return 0.0
+    low, high = 0.0, streams / rate_sps  # the rate falls with the think time
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if closed_loop_sps(streams, mid, link_s) > rate_sps else (low, mid)
+    return (low + high) / 2
 
 
 @dataclass(frozen=True)
@@ -45,12 +86,25 @@ class NetObservation:
     rate_sps: float
     cached_rate_sps: float
 
+    def link_s(self) -> float:
+        return link_s(self.bytes_per_sample, self.bw_bps)
+
+    def known_think_s(self) -> float:
+        """A stream's time a sample off the link that the inputs explain: prep and delay."""
+        return (self.streams / self.cached_rate_sps
+                + self.requests_per_sample * self.latency_s)
+
     def fetch_s(self) -> float:
-        """The run's per-sample fetch time left once prep, the delay and the link are taken
-        out: what `request_s` and `byte_s` explain."""
-        link_s = self.bytes_per_sample / self.bw_bps if self.bw_bps else 0.0
-        return (self.streams / self.rate_sps - self.streams / self.cached_rate_sps
-                - self.requests_per_sample * self.latency_s - link_s)
+        """The run's think time a stream left once prep and the delay are taken out: what
+        `request_s` and `byte_s` explain."""
+        return think_for(self.streams, self.rate_sps, self.link_s()) - self.known_think_s()
+
+    def weight(self) -> float:
+        """How much the run's log rate says about its `fetch_s`: d log(rate) / d think at
+        the run's think time (a run held at the link's rate says little)."""
+        think = max(think_for(self.streams, self.rate_sps, self.link_s()), 1e-9)
+        lo, hi = (closed_loop_sps(self.streams, t, self.link_s()) for t in (think, think * 1.01))
+        return math.log(lo / hi) / (think * 0.01)
 
 
 @dataclass(frozen=True)
@@ -65,11 +119,10 @@ class NetModel:
                  bytes_per_sample: float, bw_bps: float | None, latency_s: float) -> float:
         """Predicted samples/s of the job with its data across a link of `bw_bps` (None:
         unlimited) and `latency_s`."""
-        per_byte_s = self.byte_s + (1.0 / bw_bps if bw_bps else 0.0)
-        t_sample = (streams / cached_rate_sps + requests_per_sample * (latency_s + self.request_s)
-                    + bytes_per_sample * per_byte_s)
-        link_sps = bw_bps / bytes_per_sample if bw_bps and bytes_per_sample else float("inf")
-        return min(streams / t_sample, link_sps)
+        think_s = (streams / cached_rate_sps
+                   + requests_per_sample * (latency_s + self.request_s)
+                   + bytes_per_sample * self.byte_s)
+        return closed_loop_sps(streams, think_s, link_s(bytes_per_sample, bw_bps))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,12 +133,14 @@ class NetModel:
 
 
 def fit(observations: list[NetObservation]) -> NetModel:
-    """Least squares of `fetch_s = r × request_s + b × byte_s` over the observations, each
-    coefficient held at 0 or more (a negative cost is noise: the other one is refitted)."""
+    """`fetch_s = r × request_s + b × byte_s` over the observations, each weighted by what its
+    rate says of its think time (`weight`: least squares of the log rates, to first order),
+    each coefficient held at 0 or more (a negative cost is noise: the other is refitted)."""
     if not observations:
         return NetModel(0.0, 0.0, 0)
+    w = np.array([o.weight() for o in observations], float)
     a = np.array([[o.requests_per_sample, o.bytes_per_sample] for o in observations], float)
-    y = np.array([o.fetch_s() for o in observations], float)
+    a, y = a * w[:, None], np.array([o.fetch_s() for o in observations], float) * w
     coef = np.linalg.lstsq(a, y, rcond=None)[0]
     if coef.min() < 0:  # the better of the two one-parameter fits
         single = [max(0.0, float(a[:, i] @ y / (a[:, i] @ a[:, i]))) if a[:, i].any() else 0.0
