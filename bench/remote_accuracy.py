@@ -14,9 +14,10 @@ sweeps through the real harness against a server it starts behind a shaped link
   rate is the line rate and TCP/IP and Ethernet headers take 66 of each 1514-byte frame
   (`network.PAYLOAD_SHARE`, 0.956), so `bw err` = bw ratio / 0.956 − 1, target within
   10% (a bw ratio of 0.86 or more). `link busy`: the share of the link the loader's own
-  pace can fill (`network.closed_loop_sps` with the cached run's time a sample a
-  worker, against the link's rate); a row under 0.95 is bound by the loader, not the
-  link, is marked `loader binds` and is not scored. The dataset (`IMAGES` samples) is
+  pace can fill (`fair_share_busy`: the cached run's time a sample a worker, the
+  streams queueing for the link as under a fair share, the pessimistic case); a row
+  under 0.95 is bound by the loader, not the link, is marked `loader binds` and is not
+  scored. The dataset (`IMAGES` samples) is
   larger than a run reads: a DataLoader restarts its workers each epoch and drains its
   last batches with fewer of them, and on an epoch of a few dozen samples that idles the
   link for a tenth of the run, a cost of the tiny epoch, not of the link.
@@ -24,8 +25,8 @@ sweeps through the real harness against a server it starts behind a shaped link
   delay, so the fetch stall (remote − cached, s per epoch) should be latency × requests
   per epoch, the requests counted by the proxy (`RunResult.link.requests`) per sample
   the ranks consumed. `lat ratio` = measured stall / explained stall, target within 15%
-  at 20 ms (50 ms shown). `held ratio` explains it with the time the proxy actually held requests
-  (`RunResult.link.held_s`): on a busy machine its event loop wakes late. webdataset
+  at 20 ms (50 ms shown). `held ratio` explains it with the time the proxy actually held
+  requests (`RunResult.link.held_s`): on a busy machine its event loop wakes late. webdataset
   reads shards of 2 samples (one request per shard), so latency counts once a shard.
 - what-if out of sample: `whatif/network.py` fitted on 1M and 4M (bandwidth sweep) and
   20 ms (latency sweep) predicts the held-out 2M and 50 ms runs, with the interval the
@@ -131,6 +132,18 @@ def _remote_at(runs: list[store.RunResult], bw: int | None, latency_s: float) ->
                 and math.isclose(r.spec.resources.net_latency_s or 0.0, latency_s))
 
 
+def fair_share_busy(streams: int, think_s: float, link_s: float) -> float:
+    """The link's busy share with `streams` streams thinking `think_s` between transfers of
+    `link_s`, were they to queue as under a fair share (mean value analysis of processor
+    sharing): the pessimistic case, so a row it keeps `LOADER_BINDS` busy tests the link."""
+    queued = rate = 0.0
+    for n in range(1, streams + 1):
+        residence_s = link_s * (1 + queued)
+        rate = n / (think_s + residence_s)
+        queued = rate * residence_s
+    return rate * link_s
+
+
 def bandwidth_rows(runs: list[store.RunResult], bws: list[int]) -> list[dict[str, Any]]:
     """Each remote run's rate × wire bytes per sample against its link; `feed`: what the
     cached run's rate would ask of the link; `busy`: the share of the link the loader's own
@@ -142,8 +155,7 @@ def bandwidth_rows(runs: list[store.RunResult], bws: list[int]) -> list[dict[str
         run, o = _remote_at(runs, bw, 0.0), _obs_at(obs, bw, 0.0)
         rate = stalls.run_rate(run).rate_sps
         wire = run.link.bytes_down / _consumed(run)
-        busy = network.closed_loop_sps(o.streams, o.streams / o.cached_rate_sps,
-                                       o.link_s()) * o.link_s()
+        busy = fair_share_busy(o.streams, o.streams / o.cached_rate_sps, o.link_s())
         out.append({"bw": bw, "rate_sps": rate, "wire_bytes": wire, "ratio": rate * wire / bw,
                     "err": rate * wire / bw / network.PAYLOAD_SHARE - 1,
                     "feed": cached * wire / bw, "busy": busy, "scored": busy >= LOADER_BINDS})
@@ -206,7 +218,8 @@ def figures(ns: argparse.Namespace, prefix: Path, loader: str, data: Path) -> di
     fit_obs = [_obs_at(bw_obs, b, 0.0) for b in fit_bws] + [_obs_at(lat_obs, None, lat)]
     held = [_obs_at(bw_obs, held_bw, 0.0), _obs_at(lat_obs, None, held_lat)]
     return {"loader": loader, "bw": bandwidth_rows(bw_runs, [*fit_bws, held_bw]),
-            "lat": [latency_row(lat_runs, x) for x in (lat, held_lat)], "heldout": heldout_rows(fit_obs, held)}
+            "lat": [latency_row(lat_runs, x) for x in (lat, held_lat)],
+            "heldout": heldout_rows(fit_obs, held)}
 
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
@@ -223,7 +236,8 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         for x in r["lat"]:
             interval = f"{x['fetch_stall_s']:.2f} [{x['fetch_low']:.2f}, {x['fetch_high']:.2f}]"
-            print(f"{r['loader']:<11} {x['latency_s'] * 1000:>5g}ms {x['requests_per_sample']:>10.2f} "
+            print(f"{r['loader']:<11} {x['latency_s'] * 1000:>5g}ms "
+                  f"{x['requests_per_sample']:>10.2f} "
                   f"{interval:>26} {x['explained_s']:>11.2f} {x['lat_ratio']:>9.2f} "
                   f"{x['held_s']:>7.2f} {x['held_ratio']:>10.2f}")
     print(f"\n{'loader':<11} {'held-out link':>18} {'measured/s':>10} {'predicted/s [90%]':>24} "

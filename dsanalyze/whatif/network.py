@@ -134,14 +134,16 @@ class NetModel:
 def fit(observations: list[NetObservation]) -> NetModel:
     """`fetch_s = r × request_s + b × byte_s` over the observations, each weighted by what its
     rate says of its think time (`weight`: least squares of the log rates, to first order),
-    each coefficient held at 0 or more (a negative cost is noise: the other is refitted)."""
+    each coefficient held at 0 or more (a negative cost is noise: the other is refitted).
+    Runs that cannot tell the two apart (one ratio of bytes to requests) get the cost a
+    request: the least squares' smallest solution would split it by the units."""
     w = np.array([o.weight() for o in observations], float)
     if not w.any():
         return NetModel(0.0, 0.0, len(observations))
     a = np.array([[o.requests_per_sample, o.bytes_per_sample] for o in observations], float)
     a, y = a * w[:, None], np.array([o.fetch_s() for o in observations], float) * w
     coef = np.linalg.lstsq(a, y, rcond=None)[0]
-    if coef.min() < 0:  # the better of the two one-parameter fits
+    if coef.min() < 0 or np.linalg.matrix_rank(a) < 2:  # the better one-parameter fit
         single = [max(0.0, float(a[:, i] @ y / (a[:, i] @ a[:, i]))) if a[:, i].any() else 0.0
                   for i in range(2)]
         errs = [float(np.sum((y - a[:, i] * single[i]) ** 2)) for i in range(2)]
