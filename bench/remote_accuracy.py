@@ -197,7 +197,9 @@ def heldout_rows(fit_obs: list[network.NetObservation],
         rows.append({"link": f"{bw}, {o.latency_s * 1000:g} ms",
                      "measured": o.rate_sps, "predicted": pred, "err": pred / o.rate_sps - 1,
                      "low": pred / k, "high": pred * k,
-                     "covered": pred / k <= o.rate_sps <= pred * k})
+                     "covered": pred / k <= o.rate_sps <= pred * k,
+                     "fit": f"request {net.request_s * 1e3:.1f} ms, byte {net.byte_s * 1e9:.0f} "
+                            f"ns, sigma {sigma:.3f}" + ("" if out_of_sample else " in sample")})
     return rows
 
 
@@ -241,12 +243,12 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
                   f"{interval:>26} {x['explained_s']:>11.2f} {x['lat_ratio']:>9.2f} "
                   f"{x['held_s']:>7.2f} {x['held_ratio']:>10.2f}")
     print(f"\n{'loader':<11} {'held-out link':>18} {'measured/s':>10} {'predicted/s [90%]':>24} "
-          f"{'pred err':>8}")
+          f"{'pred err':>8}  the law fitted on the other links")
     for r in rows:
         for h in r["heldout"]:
             pred = f"{h['predicted']:.1f} [{h['low']:.1f}, {h['high']:.1f}]"
             print(f"{r['loader']:<11} {h['link']:>18} {h['measured']:>10.1f} {pred:>24} "
-                  f"{h['err']:>+8.0%}")
+                  f"{h['err']:>+8.0%}  {h['fit']}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,7 @@ law is at its least sure; a real server's 32 KiB GETs through a token bucket
 follow this law there (tests/test_netlaw.py).
 
 Assumptions, untested here: the streams slow each other only through the link
-(a fair share of it each, as TCP gives); the endpoint's own costs are the same
+(and there only once they fill it); the endpoint's own costs are the same
 at every link; a request's delay is one latency (HTTP/1.1, one request a turn);
 frames of 1500 bytes (`PAYLOAD_SHARE`).
 """
@@ -99,11 +99,14 @@ class NetObservation:
         return self.think_s() - self.known_think_s()
 
     def weight(self) -> float:
-        """What the run's log rate says of its `fetch_s`: d log(rate) / d think (0 for a run
-        held at the link's rate)."""
+        """What the run's log rate says of its `fetch_s`: d log(rate) / d think, times the
+        share of the time the link idles (0 for a run held at the link's rate): near the
+        knee the streams may queue for the link, and a rate short of it is then queueing
+        as much as think time (a link's rate is its busy share over `link_s`, and think
+        time moves it only through the idle share)."""
         if held_at_link(self.rate_sps, self.link_s()):
             return 0.0
-        return self.rate_sps / self.streams
+        return self.rate_sps / self.streams * (1 - self.rate_sps * self.link_s())
 
 
 @dataclass(frozen=True)
