@@ -9,16 +9,19 @@ sweeps through the real harness against a server it starts behind a shaped link
   about 100 KB. Bandwidth-bound only if the link never idles: a worker's GETs are serial
   and it decodes between them, so a link is kept busy by enough requests in flight (4
   here, each 100 KB, for at most 4M/s against a loader that reads several times that
-  unshaped). `bw ratio` = rate × bytes per sample on the wire (the proxy's count of the
-  server's bytes, HTTP headers included, per sample the ranks consumed) / BW. The tbf
+  unshaped). `bw ratio` = rate × the dataset's bytes per sample (its files' size over
+  its samples) / BW. `wire B/sample`, the proxy's count of the server's bytes (HTTP
+  headers included) per sample the ranks consumed, is shown beside it: it counts the
+  loader's prefetched samples that the run stopped before consuming (up to workers ×
+  prefetch_factor × batch, 32 here: a fifth of a 136-sample run), so it runs that much
+  over, and so do the law's bytes and requests a sample (`network.observations`). The tbf
   rate is the line rate and TCP/IP and Ethernet headers take 66 of each 1514-byte frame
   (`network.PAYLOAD_SHARE`, 0.956), so `bw err` = bw ratio / 0.956 − 1, target within
   10% (a bw ratio of 0.86 or more). `link busy`: the share of the link the loader's own
   pace can fill (`fair_share_busy`: the cached run's time a sample a worker, the
   streams queueing for the link as under a fair share, the pessimistic case); a row
   under 0.95 is bound by the loader, not the link, is marked `loader binds` and is not
-  scored. The dataset (`IMAGES` samples) is
-  larger than a run reads: a DataLoader restarts its workers each epoch and drains its
+  scored. The dataset (`IMAGES` samples) is larger than a run reads: a DataLoader restarts its workers each epoch and drains its
   last batches with fewer of them, and on an epoch of a few dozen samples that idles the
   link for a tenth of the run, a cost of the tiny epoch, not of the link.
 - latency: `--net-bw none --net-latency 20ms,50ms`, 1 worker. Each request waits the
@@ -144,10 +147,11 @@ def fair_share_busy(streams: int, think_s: float, link_s: float) -> float:
     return rate * link_s
 
 
-def bandwidth_rows(runs: list[store.RunResult], bws: list[int]) -> list[dict[str, Any]]:
-    """Each remote run's rate × wire bytes per sample against its link; `feed`: what the
-    cached run's rate would ask of the link; `busy`: the share of the link the loader's own
-    pace keeps busy (below `LOADER_BINDS`: the row does not test the link)."""
+def bandwidth_rows(runs: list[store.RunResult], bws: list[int],
+                   data_bytes: float) -> list[dict[str, Any]]:
+    """Each remote run's rate × the dataset's bytes per sample against its link; `feed`:
+    what the cached run's rate would ask of the link; `busy`: the share of the link the
+    loader's own pace keeps busy (below `LOADER_BINDS`: the row does not test the link)."""
     cached = stalls.run_rate(next(r for r in runs if r.mode.value == "cached" and r.ok)).rate_sps
     obs = network.observations(runs)
     out = []
@@ -155,10 +159,13 @@ def bandwidth_rows(runs: list[store.RunResult], bws: list[int]) -> list[dict[str
         run, o = _remote_at(runs, bw, 0.0), _obs_at(obs, bw, 0.0)
         rate = stalls.run_rate(run).rate_sps
         wire = run.link.bytes_down / _consumed(run)
-        busy = fair_share_busy(o.streams, o.streams / o.cached_rate_sps, o.link_s())
-        out.append({"bw": bw, "rate_sps": rate, "wire_bytes": wire, "ratio": rate * wire / bw,
-                    "err": rate * wire / bw / network.PAYLOAD_SHARE - 1,
-                    "feed": cached * wire / bw, "busy": busy, "scored": busy >= LOADER_BINDS})
+        busy = fair_share_busy(o.streams, o.streams / o.cached_rate_sps,
+                               network.link_s(data_bytes, bw))
+        ratio = rate * data_bytes / bw
+        out.append({"bw": bw, "rate_sps": rate, "wire_bytes": wire, "data_bytes": data_bytes,
+                    "ratio": ratio, "err": ratio / network.PAYLOAD_SHARE - 1,
+                    "feed": cached * data_bytes / bw, "busy": busy,
+                    "scored": busy >= LOADER_BINDS})
     return out
 
 
@@ -219,18 +226,22 @@ def figures(ns: argparse.Namespace, prefix: Path, loader: str, data: Path) -> di
     bw_obs, lat_obs = network.observations(bw_runs), network.observations(lat_runs)
     fit_obs = [_obs_at(bw_obs, b, 0.0) for b in fit_bws] + [_obs_at(lat_obs, None, lat)]
     held = [_obs_at(bw_obs, held_bw, 0.0), _obs_at(lat_obs, None, held_lat)]
-    return {"loader": loader, "bw": bandwidth_rows(bw_runs, [*fit_bws, held_bw]),
+    samples = len(list((prefix / "data" / "images").glob("*/*.jpg")))
+    data_bytes = sum(f.stat().st_size for f in data.rglob("*") if f.is_file()) / samples
+    return {"loader": loader, "bw": bandwidth_rows(bw_runs, [*fit_bws, held_bw], data_bytes),
             "lat": [latency_row(lat_runs, x) for x in (lat, held_lat)],
             "heldout": heldout_rows(fit_obs, held)}
 
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
-    print(f"{'loader':<11} {'link':>8} {'rate/s':>7} {'wire B/sample':>13} {'bw ratio':>8} "
-          f"{'bw err':>6} {'cached feed/link':>16} {'link busy':>9}")
+    print(f"{'loader':<11} {'link':>8} {'rate/s':>7} {'data B/sample':>13} "
+          f"{'wire B/sample':>13} {'bw ratio':>8} {'bw err':>6} {'cached feed/link':>16} "
+          f"{'link busy':>9}")
     for r in rows:
         for b in r["bw"]:
             print(f"{r['loader']:<11} {b['bw'] >> 10:>6}K/s {b['rate_sps']:>7.1f} "
-                  f"{b['wire_bytes']:>13.0f} {b['ratio']:>8.2f} {b['err']:>+6.0%} "
+                  f"{b['data_bytes']:>13.0f} {b['wire_bytes']:>13.0f} {b['ratio']:>8.2f} "
+                  f"{b['err']:>+6.0%} "
                   f"{b['feed']:>16.2f} {b['busy']:>9.2f}"
                   + ("" if b["scored"] else "  loader binds: not scored"))
     print(f"\n{'loader':<11} {'latency':>7} {'req/sample':>10} {'fetch stall s [interval]':>26} "
