@@ -71,20 +71,22 @@ def predict(model: network.NetModel, o: network.NetObservation) -> float:
 
 
 @needs_netns
-@pytest.mark.parametrize("bw_bps, think_s, busy", [(1 << 20, 0.1, 0.8), (256 << 10, 0.4, 1.0)])
+@pytest.mark.parametrize("bw_bps, think_s, busy", [(1 << 20, 0.15, (0.5, 0.85)),
+                                                   (256 << 10, 0.4, (0.95, 1.0))])
 def test_streams_share_a_link_up_to_its_payload_rate(served_http, bw_bps, think_s,  # noqa: F811
                                                     busy):
-    """4 streams, 32 KiB a GET: on a 1 MiB/s bucket they leave it a fifth idle and overlap
-    their transfers with each other's prep; on 256 KiB/s they fill it, and get its rate
-    less the headers (TCP/IP and Ethernet: 1448 of each 1514 bytes)."""
+    """4 streams, 32 KiB a GET: on a 1 MiB/s bucket they leave it about a third idle (each
+    stream's 31 ms transfer per 150 ms of prep: 4 x 31 / 181 = 69% busy, less on a slow
+    machine) and overlap their transfers with each other's prep; on 256 KiB/s they fill it,
+    and get its rate less the headers (TCP/IP and Ethernet: 1448 of each 1514 bytes)."""
     streams = 4
     cached_sps = loop_sps(served_http, streams, think_s, 1.5)[0]
     o = observe(served_http, bw_bps, 0.0, streams, think_s, cached_sps, 2.5)
     assert o.requests_per_sample == pytest.approx(1.0)  # HTTP/1.0: one GET, one request
     own_sps = streams / (streams / cached_sps + o.bytes_per_sample / bw_bps)
     payload_sps = bw_bps * 1448 / 1514 / o.bytes_per_sample
-    assert min(own_sps, payload_sps) * o.bytes_per_sample / bw_bps == pytest.approx(
-        busy * 1448 / 1514, rel=0.12)  # the regime asked for
+    lo, hi = (share * 1448 / 1514 for share in busy)  # the regime asked for
+    assert lo <= min(own_sps, payload_sps) * o.bytes_per_sample / bw_bps <= hi
     assert predict(network.NetModel(0.0, 0.0), o) == pytest.approx(o.rate_sps, rel=0.1)
     assert o.rate_sps == pytest.approx(min(own_sps, payload_sps), rel=0.1)
 
