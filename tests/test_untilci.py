@@ -19,7 +19,13 @@ from hypothesis import strategies as st
 from dsanalyze import store
 from dsanalyze.analysis import stalls
 from dsanalyze.instrument.loader import IterationRecorder
-from dsanalyze.instrument.untilci import RankStop, estimate, stall_period, window_start
+from dsanalyze.instrument.untilci import (
+    RankStop,
+    boundary_period,
+    estimate,
+    stall_period,
+    window_start,
+)
 from dsanalyze.settings import SETTINGS
 
 SCRIPT = Path(__file__).parent / "scripts" / "train_periodic.py"
@@ -123,6 +129,22 @@ def test_stall_period_is_the_longest_gap_between_stalls():
     y = np.full(40, 0.04)
     y[9] = 0.2  # seen once: the period is at least its distance from the start
     assert stall_period(y) == 10
+
+
+def test_a_stalled_epoch_boundary_sizes_the_blocks_by_the_epoch():
+    """A checkpoint every 7 steps and a boundary stall every 64: the blocks span an epoch
+    (each holds one boundary), not the checkpoints' 7 steps, and the boundary counts before
+    it recurs; a boundary that does not stall leaves the blocks alone."""
+    x = periodic(400, 0.036, 7, 0.06, 0, 0.02, 4)
+    epoch = list(np.arange(400) // 64)
+    assert boundary_period(x[:380], epoch[:380], 64) == 0  # no boundary stalls (384 checkpoints)
+    x[64::64] += 0.15
+    assert boundary_period(x[:70], epoch[:70], 64) == 64
+    assert boundary_period(x, epoch, None) == 0  # the loader's length unknown
+    est = estimate(x[1:], np.ones(399), 2.0, 30, boundary_period(x, epoch, 64))
+    assert est.block >= 65 and est.blocks == 399 // est.block
+    steady = 64 / (64 * 0.036 * np.exp(0.02 ** 2 / 2) + 64 / 7 * 0.06 + 0.15)
+    assert abs(est.rate_sps / steady - 1) <= 0.03
 
 
 def test_disk_windows_start_after_the_cold_epoch():
