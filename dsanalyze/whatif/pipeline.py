@@ -35,6 +35,7 @@ decodes, as one), which keeps large batches cheap to simulate.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
 import statistics
@@ -174,8 +175,30 @@ def simulate(p: Pipeline, miss_bytes: Sequence[np.ndarray], batches_per_epoch: i
     `miss_bytes[e][i]` is the storage bytes sample i of epoch e needs (0: a
     cache hit); sample i of rank r's batch j is `(j * batch_size + t) * ranks + r`,
     the order `cachesim.epoch_order` gives.
+
+    The simulation is deterministic: a timeline already simulated for the same inputs is
+    given again (a fit and its validation ask for the same configuration many times:
+    about a third of the calls of an advice).
     """
-    return _Sim(p, miss_bytes, batches_per_epoch, sample_bytes).run()
+    key = (p, batches_per_epoch, _digest(miss_bytes),
+           None if sample_bytes is None else _digest(sample_bytes))
+    timeline = _SIMULATED.get(key)
+    if timeline is None:
+        timeline = _Sim(p, miss_bytes, batches_per_epoch, sample_bytes).run()
+        if len(_SIMULATED) >= SIMULATED_KEPT:
+            del _SIMULATED[next(iter(_SIMULATED))]  # the oldest
+        _SIMULATED[key] = timeline
+    return timeline
+
+
+SIMULATED_KEPT = 4096  # timelines remembered by `simulate` (each a few KB)
+_SIMULATED: dict[tuple[Any, ...], Timeline] = {}
+
+
+def _digest(arrays: Sequence[np.ndarray]) -> tuple[bytes, ...]:
+    """Arrays as a key: a 128-bit hash of each one's values as floats."""
+    return tuple(hashlib.blake2b(np.ascontiguousarray(a, dtype=float).tobytes(),
+                                 digest_size=16).digest() for a in arrays)
 
 
 class _Sim:
