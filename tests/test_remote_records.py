@@ -16,6 +16,7 @@ from dsanalyze.config import Mode, Resources, RunSpec, Sweep
 from dsanalyze.errors import ConfigError
 from dsanalyze.linkrecords import (
     EndpointProbe,
+    LinkCounts,
     LinkRecord,
     LinkShape,
     LocalCacheAction,
@@ -37,7 +38,11 @@ links = st.builds(LinkRecord, st.sampled_from(["s3", "http"]), st.text(), st.boo
                   st.none() | st.integers(0, 10**12), st.none() | st.integers(0, 10**12),
                   st.none() | probes, st.none() | st.floats(0, 1e6),
                   st.none() | st.builds(LocalCacheState, st.text(),
-                                        st.sampled_from(LocalCacheAction), st.integers(0, 10**12)))
+                                        st.sampled_from(LocalCacheAction), st.integers(0, 10**12)),
+                  st.none() | st.builds(LinkCounts, st.integers(1, 10**9), st.integers(0, 10**9),
+                                        st.integers(0, 10**12), st.floats(0, 1e6),
+                                        st.none() | st.tuples(st.floats(0, 2e9),
+                                                              st.floats(0, 2e9))))
 
 
 @given(links)
@@ -49,6 +54,14 @@ def test_a_link_record_survives_its_json(link):
 def test_a_run_keeps_its_link(link):
     run = dataclasses.replace(make_run(Mode.DISK, 0.1), link=link)
     assert RunResult.from_dict(run.to_dict()).link == link
+
+
+@given(links)
+def test_a_link_record_without_a_window_loads_as_before(link):
+    """Records written before the steady window's counts load, the window absent."""
+    d = link.to_dict()
+    d.pop("window")
+    assert LinkRecord.from_dict(d) == dataclasses.replace(link, window=None)
 
 
 def test_a_local_run_file_has_no_link_and_no_net_fields():
