@@ -273,11 +273,13 @@ def _run(spec: RunSpec, ctx: launch.LaunchContext, group: nodes.NodeGroup | None
 
 
 def _link_window(result: RunResult, remote: RemoteData | None) -> RunResult:
-    """The run with its link's counts over its steady window (this node's ranks), so that
-    a sample's requests and bytes leave out the warm-up and what was read and never used."""
+    """The run with its link's counts over its steady window (this node's ranks; its whole
+    epochs when it starts at an epoch's), so that a sample's requests and bytes leave out
+    the warm-up and what was read ahead and never used."""
     if remote is None or result.link is None:
         return result
     window = steady_window(result)
+    window = window.whole_epochs() if window is not None else None
     span = window.span_unix_s() if window is not None else None
     if window is None or span is None:
         return result
