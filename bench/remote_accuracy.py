@@ -26,10 +26,10 @@ sweeps through the real harness against a server it starts behind a shaped link
   link for a tenth of the run, a cost of the tiny epoch, not of the link.
 - latency: `--net-bw none --net-latency 20ms,50ms`, 1 worker. Each request waits the
   delay, so the fetch stall (remote − cached, s per epoch) should be latency × requests
-  per epoch, the requests counted by the proxy (`RunResult.link.requests`) per sample
-  the ranks consumed. `lat ratio` = measured stall / explained stall, target within 15%
+  per epoch, the requests counted by the proxy per sample the ranks consumed, both over
+  the run's steady window (`RunResult.link.window`: no warm-up, no read-ahead left unused). `lat ratio` = measured stall / explained stall, target within 15%
   at 20 ms (50 ms shown). `held ratio` explains it with the time the proxy actually held
-  requests (`RunResult.link.held_s`): on a busy machine its event loop wakes late. webdataset
+  requests (`RunResult.link.window.held_s`): on a busy machine its event loop wakes late. webdataset
   reads shards of 2 samples (one request per shard), so latency counts once a shard.
 - what-if out of sample: `whatif/network.py` fitted on 1M and 4M (bandwidth sweep) and
   20 ms (latency sweep) predicts the held-out 2M and 50 ms runs, with the interval the
@@ -61,6 +61,7 @@ from dsanalyze import store  # noqa: E402
 from dsanalyze.analysis import stalls  # noqa: E402
 from dsanalyze.config import parse_bytes, parse_duration_s  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset  # noqa: E402
+from dsanalyze.linkrecords import LinkCounts  # noqa: E402
 from dsanalyze.whatif import netgrid, network  # noqa: E402
 from dsanalyze.whatif.assumptions import NETWORK  # noqa: E402
 
@@ -125,8 +126,11 @@ def sweep(ns: argparse.Namespace, out: Path, data: Path, loader: str, bws: str,
     return store.load_runs(out)
 
 
-def _consumed(run: store.RunResult) -> int:
-    return sum(sum(k.samples) for k in run.ranks)
+def _steady(run: store.RunResult) -> LinkCounts:
+    """The proxy's counts over the run's steady window (the whole run's for older records)."""
+    counts = run.link.steady(sum(sum(k.samples) for k in run.ranks)) if run.link else None
+    assert counts is not None, f"{run.run_id}: no link counts"
+    return counts
 
 
 def _remote_at(runs: list[store.RunResult], bw: int | None, latency_s: float) -> store.RunResult:
@@ -158,7 +162,7 @@ def bandwidth_rows(runs: list[store.RunResult], bws: list[int],
     for bw in bws:
         run, o = _remote_at(runs, bw, 0.0), _obs_at(obs, bw, 0.0)
         rate = stalls.run_rate(run).rate_sps
-        wire = run.link.bytes_down / _consumed(run)
+        wire = _steady(run).bytes_per_sample
         busy = fair_share_busy(o.streams, o.streams / o.cached_rate_sps,
                                network.link_s(data_bytes, bw))
         ratio = rate * data_bytes / bw
@@ -173,9 +177,10 @@ def latency_row(runs: list[store.RunResult], latency_s: float) -> dict[str, Any]
     """The fetch stall at `latency_s` against latency × requests (and the time held)."""
     remote = _remote_at(runs, None, latency_s)
     b = _breakdown_of(runs, remote)
-    per_sample = remote.link.requests / _consumed(remote)
+    counts = _steady(remote)
+    per_sample = counts.requests_per_sample
     explained = latency_s * per_sample * b.samples_per_epoch
-    held = remote.link.held_s / _consumed(remote) * b.samples_per_epoch
+    held = counts.held_s_per_sample * b.samples_per_epoch
     stall = b.fetch_stall_s or 0.0
     return {"latency_s": latency_s, "requests_per_sample": per_sample, "fetch_stall_s": stall,
             "fetch_low": b.fetch_stall_s_low, "fetch_high": b.fetch_stall_s_high,

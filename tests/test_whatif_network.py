@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from test_stalls import JOB, make_run
 
 from dsanalyze.config import Mode, Resources, RunSpec
-from dsanalyze.linkrecords import LinkRecord, LinkShape
+from dsanalyze.linkrecords import LinkCounts, LinkRecord, LinkShape
 from dsanalyze.whatif.network import NetModel, NetObservation, fit, observations
 
 LINKS = [(128_000, 0.0), (1_000_000, 0.0), (None, 0.02), (512_000, 0.01)]
@@ -65,6 +65,11 @@ def test_a_remote_run_and_its_cached_run_make_an_observation():
     assert (o.bw_bps, o.latency_s, o.streams) == (1 << 20, 0.02, 3)
     assert (o.requests_per_sample, o.bytes_per_sample) == (2, 1000)
     assert (o.rate_sps, o.cached_rate_sps) == pytest.approx((50, 100))
+    # with the steady window's counts, a sample's requests and bytes are the window's alone
+    steady = LinkCounts(40, 41, 41_000, 0.9, (1.0, 2.0))
+    disk = dataclasses.replace(disk, link=dataclasses.replace(disk.link, window=steady))
+    (o,) = observations([cached, disk])
+    assert (o.requests_per_sample, o.bytes_per_sample) == (41 / 40, 1025)
 
 
 # ---- the grid and the advice over a network (whatif/netgrid.py) --------------------------------

@@ -14,8 +14,8 @@ and then its b bytes a sample cross the link, which every stream shares:
 loop's (`loop_sps`): `streams / (think_s + link_s)` while the streams leave the
 link spare time, `1 / link_s` (the link's payload rate) once they fill it. The
 latency and the link are inputs (the proxy's counts `r` and `b` per sample the
-ranks consumed, `LinkRecord`), never fitted: a stream's requests wait `r ×
-latency` a sample, `streams` of them at a time. Only what is left, `request_s`
+ranks consumed, over the steady window: `LinkRecord.steady`), never fitted: a
+stream's requests wait `r × latency` a sample, `streams` of them at a time. Only what is left, `request_s`
 and `byte_s`, is fitted (`fit`), and a run held at the link's rate says
 nothing of it.
 
@@ -162,12 +162,11 @@ def observations(results: list[RunResult]) -> list[NetObservation]:
     for r in results:
         res, link = r.spec.resources, r.link
         rate, base = run_rate(r).rate_sps if r.ok else None, cached.get(res.cpus)
-        if (r.mode is not Mode.DISK or not res.remote or link is None or not rate or not base
-                or not link.requests or not link.bytes_down):
+        counts = link.steady(sum(sum(k.samples) for k in r.ranks)) if link else None
+        if r.mode is not Mode.DISK or not res.remote or counts is None or not rate or not base:
             continue
-        consumed = sum(sum(k.samples) for k in r.ranks)
         out.append(NetObservation(res.net_bw_bps, res.net_latency_s or 0.0, streams(r),
-                                  link.requests / consumed, link.bytes_down / consumed,
+                                  counts.requests_per_sample, counts.bytes_per_sample,
                                   rate, base))
     return out
 
