@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -16,10 +17,10 @@ from dsanalyze.analysis.summary import Summary, summarize
 from dsanalyze.analysis.verdict import Bound, Verdict
 from dsanalyze.dataset import scan_dataset
 from dsanalyze.records import RunResult
-from dsanalyze.report.advice import advice_text, option_label
+from dsanalyze.report.advice import advice_text, failure_text, option_label, why_not_validated
 from dsanalyze.report.verdicts import verdict_text
 from dsanalyze.whatif import recommend
-from dsanalyze.whatif.advice import Advice, advise
+from dsanalyze.whatif.advice import Advice, ModelFailure, advise
 from dsanalyze.whatif.assumptions import Assume, Assumption, Law
 from dsanalyze.whatif.decision import (
     Decision,
@@ -118,8 +119,15 @@ def test_keep_and_no_model_in_words():
         "predicted faster than its measured 1 epoch (cold) in 6.00 s (70% stalled, likely "
         "fetch-bound)")
     none = Decision(DecisionKind.KEEP, 2, 5.0, BASE, BASE)
-    assert advice_text(Advice(none, note="no completed runs")) == \
-        "Advice: none: the what-if model could not be fitted on these runs (no completed runs)."
+    refused = ModelFailure("ConfigError", "no completed runs: run harness.py first", True)
+    assert advice_text(Advice(none, note=refused)) == \
+        "Advice: none: the what-if model could not be fitted on these runs (no completed runs: " \
+        "run harness.py first)."
+    # a bug of the model: its type and first line, never the traceback's rest
+    bug = ModelFailure.of(ValueError("math domain error\n  at line 3"))
+    assert "(ValueError: math domain error)." in advice_text(Advice(none, note=bug))
+    assert why_not_validated(refused) == "no completed runs"
+    assert ModelFailure.from_dict(json.loads(json.dumps(bug.to_dict()))) == bug
 
 
 def test_measured_configurations_count_the_cold_epoch():
@@ -203,7 +211,7 @@ def test_advice_recommend_and_report_agree(name, tmp_path, capsys):
     rc = cli.main(["whatif", str(prefix), "--recommend"])
     out, err = capsys.readouterr()
     if docs.advice.note:  # no model: `whatif` refuses with the same reason
-        assert rc == 2 and docs.advice.note in err
+        assert rc == 2 and failure_text(docs.advice.note) in err
     else:
         assert rc == 0 and f"recommendation: {line}\n" in out
     app.report(prefix, docs)  # the harness's advice, as `dsanalyze report` fits it
