@@ -85,6 +85,10 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.2f} ms"
 
 
+def _ms_range(low_s: float, high_s: float) -> str:
+    return f"{low_s * 1e3:.2f} to {_ms(high_s)}"
+
+
 def dropped_text(d: Dropped) -> str:
     """`fitted 2.384e+05 on run-a, outside 0.05 to 1.5 (why): dropped`."""
     return (f"fitted {d.value:.4g} on {', '.join(d.runs) or 'no run'}, outside {d.low:.4g} to "
@@ -198,10 +202,10 @@ WORDS: dict[type[Provenance], Callable[[Any], str]] = {
     MainLoop: lambda h: (f"measured: each cached run's loop time beyond its step (iteration - "
                          "wait - step, median of its steady iterations) times the core share of "
                          f"its main process among the job's processes; median of {h.runs}: "
-                         f"{_ms(h.low_s)} to {_ms(h.high_s)}"),
+                         f"{_ms_range(h.low_s, h.high_s)}"),
     ReceiveWait: lambda h: (f"measured: median wait for a batch in the {h.runs} compute-bound "
-                            f"cached run(s), whose loader is ahead: {_ms(h.low_s)} to "
-                            f"{_ms(h.high_s)}"),
+                            f"cached run(s), whose loader is ahead: "
+                            f"{_ms_range(h.low_s, h.high_s)}"),
     OutsideWork: _outside,
     DeviceProbe: lambda h: (f"cold reads of the dataset's own files by one reader before each "
                             f"disk run (median of {h.runs}: {format_bytes(h.low_bps)}/s to "
