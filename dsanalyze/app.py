@@ -301,7 +301,7 @@ def validate(prefix: str | Path, cache_policy: str = "pagecache") -> Validation:
 def advise(prefix: str | Path, runs: list[RunResult] | None = None) -> WhatIfDocs:
     """The answer printed after the table: the advice's own what-if query over its default
     grid (`whatif/advice.py`), its validation, and the answer in words."""
-    from dsanalyze.report.advice import failure_text
+    from dsanalyze.report.advice import advice_failed_text
     from dsanalyze.whatif.advice import ModelFailure
     from dsanalyze.whatif.advice import advise as advice_of
 
@@ -309,7 +309,7 @@ def advise(prefix: str | Path, runs: list[RunResult] | None = None) -> WhatIfDoc
     try:
         a = advice_of(runs, dataset_sizes(runs))
     except Exception as e:  # noqa: BLE001 - the advice never crashes a finished sweep
-        line = f"the advice failed on these runs ({failure_text(ModelFailure.of(e))})"
+        line = advice_failed_text(ModelFailure.of(e))
         return WhatIfDocs(recommendation=[f"Advice: none: {line}."], note=f"What-if: {line}")
     return advice_docs(a)
 
@@ -323,13 +323,9 @@ def adaptive_text(answer: Any) -> str:
 
 def advice_docs(a: Any) -> WhatIfDocs:
     """An `Advice` as the plots and the report take it: its rows, validation and words."""
-    from dsanalyze.report.advice import advice_text, failure_text, why_not_validated
+    from dsanalyze.report.advice import advice_text, missing_note
 
-    notes = [] if a.rows or a.note is None else \
-        [f"What-if: no model fitted on these runs: {failure_text(a.note)}"]
-    if a.rows and a.validation is None:
-        notes.append(f"Validation: {why_not_validated(a.validation_note)}")
-    return WhatIfDocs(a.rows, a.validation, [advice_text(a)], " ".join(notes) or None, a)
+    return WhatIfDocs(a.rows, a.validation, [advice_text(a)], missing_note(a), a)
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,20 @@ def why_not_validated(f: ModelFailure | None) -> str:
     return f.message.split(":")[0] if f.ours else failure_text(f)
 
 
+def advice_failed_text(f: ModelFailure) -> str:
+    """The advice itself failed on the runs: `the advice failed on these runs (...)`."""
+    return f"the advice failed on these runs ({failure_text(f)})"
+
+
+def missing_note(a: Advice) -> str | None:
+    """What the report lacks and why: no model fitted, or the model not validated."""
+    notes = [] if a.rows or a.note is None else \
+        [f"What-if: no model fitted on these runs: {failure_text(a.note)}"]
+    if a.rows and a.validation is None:
+        notes.append(f"Validation: {why_not_validated(a.validation_note)}")
+    return " ".join(notes) or None
+
+
 def error_text(e: ErrorQuote | None, beyond: tuple[str, ...], why_not: ModelFailure | None
                ) -> str:
     """The validation split that speaks for a prediction, in words."""
