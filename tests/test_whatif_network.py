@@ -69,7 +69,7 @@ def test_a_remote_run_and_its_cached_run_make_an_observation():
 
 # ---- the grid and the advice over a network (whatif/netgrid.py) --------------------------------
 
-SAMPLE_BYTES = 20_000
+SAMPLE_BYTES = 4_000  # latency-bound: 8 streams keep a 1M/s link about 6% busy
 
 
 def _remote_sweep(links: list[tuple[int | None, float]], truth: NetModel) -> list:
@@ -163,3 +163,17 @@ def test_a_faster_link_is_named_in_words():
     more = dataclasses.replace(base, workers=8, measured=False)
     assert "a link of 4M/s (1M/s measured)" in change_text(faster, base)
     assert "link" not in change_text(more, base) and "8 DataLoader workers" in change_text(more, base)
+
+
+def test_the_one_run_with_a_delay_is_not_left_out_of_the_error():
+    """Two runs held at their links and one at 50 ms: predicting the delayed run without it
+    (no evidence of the cost a request) is not what the grid is asked, so the leave-one-out
+    error is the link-bound runs' (exact here: the noise floor), out of sample."""
+    from dsanalyze.whatif import netgrid
+
+    truth = NetModel(0.01, 0.0)
+    obs = [observe(truth, bw, lat, streams=8) for bw, lat in ((128_000, 0.0), (256_000, 0.0),
+                                                              (None, 0.05))]
+    assert [o.weight() == 0 for o in obs] == [True, True, False]  # the first two at the link
+    assert netgrid.loo_sigma(obs) == (netgrid.MIN_SIGMA, True)
+    assert fit(obs).request_s == pytest.approx(0.01)
