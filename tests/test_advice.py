@@ -38,7 +38,11 @@ from dsanalyze.whatif.documents import ValidationDoc
 
 DATA = Path(__file__).parent / "data"
 FIXTURES = sorted(p.name for p in DATA.iterdir() if (p / "runs").is_dir())
-SLOW_FIXTURES = {"whatif_caches", "report_sweep", "report_2ranks", "whatif_fetch"}  # fits of a large grid: tens of seconds each on 2 cores
+# Fits of a large grid, tens of seconds each on 2 cores: `make test-extended`. Each decision
+# kind they reach stays in `make test`: report_12configs keeps (KEEP, with validation runs),
+# as whatif_compute and script_cpu do.
+SLOW_FIXTURES = {"whatif_caches", "report_sweep", "report_2ranks", "whatif_fetch",
+                 "report_12configs"}
 MIB = 1 << 20
 
 def typed(summary: dict) -> Summary:

@@ -99,11 +99,17 @@ def test_a_fit_at_one_delay_and_a_full_link_predicts_another_delay(served_http):
     streams, think_s = 2, 0.02
     cached_sps = loop_sps(served_http, streams, think_s, 1.5)[0]
     full = observe(served_http, 256 << 10, 0.0, streams, think_s, cached_sps, 2.0)
-    at20, at60 = (observe(served_http, None, lat, streams, think_s, cached_sps, 1.5)
-                  for lat in (0.02, 0.06))
+    before = served_http.stats()
+    at20 = observe(served_http, None, 0.02, streams, think_s, cached_sps, 1.5)
+    after = served_http.stats()
+    at60 = observe(served_http, None, 0.06, streams, think_s, cached_sps, 1.5)
     model = network.fit([full, at20])
     assert full.rate_sps * full.bytes_per_sample / (256 << 10) > 0.9 * 1448 / 1514  # full
-    assert model.request_s < 0.25 * 0.02  # the delay explains the stall, not a fitted cost
+    # the delay explains the stall, not a fitted cost; a loaded machine wakes the proxy
+    # late, and that lateness (its held time beyond 20 ms a request) is a request's cost
+    late_s = max(0.0, (after["held_s"] - before["held_s"])
+                 / max(1, after["requests"] - before["requests"]) - 0.02)
+    assert model.request_s < 0.25 * 0.02 + late_s
     assert predict(model, at60) == pytest.approx(at60.rate_sps, rel=0.1)
     # and the delay costs what it says: two streams, 40 ms more a request each
     assert 1 / at60.rate_sps - 1 / at20.rate_sps == pytest.approx(0.04 / streams, rel=0.2)
