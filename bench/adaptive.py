@@ -44,6 +44,12 @@ shared machine between them included) are printed too.
 Prints per workload runs, wall seconds and both recommendations, then the
 early-stop tables; the figure last. About 15 minutes on a quiet 2-core
 machine; `--reuse` re-reads the prefixes already measured (their wall.json).
+
+`--replay` measures nothing in part 1: the adaptive search is driven over each
+workload's full grid already measured under DIR (each run it asks for is the
+grid's measurement of it; a repeat, the same measurement again), so its
+decisions, runs and seconds (the replayed runs' durations against the grid's)
+are the rule's alone, free of the machine's load between two sweeps.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -64,10 +71,12 @@ sys.path.insert(0, str(REPO))
 
 from dsanalyze import adaptive, store  # noqa: E402
 from dsanalyze.analysis import stalls  # noqa: E402
+from dsanalyze.cli import harness_parser  # noqa: E402
 from dsanalyze.config import Sweep  # noqa: E402
 from dsanalyze.dataset import scan_dataset  # noqa: E402
 from dsanalyze.instrument.untilci import RankStop  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset  # noqa: E402
+from dsanalyze.options import HarnessOptions, build_sweep  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
 from dsanalyze.report.adaptive import decision_text  # noqa: E402
 from dsanalyze.settings import SETTINGS  # noqa: E402
@@ -158,14 +167,44 @@ def compare(w: Workload, root: Path) -> dict:
     answer = json.loads((adapt_p / "adaptive.json").read_text())
     mine = nextrun.Decision.from_dict(answer["decisions"][-1])
     theirs, cands = full_pick(full_p, sweep_of(full_p), answer["epochs"])
-    grid_of_mine = cands[mine.pick_key]
-    low = theirs.pick_rate_sps * (1 - theirs.pick_half_width_pct / 100)
-    high = theirs.pick_rate_sps * (1 + theirs.pick_half_width_pct / 100)
-    match = mine.pick_key == theirs.pick_key or (
-        grid_of_mine.measured and low <= grid_of_mine.measured_sps <= high)
+    match = same_answer(mine, theirs, cands)
     return {"name": w.name, "full_runs": len(store.load_runs(full_p)), "full_s": full_s,
             "adaptive_runs": answer["runs"], "adaptive_s": adapt_s, "mine": mine,
             "theirs": theirs, "match": match, "full": full_p, "adaptive": adapt_p}
+
+
+def replay(w: Workload, root: Path) -> dict:
+    """The adaptive search over the full grid's stored runs (the module's `--replay`)."""
+    full_p, out = root / w.name / "full", root / w.name / "replay"
+    shutil.rmtree(out, ignore_errors=True)
+    argv = ["--data", str(w.data), *w.grid, *w.adaptive, *QUIET, "--prefix", str(out), *w.job]
+    sweep = build_sweep(HarnessOptions.from_flat(vars(harness_parser().parse_args(argv))))
+    sizes = list(scan_dataset(sweep.job.data_dir).file_bytes)
+    stored = {r.run_id: r for r in store.load_runs(full_p)}
+
+    def measure(spec):
+        run = stored[dataclasses.replace(spec, repeat=1).run_id]
+        store.write_run(out, dataclasses.replace(run, spec=dataclasses.replace(
+            run.spec, repeat=spec.repeat)))
+        return run
+    answer = adaptive.search(sweep, sweep.run_specs(sum(sizes)), measure, sizes,
+                             lambda c: c or len(os.sched_getaffinity(0)),
+                             lambda line: print(f"  {w.name}: {line}", flush=True))
+    theirs, cands = full_pick(full_p, sweep_of(full_p), answer.epochs)
+    return {"name": w.name, "full_runs": len(stored), "adaptive_runs": answer.runs,
+            "full_s": sum(r.duration_s for r in stored.values()), "adaptive_s": answer.seconds,
+            "mine": answer.final, "theirs": theirs,
+            "match": same_answer(answer.final, theirs, cands), "full": full_p, "adaptive": out}
+
+
+def same_answer(mine: nextrun.Decision, theirs: nextrun.Decision, cands: dict) -> bool:
+    """The issue's criterion: the same pick, or the grid's measurement of the adaptive pick
+    inside the interval of the grid's pick."""
+    low = theirs.pick_rate_sps * (1 - theirs.pick_half_width_pct / 100)
+    high = theirs.pick_rate_sps * (1 + theirs.pick_half_width_pct / 100)
+    grid_of_mine = cands[mine.pick_key]
+    return mine.pick_key == theirs.pick_key or (
+        grid_of_mine.measured and low <= grid_of_mine.measured_sps <= high)
 
 
 def early(root: Path) -> list[Path]:
@@ -220,19 +259,36 @@ def replayed(run: RunResult, target_pct: float = 2.0) -> RunResult | None:
     return None
 
 
+def whole_epochs(run: RunResult) -> RunResult:
+    """The run without its last epoch when that one is partial: a job trains whole epochs,
+    and a run that ends 16 steps into its last counts that epoch's boundary stall (workers
+    restarted) four times over."""
+    r0 = run.ranks[0]
+    per_epoch = r0.extra.get("batches_per_epoch")
+    last = r0.epoch.index(r0.epoch[-1]) if r0.epoch else 0
+    if not per_epoch or last == 0 or len(r0.epoch) - last >= per_epoch:
+        return run
+    return dataclasses.replace(run, ranks=[dataclasses.replace(
+        r, wait_s=r.wait_s[:last], iter_s=r.iter_s[:last], epoch=r.epoch[:last],
+        samples=r.samples[:last]) for r in run.ranks])
+
+
 def replay_rows(prefix: Path, tag: str) -> list[tuple[str, float, float, int, int]]:
     """Each full-length run against itself cut by the rule: the rule's own error, free of
-    the drift between two runs."""
+    the drift between two runs. Each row twice: against the whole run, and against its
+    whole epochs (`whole_epochs`, tagged `/epochs`)."""
     rows = []
     for r in store.load_runs(prefix):
         cut = replayed(r) if r.ok and r.ranks else None
         if cut is None:
             print(f"  {tag}/{r.run_id}: the rule would not have stopped it in "
                   f"{len(r.ranks[0].iter_s) if r.ranks else 0} iterations ({r.error or 'ok'})")
-        else:
-            a, b = stalls.run_rate(r).rate_sps, stalls.run_rate(cut).rate_sps
+            continue
+        b = stalls.run_rate(cut).rate_sps
+        for name, ref in ((r.run_id, r), (f"{r.run_id}/epochs", whole_epochs(r))):
+            a = stalls.run_rate(ref).rate_sps
             if a and b:
-                rows.append((f"{tag}/{r.run_id}", a, b, len(r.ranks[0].iter_s),
+                rows.append((f"{tag}/{name}", a, b, len(ref.ranks[0].iter_s),
                              len(cut.ranks[0].iter_s)))
     return rows
 
@@ -249,6 +305,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--dir", default=str(REPO / "results" / "bench-adaptive"))
     ap.add_argument("--only", default="demo,prep,fetch,early")
+    ap.add_argument("--replay", action="store_true",
+                    help="part 1: drive the adaptive search over the full grids already "
+                         "measured under --dir instead of measuring it")
     ap.add_argument("--reuse", action="store_true",
                     help="read the prefixes already measured (their wall.json) instead of "
                          "measuring them again")
@@ -260,30 +319,39 @@ def main() -> None:
     results, rows, replays = [], [], []
     for w in workloads(root, only):
         if w.name in only:
-            res = compare(w, root)
+            res = replay(w, root) if ns.replay else compare(w, root)
             results.append(res)
-            rows += early_rows(res["full"], res["adaptive"], w.name)
+            if not ns.replay:
+                rows += early_rows(res["full"], res["adaptive"], w.name)
     tried = [0]  # full-length runs replayed
     if "early" in only:
         for prefix in early(root):
             replays += replay_rows(prefix, prefix.name)
             tried[0] += len(store.load_runs(prefix))
+    if ns.replay:
+        print("\n(replayed over the grids measured: seconds are the runs' summed durations)")
     print_results(results)
     within = print_rows("for reference, part 1's early-stopped runs against the grid's runs of "
                         "the same configuration (two runs: a shared machine's drift included)",
                         rows)
-    same = print_rows("part 2: the early stop against the same run at full length (400 "
-                      "iterations; the rule's own error)", replays)
-    periodic = [r for r in replays if r[0].startswith("periodic/")]
+    print_rows("part 2: the early stop against the same run at full length (400 iterations; "
+               "the rule's own error; /epochs: its whole epochs only)", replays)
+
+    def within_2pct(rows: list) -> int:
+        return sum(abs(b - a) / a <= 0.02 for _, a, b, _, _ in rows)
+    whole = [r for r in replays if not r[0].endswith("/epochs")]
+    epochs = [r for r in replays if r[0].endswith("/epochs")]
     parts = [f"{r['name']}: adaptive {r['adaptive_runs']} runs {r['adaptive_s']:.0f} s, "
              f"±{r['mine'].pick_half_width_pct:.1f}% vs grid {r['full_runs']} runs "
              f"{r['full_s']:.0f} s ({r['adaptive_s'] / r['full_s']:.2f} of its time), "
              f"{'same answer' if r['match'] else 'DIFFERENT answer'}" for r in results]
     if tried[0]:
-        parts.append(f"early stop within 2% of the same run at full length: {same} of "
-                     f"{len(replays)} configurations it stopped, of {tried[0]} "
-                     f"({sum(abs(b - a) / a <= 0.02 for _, a, b, _, _ in periodic)} of "
-                     f"{len(periodic)} with a periodic checkpoint stall)")
+        parts.append(
+            f"early stop within 2% of the same run at full length: {within_2pct(whole)} of "
+            f"{len(whole)} configurations it stopped, of {tried[0]} "
+            f"({within_2pct([r for r in whole if r[0].startswith('periodic/')])} of "
+            f"{sum(r[0].startswith('periodic/') for r in whole)} with a periodic checkpoint "
+            f"stall); of its whole epochs: {within_2pct(epochs)} of {len(epochs)}")
     if rows:
         parts.append(f"against a separate full-length run: {within} of {len(rows)}")
     print("\nFIGURE: " + "; ".join(parts))

@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -114,9 +115,10 @@ def residency_error(run) -> tuple[float | None, int | None]:
     return max(abs(b - held.budget_bytes) for b in filled) / held.budget_bytes, None
 
 
-def check(prefix: Path, expected: int) -> tuple[list[str], list[str], list[float]]:
-    """Rows of the table, failures, residency errors of the disk runs with a budget."""
-    rows, failures, errors = [], [], []
+def check(prefix: Path, expected: int) -> tuple[list[str], list[str], list[float], list[float]]:
+    """Rows of the table, failures, residency errors of the disk runs with a budget, the
+    limiter's CPU seconds in each run it held."""
+    rows, failures, errors, cpu = [], [], [], []
     runs = load_runs(prefix)
     if len(runs) != expected:
         failures.append(f"{prefix.name}: {len(runs)} runs stored, {expected} expected")
@@ -128,7 +130,10 @@ def check(prefix: Path, expected: int) -> tuple[list[str], list[str], list[float
         rows.append(f"{prefix.name:28s} {run.run_id:40s} {run.status.value:8s} {oom:3d} "
                     + (f"{100 * err:6.2f}%" if err is not None else
                        f"{zero_bytes / 1024:5.0f}Ki" if zero_bytes is not None else "      -")
-                    + (f" {len(held.filled()):4d}" if held else "    -"))
+                    + (f" {len(held.filled()):4d} {held.cpu_s:5.2f}s {'gated' if held.gated else ''}"
+                       if held else "    -"))
+        if held:
+            cpu.append(held.cpu_s)
         if oom or run.status.value == "oom":
             failures.append(f"OOM {run.run_id}: {run.status.value} oom_kills={oom} {run.error}")
         elif run.status.value == "stalled":
@@ -143,7 +148,7 @@ def check(prefix: Path, expected: int) -> tuple[list[str], list[str], list[float
                 failures.append(f"{run.run_id}: residency {100 * err:.1f}% off the budget")
         elif disk and zero_bytes is None and held is not None:
             failures.append(f"{run.run_id}: the cache never filled ({held.sample_bytes[-3:]})")
-    return rows, failures, errors
+    return rows, failures, errors, cpu
 
 
 def expected_runs(job: str, modes: str) -> int:
@@ -154,7 +159,7 @@ def expected_runs(job: str, modes: str) -> int:
 
 
 def one_sweep(work: Path, job: str, modes: str, j: int, a: argparse.Namespace
-              ) -> tuple[list[str], list[str], list[float]]:
+              ) -> tuple[list[str], list[str], list[float], list[float]]:
     """A sweep on its own copy of the data (sweeps run side by side: one's limiter must not
     see another's reads), interrupted, resumed, and checked."""
     name = f"{job}-{modes.replace(',', '+')}-j{j}"
@@ -165,12 +170,12 @@ def one_sweep(work: Path, job: str, modes: str, j: int, a: argparse.Namespace
     argv = harness_argv(prefix, data, job, modes, j, a.stall_timeout)
     at, rc = interrupted_then_resumed(argv, prefix, a.interrupt_after)
     print(f"# {name}: SIGINT with {at} runs stored; --resume exit {rc}", flush=True)
-    rows, failures, errors = check(prefix, expected_runs(job, modes))
+    rows, failures, errors, cpu = check(prefix, expected_runs(job, modes))
     if at >= expected_runs(job, modes):
         failures.append(f"{name}: finished before the SIGINT")
     if rc != 0:
         failures.append(f"{name}: the resumed sweep exited {rc}")
-    return rows, failures, errors
+    return rows, failures, errors, cpu
 
 
 def main() -> None:
@@ -178,8 +183,7 @@ def main() -> None:
     p.add_argument("--dir", default="/tmp/dsanalyze-matrix")
     p.add_argument("--images", type=int, default=400)
     p.add_argument("--size", default="160x120", help="JPEGs of about 10 KB: a 25%% budget "
-                   "holds 100 of them, so that a file read between two of the limiter's "
-                   "passes is 1%% of it")
+                   "holds 100 of them, so that a file the job has open is 1%% of it")
     p.add_argument("--stall-timeout", type=float, default=300.0,
                    help="generous: a run starved of CPU (nice 19) is not a stalled one")
     p.add_argument("--interrupt-after", type=int, default=2)
@@ -202,22 +206,24 @@ def main() -> None:
                if a.only in (None, "script")]
     drops = drop_pagecache_count()
     started = time.monotonic()
-    rows, failures, errors = [], [], []
-    def sweep(job: str, modes: str, j: int) -> tuple[list[str], list[str], list[float]]:
+    rows, failures, errors, cpu = [], [], [], []
+    def sweep(job: str, modes: str, j: int
+              ) -> tuple[list[str], list[str], list[float], list[float]]:
         if a.check_only:
             return check(work / f"{job}-{modes.replace(',', '+')}-j{j}", expected_runs(job, modes))
         return one_sweep(work, job, modes, j, a)
 
     with ThreadPoolExecutor(a.parallel) as pool:
-        for r, f, e in pool.map(lambda s: sweep(*s), sweeps):
+        for r, f, e, c in pool.map(lambda s: sweep(*s), sweeps):
             rows += r
             failures += f
             errors += e
+            cpu += c
     total = sum(expected_runs(job, modes) for job, modes, _ in sweeps)
     dropped = drop_pagecache_count() - drops
     if dropped:
         failures.append(f"/proc/vmstat drop_pagecache moved by {dropped}")
-    print(f"{'sweep':28s} {'run':40s} {'status':8s} oom resid.err filled-samples")
+    print(f"{'sweep':28s} {'run':40s} {'status':8s} oom resid.err filled-samples limiter-cpu")
     print("\n".join(rows))
     print(json.dumps({"failures": failures}, indent=1))
     ooms = sum(1 for f in failures if f.startswith("OOM "))
@@ -225,7 +231,8 @@ def main() -> None:
     print(f"{total} runs in {len(sweeps)} sweeps ({(time.monotonic() - started) / 60:.1f} min), "
           f"{ooms} OOM, {stalls} stalled, {len(failures)} failures, drop_pagecache "
           f"+{dropped}, worst residency error {100 * max(errors, default=0):.2f}% of budget "
-          f"over {len(errors)} disk runs with a budget > 0")
+          f"over {len(errors)} disk runs with a budget > 0, limiter CPU median "
+          f"{statistics.median(cpu) if cpu else 0:.2f} s a run")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ from dsanalyze.config import format_bytes  # noqa: E402
 from dsanalyze.dataset import scan_dataset  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset  # noqa: E402
 from dsanalyze.records import RunResult  # noqa: E402
+from dsanalyze.report.params import how_text  # noqa: E402
 from dsanalyze.report.whatif_text import RULES, unmade_text  # noqa: E402
 from dsanalyze.whatif import api as whatif  # noqa: E402
 
@@ -206,7 +207,8 @@ def report(prefixes: list[Path]) -> None:
     _print_checks(val)
     print("\nparameters of the model fitted on every run:")
     for p in val.model.params:
-        print(f"  {p.name:32s} {'-' if p.value is None else f'{p.value:.4g}'} {p.unit}: {p.how}")
+        print(f"  {p.name:32s} {'-' if p.value is None else f'{p.value:.4g}'} {p.unit}: "
+              f"{how_text(p.how)}")
     check_cache(val.model, runs)
     check_noise(runs)
     lines = []

@@ -301,14 +301,15 @@ def validate(prefix: str | Path, cache_policy: str = "pagecache") -> Validation:
 def advise(prefix: str | Path, runs: list[RunResult] | None = None) -> WhatIfDocs:
     """The answer printed after the table: the advice's own what-if query over its default
     grid (`whatif/advice.py`), its validation, and the answer in words."""
+    from dsanalyze.report.advice import advice_failed_text
+    from dsanalyze.whatif.advice import ModelFailure
     from dsanalyze.whatif.advice import advise as advice_of
-    from dsanalyze.whatif.advice import failure_note
 
     runs = store.load_runs(prefix) if runs is None else runs
     try:
         a = advice_of(runs, dataset_sizes(runs))
     except Exception as e:  # noqa: BLE001 - the advice never crashes a finished sweep
-        line = f"the advice failed on these runs ({failure_note(e)})"
+        line = advice_failed_text(ModelFailure.of(e))
         return WhatIfDocs(recommendation=[f"Advice: none: {line}."], note=f"What-if: {line}")
     return advice_docs(a)
 
@@ -322,12 +323,9 @@ def adaptive_text(answer: Any) -> str:
 
 def advice_docs(a: Any) -> WhatIfDocs:
     """An `Advice` as the plots and the report take it: its rows, validation and words."""
-    from dsanalyze.report.advice import advice_text
+    from dsanalyze.report.advice import advice_text, missing_note
 
-    notes = [] if a.rows else [f"What-if: no model fitted on these runs: {a.note}"]
-    if a.rows and a.validation is None:
-        notes.append(f"Validation: {a.validation_note}")
-    return WhatIfDocs(a.rows, a.validation, [advice_text(a)], " ".join(notes) or None, a)
+    return WhatIfDocs(a.rows, a.validation, [advice_text(a)], missing_note(a), a)
 
 
 @dataclass(frozen=True)
@@ -364,14 +362,14 @@ def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], Non
     prefix = Path(prefix)
     runs = store.load_runs(prefix)
     if advice is None:
+        from dsanalyze.whatif.advice import ModelFailure
         from dsanalyze.whatif.advice import advise as advice_of
-        from dsanalyze.whatif.advice import failure_note
 
         try:
             advice = advice_of(runs, dataset_sizes(runs))
         except Exception as e:  # noqa: BLE001 - as the advice: a line, not a crash
             return Verified(None, VerifyPlan(None, reason=NotRun(Unrunnable.ADVICE_FAILED,
-                                                                 failure_note(e))))
+                                                                 ModelFailure.of(e))))
     job = next((r.spec.job for r in runs if r.ok), runs[0].spec.job if runs else None)
     if job is None:
         raise ConfigError(f"no runs under {prefix}: run harness.py --prefix {prefix} first")

@@ -363,7 +363,8 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
                                 start_new_session=True)
         line.watch_group(proc.pid)
         maps = stack.enter_context(MapsRecorder(cg.pids if cg else lambda: tree_pids(proc.pid)))
-        monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s)
+        monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s,
+                          pids=cg.pids if cg else None)
         watchdog = progress.Watchdog(Path(env[rankenv.ENV_RUN_DIR]), spec.job.stall_timeout_s,
                                      spec.job.startup_timeout_s)
         stall = None

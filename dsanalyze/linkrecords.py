@@ -106,12 +106,50 @@ class LocalCacheState:
 
 
 @dataclass(frozen=True)
+class LinkCounts:
+    """What crossed the link for `samples` consumed samples: requests, response bytes and
+    the time the proxy held them. `span_unix_s`: the run's steady window (the requests
+    that began in it), None for the whole run."""
+
+    samples: int
+    requests: int
+    bytes_down: int
+    held_s: float = 0.0
+    span_unix_s: tuple[float, float] | None = None
+
+    @property
+    def requests_per_sample(self) -> float:
+        return self.requests / self.samples
+
+    @property
+    def bytes_per_sample(self) -> float:
+        return self.bytes_down / self.samples
+
+    @property
+    def held_s_per_sample(self) -> float:
+        return self.held_s / self.samples
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"samples": self.samples, "requests": self.requests,
+                "bytes_down": self.bytes_down, "held_s": self.held_s,
+                "span_unix_s": list(self.span_unix_s) if self.span_unix_s else None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LinkCounts:
+        span = d.get("span_unix_s")
+        return cls(int(d["samples"]), int(d["requests"]), int(d["bytes_down"]),
+                   float(d.get("held_s", 0.0)), (float(span[0]), float(span[1])) if span else None)
+
+
+@dataclass(frozen=True)
 class LinkRecord:
     """One run's link: its shape, what crossed it, and the endpoint's probe.
 
     `requests`, `connections`, `bytes_down` (server to job) and `bytes_up` are the
     delay proxy's counts over the run, `held_s` the time it actually held the run's
-    requests (None for an endpoint the harness does not serve).
+    requests (None for an endpoint the harness does not serve). `window`: the counts
+    over the run's steady window alone (records before it have none): the whole run's
+    also hold the warm-up and what the loader read ahead and the run never consumed.
     """
 
     backend: str  # "s3" or "http"
@@ -125,6 +163,16 @@ class LinkRecord:
     probe: EndpointProbe | None = None
     held_s: float | None = None
     local_cache: LocalCacheState | None = None  # the library's local cache, when it has one
+    window: LinkCounts | None = None
+
+    def steady(self, consumed_samples: int) -> LinkCounts | None:
+        """The counts a sample's requests and bytes are read from: the steady window's, else
+        the whole run's over the `consumed_samples`; None when nothing was counted."""
+        if self.window is not None and self.window.samples and self.window.requests:
+            return self.window
+        if not self.requests or not self.bytes_down or consumed_samples <= 0:
+            return None
+        return LinkCounts(consumed_samples, self.requests, self.bytes_down, self.held_s or 0.0)
 
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "endpoint_url": self.endpoint_url, "held_s": self.held_s,
@@ -132,7 +180,8 @@ class LinkRecord:
                 "requests": self.requests, "connections": self.connections,
                 "bytes_down": self.bytes_down, "bytes_up": self.bytes_up,
                 "probe": self.probe.to_dict() if self.probe else None,
-                "local_cache": self.local_cache.to_dict() if self.local_cache else None}
+                "local_cache": self.local_cache.to_dict() if self.local_cache else None,
+                "window": self.window.to_dict() if self.window else None}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LinkRecord:
@@ -141,4 +190,5 @@ class LinkRecord:
                    d.get("connections"), d.get("bytes_down"), d.get("bytes_up"),
                    EndpointProbe.from_dict(d["probe"]) if d.get("probe") else None,
                    d.get("held_s"),
-                   LocalCacheState.from_dict(d["local_cache"]) if d.get("local_cache") else None)
+                   LocalCacheState.from_dict(d["local_cache"]) if d.get("local_cache") else None,
+                   LinkCounts.from_dict(d["window"]) if d.get("window") else None)

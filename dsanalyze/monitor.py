@@ -13,10 +13,11 @@ processes did on the run's CPUs and disk meanwhile, and on the whole machine
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -43,13 +44,14 @@ def gpu_sample(nvml: Any, handles: list[Any]) -> list[dict[str, float]]:
     return out
 
 
-def tree_sample(root_pid: int) -> dict[str, float]:
-    """CPU seconds, RSS, read bytes and CPU affinity of a process and its live descendants."""
+def tree_sample(root_pid: int, pids: Iterable[int] | None = None) -> dict[str, float]:
+    """CPU seconds, RSS, read bytes and CPU affinity of a process and its live descendants,
+    or of `pids` (a cgroup's processes: listing them costs far less than finding a
+    process's descendants, which reads every process of the machine)."""
     cpu_s = rss = read = 0.0
     nproc = affinity = 0
     try:
-        root = psutil.Process(root_pid)
-        procs = [root, *root.children(recursive=True)]
+        procs = _processes(root_pid, pids)
     except psutil.Error:
         return {"procs": 0}
     for p in procs:
@@ -65,6 +67,17 @@ def tree_sample(root_pid: int) -> dict[str, float]:
             continue
     return {"procs": nproc, "tree_cpu_s": cpu_s, "tree_rss_bytes": rss, "tree_read_chars": read,
             "max_affinity_cpus": affinity}  # the widest CPU set any process may run on
+
+
+def _processes(root_pid: int, pids: Iterable[int] | None) -> list[psutil.Process]:
+    if pids is None:
+        root = psutil.Process(root_pid)
+        return [root, *root.children(recursive=True)]
+    out = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):  # exited since the listing
+            out.append(psutil.Process(pid))
+    return out
 
 
 def diskstats_read_bytes(device: str | None) -> int | None:
@@ -87,8 +100,10 @@ class Monitor:
     """Background sampler; `samples` holds one dict per interval, `t_s` from start."""
 
     def __init__(self, root_pid: int, counters: Callable[[], dict[str, Any]] | None = None,
-                 interval_s: float = 0.5, gpus: bool = True) -> None:
+                 interval_s: float = 0.5, gpus: bool = True,
+                 pids: Callable[[], Iterable[int]] | None = None) -> None:
         self.root_pid = root_pid
+        self.pids = pids  # the run's processes (its cgroup's), else the root's descendants
         self.counters = counters
         self.interval_s = interval_s
         self.samples: list[dict[str, Any]] = []
@@ -116,7 +131,7 @@ class Monitor:
                              "machine_busy_s": machine_busy_s()}
         if self.counters is not None:
             s.update(self.counters())
-        s.update(tree_sample(self.root_pid))
+        s.update(tree_sample(self.root_pid, self.pids() if self.pids else None))
         if self._handles:
             try:
                 s["gpu"] = gpu_sample(self._nvml, self._handles)

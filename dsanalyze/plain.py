@@ -16,7 +16,7 @@ import dataclasses
 import enum
 import types
 import typing
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 
 def to_plain(value: Any) -> Any:
@@ -80,3 +80,23 @@ class PlainJson:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Self:
         return fields_from_plain(cls, d)
+
+
+class Tagged(PlainJson):
+    """A family of frozen dataclasses stored as their fields plus `kind`, read back into the
+    class of that kind. The family's root declares `KINDS = {}`; each member its `kind`."""
+
+    kind: ClassVar[str]
+    KINDS: ClassVar[dict[str, type[Any]]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "KINDS" not in cls.__dict__:  # a member, not a family's root
+            cls.KINDS[cls.kind] = cls
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **fields_to_plain(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        return fields_from_plain(cls.KINDS[d["kind"]], d)

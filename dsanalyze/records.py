@@ -238,7 +238,9 @@ class Residency:
     the budget, for a few ms). `watch`: how the limiter saw the job's
     reads: `fanotify` (opens and closes) or `scan` (residency polled). `stuck_*`: pages the
     limiter could not evict (mapped by a process); `over_budget_s`: time spent above the
-    budget because the files the job had open held more than it.
+    budget because the files the job had open held more than it. `gated`: the job's opens
+    waited for room (fanotify permission events), so the residency never ran ahead of the
+    limiter. `cpu_s`: the limiter's own CPU time through the run.
     """
 
     budget_bytes: int
@@ -252,6 +254,8 @@ class Residency:
     stuck_files: int = 0
     stuck_bytes: int = 0
     over_budget_s: float = 0.0
+    gated: bool = False
+    cpu_s: float = 0.0
 
     def filled(self, share: float = 0.95) -> tuple[int, ...]:
         """The samples from the first that reached `share` of the budget on (the cache full)."""

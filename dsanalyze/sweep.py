@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from dsanalyze import datafind, launch, nodes, store
 from dsanalyze.analysis import measured as measured_window
 from dsanalyze.analysis import runrate, stalls
+from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import Mode, RunSpec, Sweep
 from dsanalyze.dataset import DatasetInfo
 from dsanalyze.errors import (
@@ -261,14 +262,28 @@ def _run(spec: RunSpec, ctx: launch.LaunchContext, group: nodes.NodeGroup | None
          seq: int) -> RunResult:
     """One run; on several nodes, started in step with the others and merged on node 0."""
     if group is None:
-        return launch.run_one(spec, ctx)
+        return _link_window(launch.run_one(spec, ctx), ctx.remote)
     ctx.start_gate = lambda: group.start_gate(seq, spec.job.timeout_s)
     ctx.should_abort = group.abort_reason
     try:
-        result = launch.run_one(spec, ctx)
+        result = _link_window(launch.run_one(spec, ctx), ctx.remote)
     finally:
         ctx.start_gate = ctx.should_abort = None
     return group.exchange(seq, result, spec.job.timeout_s)
+
+
+def _link_window(result: RunResult, remote: RemoteData | None) -> RunResult:
+    """The run with its link's counts over its steady window (this node's ranks; its whole
+    epochs when it starts at an epoch's), so that a sample's requests and bytes leave out
+    the warm-up and what was read ahead and never used."""
+    if remote is None or result.link is None:
+        return result
+    window = steady_window(result)
+    window = window.whole_epochs() if window is not None else None
+    span = window.span_unix_s() if window is not None else None
+    if window is None or span is None:
+        return result
+    return dataclasses.replace(result, link=remote.windowed(result.link, span, window.samples()))
 
 
 def _stop_on_usage_error(result: RunResult, sweep: Sweep) -> None:

@@ -30,14 +30,19 @@ def pytest_configure(config: pytest.Config) -> None:
         os.sched_setaffinity(0, cpus[int(worker.removeprefix("gw")) :: int(count)])
 
 
-# The modules whose tests take longest in all (`pytest --durations`), heaviest first: `make
-# test` starts them first and hands the two pytest-xdist workers one unit at a time, in this
-# order (--dist loadscope --no-loadscope-reorder, and pytest_xdist_make_scheduler below), so
-# that the short tests at the end even out the workers' finish.
-LONGEST_MODULES = ("test_repeats.py", "test_frameworks.py", "test_nodes.py", "test_advice.py",
-                   "test_verify.py", "test_dali.py", "test_harness.py", "test_datacache.py",
-                   "test_plots.py", "test_remote_loaders.py", "test_bootstrap.py",
-                   "test_untilci.py", "test_errors.py", "test_coldepoch.py")
+# The modules whose tests take longest in all, heaviest first (CPU seconds of each test and
+# its processes, `make test`'s selection, measured per test; the largest unit first:
+# test_nodes.py is one unit of about 100 CPU-s and its nodes' waits, then the noisy sweep of
+# test_repeats.py, about 90): `make test` starts them first and hands the two pytest-xdist
+# workers one unit at a time, in this order (--dist loadscope --no-loadscope-reorder, and
+# pytest_xdist_make_scheduler below), so that the short tests at the end even out the
+# workers' finish.
+LONGEST_MODULES = ("test_nodes.py", "test_repeats.py", "test_frameworks.py", "test_dali.py",
+                   "test_harness.py", "test_advice.py", "test_bootstrap.py", "test_plots.py",
+                   "test_verify.py", "test_datacache.py", "test_measured.py", "test_errors.py",
+                   "test_coldepoch.py", "test_untilci.py", "test_fingerprint.py",
+                   "test_remote_loaders.py", "test_whatif.py", "test_transforms.py",
+                   "test_progress.py", "test_memroom.py")
 
 
 def longest_first(item: pytest.Item) -> int:

@@ -21,6 +21,7 @@ from dsanalyze.config import Mode, Sweep, parse_duration
 from dsanalyze.errors import ConfigError
 from dsanalyze.report.adaptive import decision_text, pick_text
 from dsanalyze.settings import SETTINGS
+from dsanalyze.whatif import nextrun
 from dsanalyze.whatif.api import Prediction
 from dsanalyze.whatif.model import Config
 from dsanalyze.whatif.nextrun import (
@@ -32,6 +33,7 @@ from dsanalyze.whatif.nextrun import (
     faster_chance,
     stall_chance,
 )
+from dsanalyze.whatif.recommend import TOLERANCE
 
 N, G = 512, 400.0  # samples per epoch; the compute bound (samples/s)
 
@@ -94,6 +96,15 @@ CASES = [
        (cand("c2", at_cached(pred(2, 300, 0.2), 300), 0.01),
         cand("c3", at_cached(pred(3, 290, 0.2), 290))),
        Verdict.MEASURE, "c3"),
+    TC("the pick predicted within the target but never measured: measured before any stop",
+       (cand("c1", pred(1, 100, 0.05)), cand("c2", pred(2, 395, 0.01))), Verdict.MEASURE, "c2"),
+    TC("the pick stalled and measured, noisy; a rival likely faster than the tie but not "
+       "beyond the pick's noise: equivalent, not measured",
+       (cand("c2", at_cached(pred(2, 300, 0.2), 300), 0.2),
+        cand("c3", at_cached(pred(3, 290, 0.15), 290))), Verdict.EQUIVALENT, None),
+    TC("the same rival beside a pick measured within the tie: measured",
+       (cand("c2", at_cached(pred(2, 300, 0.2), 300), 0.005),
+        cand("c3", at_cached(pred(3, 290, 0.15), 290))), Verdict.MEASURE, "c3"),
     TC("a failed run is not tried again",
        (cand("c1", pred(1, 200, 0.03), 0.01), cand("c2", pred(2, 300, 0.2))),
        Verdict.SETTLED, None, frozenset({"c2"})),
@@ -110,6 +121,9 @@ def test_choose(tc):
         assert said.endswith(f"{d.next_key} has a {d.rival_chance:.0%} chance to "
                              + ("be cheaper under the limit" if d.under_limit else "do better")
                              + ": measuring it")
+    if d.verdict is Verdict.EQUIVALENT:  # the rivals named, with the noise they lie within
+        assert d.equivalent and f"equivalent to {', '.join(d.equivalent)}: " in said
+        assert f"(±{d.margin_pct:.1f}%;" in said
     # adaptive.json's round trip
     assert Decision.from_dict(json.loads(json.dumps(d.to_dict()))) == d
 
@@ -132,6 +146,30 @@ def test_chances_are_probabilities_that_follow_the_rate(rate, rel, other):
     assert (stall_chance(a, 5.0, 1) >= stall_chance(b, 5.0, 1)) == (rate >= other) or \
         abs(stall_chance(a, 5.0, 1) - stall_chance(b, 5.0, 1)) < 1e-12
     assert faster_chance(a, b, 1) + faster_chance(b, a, 1) <= 1.0 + 1e-9
+
+
+@given(pick_rel=st.floats(0.001, 0.4), rate=st.floats(150, 390), rival_rel=st.floats(0.01, 0.4),
+       cpus=st.integers(1, 3))
+def test_equivalent_rivals_could_beat_the_pick_only_within_its_measured_noise(
+        pick_rel, rate, rival_rel, cpus):
+    """Whatever the pick's measured noise and the rival's prediction: a rival named equivalent
+    has the chance to beat the pick by more than the tie, and not by more than the pick's
+    interval; a pick measured within the tie has no equivalents, its rivals are measured."""
+    pick = cand("p", at_cached(pred(2, 300, 0.2), 300), pick_rel)
+    rival = cand("r", at_cached(pred(cpus, rate, rival_rel), rate))
+    d = choose((pick, rival), 5.0, 1, 5.0)
+    tie = faster_chance(rival, pick, 1)
+    beyond = faster_chance(rival, pick, 1, pick.half_width_pct() / 100)
+    if d.pick_key != "p" or d.under_limit:
+        return  # the rival ranked first, or a pick under the limit: no noise margin applies
+    if d.verdict is Verdict.EQUIVALENT:
+        assert d.equivalent == ("r",) and pick.half_width_pct() > 100 * TOLERANCE
+        assert tie >= SETTINGS.chance_min > beyond and d.margin_pct == pick.half_width_pct()
+    if pick.half_width_pct() <= 100 * TOLERANCE:
+        assert d.verdict is not Verdict.EQUIVALENT and d.margin_pct == 100 * TOLERANCE
+    if max(tie, stall_chance(rival, 5.0, 1)) >= SETTINGS.chance_min and \
+            not nextrun.cannot_beat(rival, pick, 1):
+        assert d.verdict in (Verdict.MEASURE, Verdict.EQUIVALENT)
 
 
 # ---- the search, over a committed sweep -------------------------------------------------------

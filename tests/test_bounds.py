@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from dsanalyze import store
 from dsanalyze.report import whatif_text
+from dsanalyze.report.params import dropped_text
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif import bounds
@@ -34,9 +35,9 @@ def test_a_throttle_that_gave_250x_its_bandwidth_is_dropped_and_its_run_named() 
     model = whatif.fit(slow)
     p = _param(model, "throttle_efficiency")
     assert model.throttle_efficiency == p.value == 1.0
-    assert "dropped" in p.how and "disk-cpus2-cachenone-bw4K" in p.how
-    fitted = float(p.how.split("fitted ")[1].split(" ")[0])
-    assert fitted > bounds.THROTTLE_EFFICIENCY.high  # what was dropped
+    (dropped,) = p.how.dropped
+    assert dropped.runs == ("disk-cpus2-cachenone-bw4K",)
+    assert dropped.value > bounds.THROTTLE_EFFICIENCY.high  # what was dropped
     line = next(x for x in whatif_text.params_lines(model) if "throttle_efficiency" in x)
     assert line.split()[1] == "1"  # printed as its value: face value, not the dropped fit
     # a throttled prediction then rests on the throttle taken at face value, and says so
@@ -55,7 +56,10 @@ def test_a_throttle_that_gave_250x_its_bandwidth_is_dropped_and_its_run_named() 
 ])
 def test_bounds_keep_the_plausible_and_drop_the_rest(bound, inside, outside) -> None:
     assert bound.holds(inside) and not bound.holds(outside)
-    assert "run-a" in bound.dropped(outside, ["run-a"])
+    dropped = bound.dropped(outside, ["run-a"])
+    assert dropped.runs == ("run-a",) and dropped.value == outside
+    words = dropped_text(dropped)  # the value, the range and the run, as printed
+    assert f"fitted {outside:.4g} on run-a, outside {bound.low:.4g} to {bound.high:.4g}" in words
 
 
 @given(st.floats(min_value=1e-3, max_value=1e12, allow_nan=False))

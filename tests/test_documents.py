@@ -1,5 +1,5 @@
 """The typed documents analysis and the what-if hand the report: `summary.json` (`Summary`,
-schema 3), `whatif.json`'s rows (`GridRow`) and `validation.json` (`ValidationDoc`), read
+schema 4), `whatif.json`'s rows (`GridRow`) and `validation.json` (`ValidationDoc`), read
 back into the same values; and the verdict the report words from the typed one."""
 
 from __future__ import annotations
@@ -43,8 +43,30 @@ def as_json(value: dict) -> dict:
 def test_summary_reads_back_into_the_same_values(name):
     summary = summarize(store.load_runs(DATA / name))
     doc = as_json(summary.to_dict())
-    assert doc["schema"] == SCHEMA_VERSION == 3
+    assert doc["schema"] == SCHEMA_VERSION == 4
     assert Summary.from_dict(doc) == summary
+
+
+def _said(m: dict | None) -> str | None:
+    """A rate's method as schema 3 stored it: a sentence."""
+    if m is None:
+        return None
+    if m["repeats"] > 1:
+        return f"circular block bootstrap over iterations and over {m['repeats']} repeats"
+    return f"circular block bootstrap over iterations (block {m['block']} of {m['iterations']})"
+
+
+def test_a_summary_stored_before_the_typed_rate_method_reads_back_the_same_numbers():
+    summary = summarize(store.load_runs(DATA / "report_sweep"))
+    doc = as_json(summary.to_dict())
+    old = {**doc, "schema": 3,
+           "runs": [{**r, "rate_method": _said(r["rate_method"])} for r in doc["runs"]],
+           "configs": [{**c, "modes": {k: {**m, "rate_method": _said(m["rate_method"])}
+                                       for k, m in c["modes"].items()}}
+                       for c in doc["configs"]]}
+    back = Summary.from_dict(old)
+    assert any(r.rate_method for r in back.runs)
+    assert back.runs == summary.runs and back.configs == summary.configs
 
 
 @pytest.mark.parametrize("name", FIXTURES)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from dsanalyze import store
 from dsanalyze.config import CacheBudget, Mode
+from dsanalyze.report.params import how_text
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif import bounds, pipeline
 from dsanalyze.whatif.assumptions import Assume
@@ -86,5 +87,7 @@ def test_a_counter_far_beyond_the_misses_is_dropped_and_its_runs_named() -> None
     model = whatif.fit(_counted(store.load_runs(CASE), 50.0))
     p = _param(model, "read_amplification")
     assert model.read_amplification == p.value == 1.0
-    assert "dropped" in p.how and "disk-cpus1-cache0B-bwnone-r2" in p.how
+    assert p.how.dropped.value == pytest.approx(50.0, rel=0.05)
+    assert "disk-cpus1-cache0B-bwnone-r2" in p.how.dropped.runs
+    assert "dropped" in how_text(p.how)  # and said so, with the bound's reason
     assert not bounds.READ_AMPLIFICATION.holds(50.0)

@@ -25,6 +25,7 @@ from dsanalyze.resources import cpuscale
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif.assumptions import Law
 from dsanalyze.whatif.model import usable_cpus
+from dsanalyze.whatif.provenance import Fixed, ProbedContention, Reason
 
 DATA = Path(__file__).parent / "data"
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
@@ -67,7 +68,7 @@ def test_one_cpu_count_takes_the_machines_probe_as_its_contention() -> None:
     assert model.contention == pytest.approx(0.08) and model.contention_probed
     assert model.prep_cpu_s == pytest.approx(bare.prep_cpu_s, rel=1e-9)  # k = 1: no change
     (param,) = [p for p in model.params if p.name == "contention"]
-    assert "parallel decode probe" in param.how and len(param.runs) == 4
+    assert isinstance(param.how, ProbedContention) and len(param.runs) == 4
     one, two = (whatif.predict(model, whatif.Config.of(c)).rate_sps for c in (1, 2))
     bare_two = whatif.predict(bare, whatif.Config.of(2)).rate_sps
     assert two < 2 * one and two == pytest.approx(bare_two / 1.08, rel=0.02)
@@ -121,7 +122,7 @@ def test_another_process_on_a_core_the_job_left_free_is_not_the_jobs_outside_wor
     names = {p.name: p for p in model.params}
     cached = names["others_cpu_s_per_sample[cached]"]
     assert cached.runs == ("loader-cpus1",)
-    assert "left out" in cached.how and "cached-cpus1" in cached.how
+    assert [i for i, _ in cached.how.foreign] == ["cached-cpus1"]
     loader = next(r for r in runs if r.run_id == "loader-cpus1")
     assert model.others_cpu_s_per_sample == pytest.approx(
         interference.outside_cpu_s_per_sample(loader))
@@ -129,8 +130,7 @@ def test_another_process_on_a_core_the_job_left_free_is_not_the_jobs_outside_wor
     assert whatif.predict(model, two).rate_sps == pytest.approx(
         whatif.predict(calm, two).rate_sps, rel=0.02)
     # every run alike: nothing is set aside
-    assert "left out" not in {p.name: p for p in calm.params}[
-        "others_cpu_s_per_sample[cached]"].how
+    assert not {p.name: p for p in calm.params}["others_cpu_s_per_sample[cached]"].how.foreign
 
 
 def test_records_without_the_machine_figures_predict_as_before() -> None:
@@ -138,6 +138,6 @@ def test_records_without_the_machine_figures_predict_as_before() -> None:
     model = whatif.fit(_prep_runs())
     assert model.others_cpu_s_per_sample == 0 and model.others_disk_cpu_s_per_sample == 0
     (param,) = [p for p in model.params if p.name == "others_cpu_s_per_sample"]
-    assert param.value == 0 and "not measured" in param.how
+    assert param.value == 0 and param.how == Fixed(Reason.OTHERS_PREDATE)
     assert usable_cpus(model, whatif.Config.of(2), Mode.DISK, 500.0) == 2
     assert all(CpuScaling.of_run(r) is None for r in _prep_runs())

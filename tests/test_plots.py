@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -447,6 +448,24 @@ def prefix(tmp_path: Path) -> Path:
     return copy_of("report_sweep", tmp_path)
 
 
+GRID = ["--cpus", "1,2,4", "--cache", "0,50%,none", "--storage-bw", "none,8M", "--workers", "2"]
+
+
+@pytest.fixture(scope="session")
+def answered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """report_sweep with `dsanalyze whatif`'s answer to GRID stored (whatif.json, newer than
+    every run): fitted once per pytest-xdist worker (seconds of CPU); tests take a copy."""
+    prefix = copy_of("report_sweep", tmp_path_factory.mktemp("answered"))
+    assert cli.main(["whatif", str(prefix), *GRID, "--recommend", "--max-stall", "100%"]) == 0
+    return prefix
+
+
+@pytest.fixture()
+def answered_prefix(answered: Path, tmp_path: Path) -> Path:
+    """A writable copy of `answered`, its files' times kept (whatif.json stays fresh)."""
+    return Path(shutil.copytree(answered, tmp_path / answered.name))
+
+
 def test_plot_writes_png_and_svg(prefix):
     paths = app.plot(prefix)
     names = {p.name for p in paths}
@@ -464,7 +483,10 @@ def test_plot_writes_png_and_svg(prefix):
     assert "stall_breakdown.png" in names and not any(n.startswith("whatif") for n in names)
 
 
-def test_cli_plot_with_a_chosen_run(prefix, capsys):
+def test_cli_plot_with_a_chosen_run(answered_prefix, capsys):
+    """`plot --run` draws that run's timeline (the what-if figures from the stored
+    whatif.json; the plot that fits is test_plot_writes_png_and_svg)."""
+    prefix = answered_prefix
     assert cli.main(["plot", str(prefix), "--run", "synthetic-cpus2"]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith(f"figures: {prefix}/ (") and "timeline" in out
@@ -473,12 +495,9 @@ def test_cli_plot_with_a_chosen_run(prefix, capsys):
     assert "no run 'nope'" in capsys.readouterr().err
 
 
-def test_heatmap_cells_equal_the_whatif_json_of_the_real_model(prefix, capsys):
+def test_heatmap_cells_equal_the_whatif_json_of_the_real_model(answered_prefix):
     """`dsanalyze whatif` writes whatif.json; the redrawn heatmap shows exactly its numbers."""
-    assert cli.main(["whatif", str(prefix), "--cpus", "1,2,4", "--cache", "0,50%,none",
-                     "--storage-bw", "none,8M", "--workers", "2", "--recommend",
-                     "--max-stall", "100%"]) == 0
-    capsys.readouterr()
+    prefix = answered_prefix
     doc = json.loads((prefix / "whatif.json").read_text())
     docs = app.stored_whatif(prefix, store.load_runs(prefix))
     assert [r.to_dict() for r in docs.rows] == doc  # newer than every run: read, not refitted

@@ -195,8 +195,10 @@ runs = st.builds(RunResult, specs, st.sampled_from(list(Status)), st.none() | wo
                  ranks=st.lists(ranks, max_size=2).map(tuple), dataset=datasets,
                  enforced=enforcements, io=ios, started_unix_s=finite, duration_s=finite)
 
+methods = st.builds(uncertainty.RateMethod, st.none() | st.integers(1, 99),
+                    st.none() | st.integers(1, 9999), st.integers(1, 9))
 mode_rates = st.builds(ModeRate, words, st.lists(words, max_size=3).map(tuple),
-                       st.integers(1, 5), words, maybe, maybe, maybe, st.none() | words, maybe,
+                       st.integers(1, 5), words, maybe, maybe, maybe, st.none() | methods, maybe,
                        maybe, maybe, maybe, maybe, maybe, st.lists(words, max_size=2).map(tuple))
 holds = st.builds(KnobHold, st.sampled_from([h.value for h in How]), st.none() | words,
                   st.none() | st.sampled_from([1, 2]), st.none() | words)
@@ -249,7 +251,8 @@ RECORDS = {
     "CpuScaling": st.builds(CpuScaling, st.integers(1, 64), maybe, st.none() | words, maybe),
     "Summary": summaries, "Breakdown": configs.map(
         lambda c: Breakdown(**{f: getattr(c, f) for f in Breakdown.__dataclass_fields__})),
-    "RateInterval": st.builds(uncertainty.RateInterval, finite, finite, finite, words, finite),
+    "RateInterval": st.builds(uncertainty.RateInterval, finite, finite, finite, methods, finite),
+    "RateMethod": methods,
     "Note": notes,
 }
 

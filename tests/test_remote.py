@@ -104,6 +104,26 @@ def test_the_proxy_counts_requests_and_bytes(served_http):
 
 
 @needs_netns
+def test_the_proxy_counts_a_window_of_wall_clock_time_alone(served_http):
+    """Requests before and after a span are in the totals, not in the span's counts; those
+    in it come with every byte of their responses and the time each was held."""
+    url = f"{served_http.endpoint_url}/small.bin"
+    _get(url)
+    served_http.shape(None, 0.05)
+    start = time.time()
+    for _ in range(4):
+        _get(url)
+    end = time.time()
+    served_http.shape(None, 0.0)
+    _get(url)
+    got = served_http.window(start, end)
+    assert got["complete"] and got["requests"] == 4
+    assert 4 * 1024 < got["bytes_down"] < 4 * 1024 + 4 * 1024  # the body and its headers
+    assert 4 * 0.05 <= got["held_s"] < 4 * 0.05 + 0.05
+    assert served_http.window(end + 60, end + 120)["requests"] == 0
+
+
+@needs_netns
 def test_s3_objects_come_through_the_shaped_link(tmp_path):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "obj.bin").write_bytes(data := os.urandom(1 << 20))

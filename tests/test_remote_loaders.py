@@ -76,6 +76,22 @@ def check_link(runs: dict[str, store.RunResult], data_bytes: int, samples: int,
                                               + ahead * data_bytes / samples / window_s)
 
 
+def check_window(remote: store.RunResult, requests_per_sample: int) -> None:
+    """A fixed number of requests a sample (s3torchconnector: a GET; s3fs: a HEAD for the
+    size, then the GET): over the whole run the proxy also counts the listing of the
+    prefix and what the loader read ahead and the run never consumed; over the steady
+    window (the second epoch's iterations: the first is the cold one) its requests are
+    that many a sample of the window, to within one request (the next batch's first,
+    begun as the window's last iteration computes)."""
+    consumed = (WARMUP + ITERS) * BATCH
+    epoch_batches = 48 // BATCH
+    window = remote.link.window
+    assert window is not None and window.samples == (WARMUP + ITERS - epoch_batches) * BATCH
+    assert remote.link.requests > consumed * requests_per_sample
+    assert window.requests_per_sample == pytest.approx(requests_per_sample, rel=0.05)
+    assert window.bytes_down < remote.link.bytes_down * window.samples / consumed * 1.05
+
+
 @pytest.fixture(scope="module")
 def tiny_mds(tiny_images: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The JPEGs as MDS shards of at most 64 KiB (about 4 samples each), with index.json."""
@@ -99,6 +115,7 @@ def _bytes(root: Path, pattern: str) -> tuple[int, int]:
 def test_s3torchconnector_map_dataset(tiny_images, tmp_path):
     runs = profile_remote(tmp_path / "p", tiny_images, "s3", "train_s3torch.py", "s3://dsanalyze/")
     check_link(runs, *_bytes(tiny_images, "*/*.jpg"), requests_per_sample=1)
+    check_window(runs["disk"], 1)
 
 
 @pytest.mark.extended
@@ -108,6 +125,7 @@ def test_s3fs_map_dataset(tiny_images, tmp_path):
                           modes="synthetic,cached,remote")
     assert runs["synthetic"].ok
     check_link(runs, *_bytes(tiny_images, "*/*.jpg"), requests_per_sample=1)
+    check_window(runs["disk"], 2)
 
 
 @pytest.mark.extended

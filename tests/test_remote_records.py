@@ -12,10 +12,12 @@ from test_stalls import JOB, make_run
 
 from dsanalyze.analysis.stalls import breakdowns
 from dsanalyze.analysis.summary import ConfigSummary, Summary
+from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import Mode, Resources, RunSpec, Sweep
 from dsanalyze.errors import ConfigError
 from dsanalyze.linkrecords import (
     EndpointProbe,
+    LinkCounts,
     LinkRecord,
     LinkShape,
     LocalCacheAction,
@@ -37,7 +39,11 @@ links = st.builds(LinkRecord, st.sampled_from(["s3", "http"]), st.text(), st.boo
                   st.none() | st.integers(0, 10**12), st.none() | st.integers(0, 10**12),
                   st.none() | probes, st.none() | st.floats(0, 1e6),
                   st.none() | st.builds(LocalCacheState, st.text(),
-                                        st.sampled_from(LocalCacheAction), st.integers(0, 10**12)))
+                                        st.sampled_from(LocalCacheAction), st.integers(0, 10**12)),
+                  st.none() | st.builds(LinkCounts, st.integers(1, 10**9), st.integers(0, 10**9),
+                                        st.integers(0, 10**12), st.floats(0, 1e6),
+                                        st.none() | st.tuples(st.floats(0, 2e9),
+                                                              st.floats(0, 2e9))))
 
 
 @given(links)
@@ -49,6 +55,33 @@ def test_a_link_record_survives_its_json(link):
 def test_a_run_keeps_its_link(link):
     run = dataclasses.replace(make_run(Mode.DISK, 0.1), link=link)
     assert RunResult.from_dict(run.to_dict()).link == link
+
+
+@given(links)
+def test_a_link_record_without_a_window_loads_as_before(link):
+    """Records written before the steady window's counts load, the window absent."""
+    d = link.to_dict()
+    d.pop("window")
+    assert LinkRecord.from_dict(d) == dataclasses.replace(link, window=None)
+
+
+def test_the_link_window_of_a_disk_run_is_its_whole_steady_epochs():
+    """10 iterations an epoch, 25 run, 2 of warm-up: the steady window is epochs 1 and 2
+    (the first is the cold one); epoch 2 was cut short by the run's end, where the loader
+    had read ahead what was never consumed, so the link's window is epoch 1 alone."""
+    epochs = [0] * 10 + [1] * 10 + [2] * 5
+    run = make_run(Mode.DISK, 0.1, n=25, epochs=epochs, cache="0")
+    run = dataclasses.replace(run, ranks=tuple(dataclasses.replace(k, start_unix_s=1000.0)
+                                               for k in run.ranks))
+    steady = steady_window(run)
+    whole = steady.whole_epochs()
+    assert steady.chosen == (tuple(range(10, 25)),) and whole.chosen == (tuple(range(10, 20)),)
+    assert whole.span_unix_s() == pytest.approx((1001.0, 1002.0))
+    assert whole.samples() == 100
+    cached = make_run(Mode.CACHED, 0.1, n=25, epochs=epochs)  # no cold epoch: begins mid-epoch
+    assert steady_window(cached).whole_epochs() == steady_window(cached)
+    short = make_run(Mode.DISK, 0.1, n=15, epochs=[0] * 10 + [1] * 5, cache="0")
+    assert steady_window(short).whole_epochs() == steady_window(short)  # no whole epoch
 
 
 def test_a_local_run_file_has_no_link_and_no_net_fields():

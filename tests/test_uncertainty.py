@@ -18,7 +18,7 @@ from conftest import DATA_DIR
 from dsanalyze import store
 from dsanalyze.analysis import stalls, uncertainty
 from dsanalyze.analysis.summary import summarize
-from dsanalyze.analysis.uncertainty import RateInterval, Significance
+from dsanalyze.analysis.uncertainty import RateInterval, RateMethod, Significance
 from dsanalyze.config import Job, Mode, Resources, RunSpec
 from dsanalyze.records import RankRecord, RunResult
 from dsanalyze.report import summary as report
@@ -88,7 +88,7 @@ def test_rate_interval_round_trips_and_is_reproducible():
     assert RateInterval.from_dict(ci.to_dict()) == ci
     assert ci.low_sps < ci.rate_sps < ci.high_sps
     assert ci.rate_sps == pytest.approx(stalls.run_rate(run).rate_sps)
-    assert ci.level == 0.9 and ci.method.startswith("circular block bootstrap")
+    assert ci.level == 0.9 and ci.method.block and ci.method.iterations and ci.method.repeats == 1
     wider = uncertainty.rate_interval(run, level=0.99)
     assert wider.low_sps < ci.low_sps and wider.high_sps > ci.high_sps
 
@@ -130,7 +130,7 @@ def test_repeats_that_disagree_widen_the_interval():
     pooled = uncertainty.combined_samples([a, b]).interval()
     assert pooled.rate_sps == pytest.approx((own[0].rate_sps + own[1].rate_sps) / 2)
     assert pooled.high_sps - pooled.low_sps > 3 * max(o.high_sps - o.low_sps for o in own)
-    assert pooled.method.endswith("over 2 repeats")
+    assert pooled.method == RateMethod(None, None, 2)
 
 
 def test_repeats_are_pooled_into_their_configuration():
@@ -153,3 +153,13 @@ def test_significance_of_a_difference(slower_ms, significance):
     stall = uncertainty.stall_interval(t_slow, t_fast, t_slow)
     assert stall.significance is Significance(significance)
     assert stall.pct_low <= stall.pct <= stall.pct_high
+
+
+@pytest.mark.parametrize("said,method", [
+    ("circular block bootstrap over iterations (block 4 of 100)", RateMethod(4, 100)),
+    ("circular block bootstrap over iterations and over 3 repeats", RateMethod(None, None, 3)),
+])
+def test_a_method_stored_as_a_sentence_reads_back_typed(said, method):
+    """summary.json of schema < 4 stored the method as a sentence: its numbers are kept."""
+    assert RateMethod.from_dict(said) == method
+    assert RateMethod.from_dict(method.to_dict()) == method

@@ -19,7 +19,13 @@ from hypothesis import strategies as st
 from dsanalyze import store
 from dsanalyze.analysis import stalls
 from dsanalyze.instrument.loader import IterationRecorder
-from dsanalyze.instrument.untilci import RankStop, estimate, stall_period, window_start
+from dsanalyze.instrument.untilci import (
+    RankStop,
+    boundary_period,
+    estimate,
+    stall_period,
+    window_start,
+)
 from dsanalyze.settings import SETTINGS
 
 SCRIPT = Path(__file__).parent / "scripts" / "train_periodic.py"
@@ -71,6 +77,50 @@ def test_a_periodic_stall_is_never_cut_short(every, phase, stall, noise, seed):
     assert abs(est.rate_sps - true_rate) / true_rate <= 0.04 + share * every / stop
 
 
+def transient(n: int, until: int, slower: float, every: int, stall_s: float, noise: float,
+              seed: int) -> np.ndarray:
+    """A periodic series whose first `until` steps take (1 + `slower`) times as long (a page
+    cache filling, a device warming up: negative `slower`, faster at first)."""
+    x = periodic(n, 0.04, every, stall_s, 0, noise, seed)
+    x[:until] += 0.04 * slower * np.exp(np.random.default_rng(seed + 1).normal(0, noise, until))
+    return x
+
+
+def test_a_rate_still_moving_is_not_stopped_on_its_narrow_interval():
+    """The first 300 steps half as slow again, a stall every 5: the batch means narrow to ±2%
+    at 1589 steps while the window's rate is still 5% under the steady one (the slow start
+    averaged in); the rate of the window's last third says so, and the run goes on."""
+    x = transient(3000, 300, 0.5, 5, 0.12, 0.02, 0)
+    steady = 1 / (0.04 * np.exp(0.02 ** 2 / 2) + 0.12 / 5)
+    narrow = next(n for n in range(30, 3000) if estimate(x[:n], np.ones(n), 2.0, 30)
+                  .half_width_pct <= 2.0 and n > 1000)
+    est = estimate(x[:narrow], np.ones(narrow), 2.0, 30)
+    assert est.drift and not est.stop and est.rate_sps < 0.96 * steady
+    stop = first_stop(x)
+    if stop is not None:
+        assert abs(estimate(x[:stop], np.ones(stop), 2.0, 30).rate_sps / steady - 1) <= 0.04
+
+
+@settings(max_examples=40, deadline=None)
+@given(until=st.integers(10, 400), slower=st.floats(-0.5, 1.0), every=st.integers(3, 25),
+       stall=st.sampled_from([0.0, 0.1, 0.3]), noise=st.floats(0.0, 0.03),
+       seed=st.integers(0, 1000))
+def test_a_run_stops_near_the_rate_it_runs_at_when_it_stops(until, slower, every, stall, noise,
+                                                             seed):
+    """Whatever transient the run starts with: where the rule stops, the window's rate lies
+    within twice the target of the rate the job runs at there (the transient's, if it has
+    not ended: the rule cannot foresee its end), a stall's share per period aside."""
+    x = transient(3000, until, slower, every, stall, noise, seed)
+    stop = first_stop(x)
+    if stop is None:
+        return  # still moving at 3000 steps: right, not a miss
+    step = 0.04 * (1 + slower) if stop <= until else 0.04
+    local = 1 / (step * np.exp(noise ** 2 / 2) + stall / every)
+    share = stall / every * local
+    rate = estimate(x[:stop], np.ones(stop), 2.0, 30).rate_sps
+    assert abs(rate / local - 1) <= 0.04 + share * every / stop
+
+
 def test_stall_period_is_the_longest_gap_between_stalls():
     x = np.full(40, 0.04)
     assert stall_period(x) == 0
@@ -79,6 +129,22 @@ def test_stall_period_is_the_longest_gap_between_stalls():
     y = np.full(40, 0.04)
     y[9] = 0.2  # seen once: the period is at least its distance from the start
     assert stall_period(y) == 10
+
+
+def test_a_stalled_epoch_boundary_sizes_the_blocks_by_the_epoch():
+    """A checkpoint every 7 steps and a boundary stall every 64: the blocks span an epoch
+    (each holds one boundary), not the checkpoints' 7 steps, and the boundary counts before
+    it recurs; a boundary that does not stall leaves the blocks alone."""
+    x = periodic(400, 0.036, 7, 0.06, 0, 0.02, 4)
+    epoch = list(np.arange(400) // 64)
+    assert boundary_period(x[:380], epoch[:380], 64) == 0  # no boundary stalls (384 checkpoints)
+    x[64::64] += 0.15
+    assert boundary_period(x[:70], epoch[:70], 64) == 64
+    assert boundary_period(x, epoch, None) == 0  # the loader's length unknown
+    est = estimate(x[1:], np.ones(399), 2.0, 30, boundary_period(x, epoch, 64))
+    assert est.block >= 65 and est.blocks == 399 // est.block
+    steady = 64 / (64 * 0.036 * np.exp(0.02 ** 2 / 2) + 64 / 7 * 0.06 + 0.15)
+    assert abs(est.rate_sps / steady - 1) <= 0.03
 
 
 def test_disk_windows_start_after_the_cold_epoch():
@@ -170,3 +236,28 @@ def test_real_runs_stop_once_sure_and_not_on_the_checkpoint_stall(tmp_path, smal
     rate = stalls.run_rate(run).rate_sps
     # 2 ranks x 4 samples every (20 ms + the loader) + 60 ms every 5: at most this fast
     assert rate < 8 / (0.020 + 0.060 / 5)
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+def test_a_real_job_whose_step_keeps_slowing_is_not_stopped_on_its_mean(tmp_path, small_dataset):
+    """A user's loop whose step grows by 10 ms every 100 steps (20 ms at first): a run that
+    stops must have a window whose rate agrees with its own last third's within twice the
+    target (its iteration times say so, the rule aside); one that does not stop ran to its
+    maximum, its last reading not yet sure."""
+    prefix = tmp_path / "r"
+    rc = harness("--data", small_dataset, "--prefix", prefix, "--modes", "cached",
+                 "--until-ci", "5%", "--warmup", 3, "--iters", 240, "--no-plots", "--no-advice",
+                 SCRIPT, small_dataset, "-j", 1, "-b", 4, "--step-ms", 20, "--drift-ms", 10,
+                 "--every", 10**6)
+    assert rc == 0
+    (run,) = store.load_runs(prefix)
+    r0 = run.ranks[0]
+    x, s = np.array(r0.iter_s[r0.warmup:]), np.array(r0.samples[r0.warmup:])
+    last = r0.extra["until_ci"]["estimate"]
+    if not r0.extra["until_ci"]["stopped"]:
+        assert len(x) == 240 and not last["stop"]
+        return
+    late = len(x) - len(x) // 3
+    assert abs((s[late:].sum() / x[late:].sum()) / (s.sum() / x.sum()) - 1) <= 0.10
+    assert last["stop"] and not last["drift"]

@@ -41,6 +41,7 @@ from dsanalyze.whatif.assumptions import Assume, Assumption
 from dsanalyze.whatif.decision import DecisionKind
 from dsanalyze.whatif.documents import Unmade, UnmadeWhy
 from dsanalyze.whatif.model import HeldOut, predict_run, run_config, run_layout, simulate_run
+from dsanalyze.whatif.provenance import Contention, Fixed, MainLoop, Reason, Sizes
 
 DATA = Path(__file__).parent / "data"
 
@@ -174,18 +175,19 @@ def test_parameters_name_their_runs() -> None:
         run_rate(store.read_run(DATA / "whatif_prep/runs/synthetic-cpus1.json")).rate_sps)
     prep = params["prep_cpu_s_per_sample"]
     assert prep.runs == ("loader-cpus1",) and 250 < 1 / prep.value < 320
-    assert "contention 0: one busy-core count measured" in prep.how
-    assert params["allreduce_s"].value == 0 and "untested" in params["allreduce_s"].how
+    assert prep.how.law is Contention.ONE_COUNT and prep.how.cores == (1,)
+    assert params["allreduce_s"].value == 0 and \
+        params["allreduce_s"].how == Fixed(Reason.ONE_RANK_COUNT)
     assert params["samples_per_epoch"].value == 64
-    assert "size quantiles" in params["sample_bytes"].how
+    assert params["sample_bytes"].how.source is Sizes.QUANTILES
     # nothing throttled, no cache limit, runs older than the device probe: said, not invented
     assert params["throttle_efficiency"].value == 1 and not params["throttle_efficiency"].runs
-    assert params["device_read_bps"].value is None and "not measured" in \
-        params["device_read_bps"].how
+    assert params["device_read_bps"].value is None and \
+        params["device_read_bps"].how == Fixed(Reason.DEVICE_PREDATES_PROBE)
     assert params["cache_slack_bytes"].value is None
     # the per-transform timing gives the share of the prep that follows the file's bytes
     assert 0 < params["prep_size_share"].value < 1 and "read+decode" in \
-        params["prep_size_share"].how
+        dict(params["prep_size_share"].how.steps_s)
 
 
 def test_main_process_measured_on_the_cached_runs_timeline() -> None:
@@ -200,7 +202,7 @@ def test_main_process_measured_on_the_cached_runs_timeline() -> None:
     cached = run.ranks[0]
     assert params["receive_s"].runs == ("cached-cpus1",)
     assert model.receive_s == pytest.approx(np.median(cached.wait_s[cached.warmup:]))
-    assert "measured" in params["main_cpu_s_per_iter"].how and model.main_cpu_s > 0
+    assert isinstance(params["main_cpu_s_per_iter"].how, MainLoop) and model.main_cpu_s > 0
 
     def loop_s(timeline) -> float:  # the median loop time of the steady iterations
         return float(np.median([t - w for t, w in zip(timeline.iter_s[cached.warmup:],
@@ -368,7 +370,7 @@ def test_validate_needs_something_to_hold_out() -> None:
 def test_no_synthetic_run_is_said() -> None:
     runs = [r for r in runs_of("prep") if r.mode.value != "synthetic"]
     model = whatif.fit(runs)
-    assert model.params[0].value is None and "no synthetic run" in model.params[0].how
+    assert model.params[0].value is None and model.params[0].how == Fixed(Reason.NO_SYNTHETIC_RUN)
     with pytest.raises(ConfigError, match="compute rate G was not measured"):
         whatif.predict(model, whatif.Config.of(1))
 
@@ -648,7 +650,7 @@ def test_read_cost_comes_from_the_contrast_across_cache_budgets() -> None:
     runs = runs_of("caches")
     model = whatif.fit(runs)
     (param,) = [p for p in model.params if p.name == "read_cpu_bps"]
-    assert "across the cache budgets" in param.how and len(param.runs) == 4
+    assert param.how.contrast and len(param.runs) == 4
     slow = whatif.fit([_slower(r, 1.1) if r.mode.value == "disk" else r for r in runs])
     assert slow.miss_cpu_s_per_byte == pytest.approx(model.miss_cpu_s_per_byte, rel=1e-9, abs=1e-15)
     loo = {c.run_id: c for c in whatif.validate(runs).splits[0].checks}

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from test_stalls import JOB, make_run
 
 from dsanalyze.config import Mode, Resources, RunSpec
-from dsanalyze.linkrecords import LinkRecord, LinkShape
+from dsanalyze.linkrecords import LinkCounts, LinkRecord, LinkShape
 from dsanalyze.whatif.network import NetModel, NetObservation, fit, observations
 
 LINKS = [(128_000, 0.0), (1_000_000, 0.0), (None, 0.02), (512_000, 0.01)]
@@ -65,11 +65,16 @@ def test_a_remote_run_and_its_cached_run_make_an_observation():
     assert (o.bw_bps, o.latency_s, o.streams) == (1 << 20, 0.02, 3)
     assert (o.requests_per_sample, o.bytes_per_sample) == (2, 1000)
     assert (o.rate_sps, o.cached_rate_sps) == pytest.approx((50, 100))
+    # with the steady window's counts, a sample's requests and bytes are the window's alone
+    steady = LinkCounts(40, 41, 41_000, 0.9, (1.0, 2.0))
+    disk = dataclasses.replace(disk, link=dataclasses.replace(disk.link, window=steady))
+    (o,) = observations([cached, disk])
+    assert (o.requests_per_sample, o.bytes_per_sample) == (41 / 40, 1025)
 
 
 # ---- the grid and the advice over a network (whatif/netgrid.py) --------------------------------
 
-SAMPLE_BYTES = 20_000
+SAMPLE_BYTES = 4_000  # latency-bound: 8 streams keep a 1M/s link about 6% busy
 
 
 def _remote_sweep(links: list[tuple[int | None, float]], truth: NetModel) -> list:
@@ -163,3 +168,17 @@ def test_a_faster_link_is_named_in_words():
     more = dataclasses.replace(base, workers=8, measured=False)
     assert "a link of 4M/s (1M/s measured)" in change_text(faster, base)
     assert "link" not in change_text(more, base) and "8 DataLoader workers" in change_text(more, base)
+
+
+def test_the_one_run_with_a_delay_is_not_left_out_of_the_error():
+    """Two runs held at their links and one at 50 ms: predicting the delayed run without it
+    (no evidence of the cost a request) is not what the grid is asked, so the leave-one-out
+    error is the link-bound runs' (exact here: the noise floor), out of sample."""
+    from dsanalyze.whatif import netgrid
+
+    truth = NetModel(0.01, 0.0)
+    obs = [observe(truth, bw, lat, streams=8) for bw, lat in ((128_000, 0.0), (256_000, 0.0),
+                                                              (None, 0.05))]
+    assert [o.weight() == 0 for o in obs] == [True, True, False]  # the first two at the link
+    assert netgrid.loo_sigma(obs) == (netgrid.MIN_SIGMA, True)
+    assert fit(obs).request_s == pytest.approx(0.01)

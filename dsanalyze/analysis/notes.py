@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 from dsanalyze.analysis.interference import Interference
 from dsanalyze.analysis.runrate import RunRate
 from dsanalyze.analysis.uncertainty import Significance, StallInterval
 from dsanalyze.config import Mode
-from dsanalyze.plain import PlainJson, fields_from_plain, fields_to_plain
+from dsanalyze.plain import Tagged
 from dsanalyze.records import CacheAction, RunResult
 from dsanalyze.settings import SETTINGS
 
@@ -27,22 +27,10 @@ from dsanalyze.settings import SETTINGS
 OUTSIDE_WORK_MARGIN_PCT = 10.0
 
 
-class Note(PlainJson):
+class Note(Tagged):
     """A note's JSON carries its `kind`, by which `from_dict` finds its class."""
 
-    kind: ClassVar[str]
     KINDS: ClassVar[dict[str, type[Note]]] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        Note.KINDS[cls.kind] = cls
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **fields_to_plain(self)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Self:
-        return fields_from_plain(Note.KINDS[d["kind"]], d)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import statistics
 from dataclasses import dataclass
 
 from dsanalyze.analysis import interference, uncertainty
+from dsanalyze.analysis.uncertainty import RateMethod
 from dsanalyze.analysis.window import steady_window
 from dsanalyze.plain import PlainJson
 from dsanalyze.records import RunResult
@@ -39,7 +40,7 @@ class RunRate(PlainJson):
     error: str | None = None
     rate_sps_low: float | None = None  # confidence interval of rate_sps (uncertainty.py)
     rate_sps_high: float | None = None
-    rate_method: str | None = None
+    rate_method: RateMethod | None = None
     rate_level: float | None = None
     repeat: int = 1
     others_cpu_pct: float | None = None  # CPU time of other processes on the run's CPUs

@@ -28,7 +28,7 @@ from typing import Any
 from dsanalyze.analysis import uncertainty
 from dsanalyze.analysis.notes import Note, config_notes
 from dsanalyze.analysis.runrate import RunRate, run_rate
-from dsanalyze.analysis.uncertainty import RateSamples, Significance, StallInterval
+from dsanalyze.analysis.uncertainty import RateMethod, RateSamples, Significance, StallInterval
 from dsanalyze.analysis.verdict import Bound, Verdict, verdict
 from dsanalyze.config import Mode
 from dsanalyze.plain import PlainJson
@@ -47,7 +47,7 @@ class ModeRate(PlainJson):
     rate_sps: float | None = None
     rate_sps_low: float | None = None
     rate_sps_high: float | None = None
-    rate_method: str | None = None
+    rate_method: RateMethod | None = None
     rate_level: float | None = None
     time_s: float | None = None  # samples_per_epoch / rate_sps
     wait_pct: float | None = None

@@ -23,12 +23,13 @@ from dsanalyze.config import Job
 from dsanalyze.plain import PlainJson
 from dsanalyze.records import DatasetRecord, RunResult
 
+# 4: a rate's interval method typed (`uncertainty.RateMethod`; before, a sentence it parses);
 # 3: a configuration's notes typed (`notes.Note`, stored as `notes`), worded by the report;
 # 2: the verdicts typed (`verdict.Verdict`, `ColdEpoch.bound`), worded by the report;
 # 1: typed (this module), the verdicts in words; documents without `schema` are the untyped
 # dict of before, with the keys of 1. Before 2, a verdict reads back as its bound alone;
 # before 3, the notes are the sentences stored as `warnings` (read back as `notes.Said`).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)

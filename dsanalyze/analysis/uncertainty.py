@@ -22,7 +22,7 @@ A configuration run several times (`--repeats`) adds the spread between
 repeats, by a two-stage bootstrap: each replicate draws the repeats with
 replacement, then one block-bootstrap replicate of each drawn repeat, and
 averages their rates. With one run the interval says nothing about
-run-to-run drift; the method string says how many repeats it rests on.
+run-to-run drift; the method (`RateMethod`) says how many repeats it rests on.
 
 A stall is a difference of the times per epoch of two modes (N / rate), so
 its interval is propagated by pairing the replicates of the two rates (the
@@ -38,20 +38,40 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 import statistics
 import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
 from dsanalyze.analysis.window import steady_window
 from dsanalyze.blockstats import DEFAULT_LEVEL, block_length, small_sample_factor
+from dsanalyze.plain import PlainJson
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 
-METHOD = "circular block bootstrap over iterations"
+
+@dataclass(frozen=True)
+class RateMethod(PlainJson):
+    """How a rate's interval was found: the circular block bootstrap over iterations, in
+    blocks of `block` of the `iterations` (None where repeats are pooled), and, when
+    `repeats` > 1, the two-stage bootstrap over the repeats."""
+
+    block: int | None
+    iterations: int | None
+    repeats: int = 1
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | str) -> Self:
+        if isinstance(d, str):  # the sentence a summary of schema < 4 stored
+            blocks = re.search(r"block (\d+) of (\d+)", d)
+            repeats = re.search(r"over (\d+) repeats", d)
+            return cls(int(blocks[1]) if blocks else None, int(blocks[2]) if blocks else None,
+                       int(repeats[1]) if repeats else 1)
+        return super().from_dict(d)
 
 
 @dataclass(frozen=True)
@@ -61,7 +81,7 @@ class RateInterval:
     rate_sps: float
     low_sps: float
     high_sps: float
-    method: str
+    method: RateMethod
     level: float = DEFAULT_LEVEL
 
     def to_dict(self) -> dict[str, Any]:
@@ -70,7 +90,7 @@ class RateInterval:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RateInterval:
         return cls(float(d["rate_sps"]), float(d["low_sps"]), float(d["high_sps"]),
-                   str(d["method"]), float(d.get("level", DEFAULT_LEVEL)))
+                   RateMethod.from_dict(d["method"]), float(d.get("level", DEFAULT_LEVEL)))
 
 
 @dataclass(frozen=True)
@@ -79,7 +99,7 @@ class RateSamples:
 
     rate_sps: float
     replicates: np.ndarray
-    method: str
+    method: RateMethod
 
     def interval(self, level: float = DEFAULT_LEVEL) -> RateInterval:
         low, high = percentiles(self.replicates, level)
@@ -157,7 +177,7 @@ def run_samples(result: RunResult, n_resamples: int = SETTINGS.n_resamples) -> R
     rep = samples[:, idx].sum(axis=(0, 2)) / iters[:, idx].sum(axis=2).max(axis=0)
     hat = samples.sum() / iters.sum(axis=1).max()
     rep = hat + (rep - hat) * small_sample_factor(n // b)
-    return RateSamples(rate, rate * rep / hat, f"{METHOD} (block {b} of {n})")
+    return RateSamples(rate, rate * rep / hat, RateMethod(b, n))
 
 
 def rate_interval(result: RunResult, level: float = DEFAULT_LEVEL) -> RateInterval | None:
@@ -183,7 +203,7 @@ def combined_samples(runs: Sequence[RunResult],
     column = rng.integers(0, reps.shape[1], size=(n_resamples, k))
     rep = reps[which, column].mean(axis=1)
     rate = float(np.mean([s.rate_sps for s in per_run]))
-    return RateSamples(rate, rep, f"{per_run[0].method.split(' (')[0]} and over {k} repeats")
+    return RateSamples(rate, rep, RateMethod(None, None, k))
 
 
 def epoch_time(samples_per_epoch: int, rate: RateSamples) -> tuple[float, np.ndarray]:

@@ -39,6 +39,22 @@ class Window:
         start = r0.start_unix_s + sum(r0.iter_s[:chosen[0]])
         return start, r0.start_unix_s + sum(r0.iter_s[:chosen[-1] + 1])
 
+    def whole_epochs(self) -> Window:
+        """For counting what a loader fetched a sample: the window cut to the epochs it
+        holds whole, when it begins at an epoch's start (a disk run's after its cold first
+        epoch). A loader reads ahead within an epoch, never into the next, so whole epochs
+        have no read-ahead at either edge, while a window cut short by the run's end holds
+        the run's read-ahead that was never consumed. Unchanged when it begins mid-epoch
+        (both edges then hold read-ahead, which cancels) or holds no whole epoch."""
+        if self.steady_from is None:
+            return self
+        last = max(self.epochs)  # the run may have stopped in it
+        chosen = tuple(tuple(i for i in c if r.epoch[i] < last)
+                       for r, c in zip(self.ranks, self.chosen))
+        if not all(chosen):
+            return self
+        return Window(self.ranks, chosen, self.epochs, self.steady_from)
+
 
 def steady_window(result: RunResult) -> Window | None:
     """The measured window of a completed run, or None when it has no measured iteration."""

@@ -21,13 +21,21 @@ same iteration (`RankStop`). The rule, over rank 0's window:
   batches, an epoch boundary, a periodic checkpoint.
 - **batch means**: blocks of m = max(the block bootstrap's block length
   (`blockstats.block_length`, the rule the run's reported interval uses),
-  the period + 1) consecutive iterations; the last k = n // m of the window,
+  the period + 1; where an epoch's first iteration in the window is a stall,
+  the loader's epoch is a period too: `boundary_period`) consecutive iterations; the last k = n // m of the window,
   k at least `SETTINGS.min_blocks`: the window spans several periods of any stall
   seen, so a stall that has not yet recurred cannot end the run.
 - **interval**: per block, seconds per sample; the 95% half-width t_{k-1}
   s / sqrt(k) relative to their mean (t/z as `blockstats.small_sample_factor`).
-  The run stops once it is at most P%. The run's reported interval is still
-  the circular block bootstrap's, computed later over the same window.
+- **drift**: the rate of the window's last third (its last ceil(k/3) blocks,
+  at least 2) must agree with the whole window's within P%. A rate still
+  moving (a slow start averaged in, a page cache filling, a device warming)
+  can give batch means a narrow interval while the window's rate is not yet
+  the one the job runs at; the run goes on until the start's share is under
+  P% (or to its maximum).
+- The run stops once the interval is at most P% and no drift is seen. The
+  run's reported interval is still the circular block bootstrap's, computed
+  later over the same window.
 
 Pure (numpy, no torch): `estimate` takes the series and returns a value.
 """
@@ -61,6 +69,7 @@ class Estimate:
     blocks: int
     period: int  # longest gap between recurring stalls seen (0: none)
     stop: bool
+    drift: bool = False  # the blocks' rate has a significant trend
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -80,15 +89,17 @@ def stall_period(iter_s: np.ndarray) -> int:
     return int(np.diff(stalls).max())
 
 
-def estimate(iter_s: Any, samples: Any, target_pct: float, min_iters: int) -> Estimate:
+def estimate(iter_s: Any, samples: Any, target_pct: float, min_iters: int,
+             epoch_period: int = 0) -> Estimate:
     """The batch-means interval of the window's rate (samples / second) and whether it is
-    within ±`target_pct`% (see the module's docstring)."""
+    within ±`target_pct`% (see the module's docstring); `epoch_period`: the loader's epoch
+    in batches where its boundary is a stall (`boundary_period`), a period as any other."""
     x, s = np.asarray(iter_s, dtype=float), np.asarray(samples, dtype=float)
     n = len(x)
     rate = float(s.sum() / x.sum()) if n and x.sum() > 0 else 0.0
     if n < max(min_iters, SETTINGS.min_blocks, 4):
         return Estimate(n, rate, math.inf, 0, 0, 0, False)
-    period = stall_period(x)
+    period = max(stall_period(x), epoch_period)
     m = max(block_length(x), period + 1 if period else 1)
     k = n // m
     if k < SETTINGS.min_blocks:
@@ -97,7 +108,23 @@ def estimate(iter_s: Any, samples: Any, target_pct: float, min_iters: int) -> Es
     per_sample = tail_x.sum(axis=1) / tail_s.sum(axis=1)
     t = Z95 * small_sample_factor(k, DEFAULT_LEVEL)
     half = 100 * t * float(per_sample.std(ddof=1)) / math.sqrt(k) / float(per_sample.mean())
-    return Estimate(n, rate, half, m, k, period, half <= target_pct)
+    late = max(2, math.ceil(k / 3))  # blocks: the window's last third
+    late_rate = float(tail_s[-late:].sum() / tail_x[-late:].sum())
+    drift = abs(late_rate / rate - 1) * 100 > target_pct
+    return Estimate(n, rate, half, m, k, period, half <= target_pct and not drift, drift)
+
+
+def boundary_period(iter_s: Any, epoch: Any, epoch_batches: int | None) -> int:
+    """The loader's epoch (`epoch_batches`) when an epoch's first iteration in the window is a
+    stall (over SETTINGS.stall_factor x the median: workers restarted, their first batches),
+    else 0. Its period is known before it recurs, and a checkpoint's shorter stalls between
+    two boundaries would otherwise size the blocks alone."""
+    x, e = np.asarray(iter_s, dtype=float), np.asarray(epoch)
+    if not epoch_batches or len(x) < 2:
+        return 0
+    firsts = np.flatnonzero(np.diff(e)) + 1
+    stalled = x[firsts] > SETTINGS.stall_factor * float(np.median(x))
+    return int(epoch_batches) if stalled.any() else 0
 
 
 def window_start(epoch: list[int], warmup: int, mode: str) -> int | None:
@@ -140,8 +167,10 @@ class RankStop:
         n = len(rec.iter_s) - start
         if n < self.min_iters or n % max(1, n // 50):
             return  # past 50 iterations, read the window every n/50 iterations
+        before = max(0, start - 1)  # a boundary at the window's first iteration is one too
+        boundary = boundary_period(rec.iter_s[before:], rec.epoch[before:], self.epoch_batches)
         self.last = estimate(rec.iter_s[start:], rec.samples[start:], self.target_pct,
-                             self.min_iters)
+                             self.min_iters, boundary)
         if not self.last.stop:
             return
         self.stop_at = len(rec.iter_s) + (SETTINGS.lead_iters if self.path is not None else 0)

@@ -8,7 +8,11 @@ input, one a line, and exits at end-of-file (its parent is gone):
 - `delay <seconds>`: hold every request that long from now on;
 - `stats`: print one JSON line `{"connections", "requests", "bytes_up", "bytes_down",
   "held_s"}`, counted since the start; `held_s` is the time requests were actually held
-  (the event loop wakes late on a busy machine: more than requests × delay).
+  (the event loop wakes late on a busy machine: more than requests × delay);
+- `window <start_unix_s> <end_unix_s>`: print one JSON line `{"requests", "bytes_down",
+  "held_s", "complete"}` over the requests that began in that wall-clock span, each with
+  every byte of its response; `complete` is false when the log (the last `LOG_REQUESTS`
+  requests, each its start, response bytes and time held) no longer reaches back to it.
 
 A request is what the client sends after the server last spoke (or after it
 connected): HTTP/1.1 is turn by turn, so each request on a kept-alive
@@ -26,9 +30,28 @@ import asyncio
 import json
 import sys
 import time
+from collections import deque
 from dataclasses import asdict, dataclass
 
 CHUNK_BYTES = 256 << 10
+LOG_REQUESTS = 1 << 17  # about 13 MiB of log, many runs' worth
+
+
+@dataclass
+class Request:
+    """One request in the log: when it began (wall clock), its response's bytes, its hold."""
+
+    start_unix_s: float
+    bytes_down: int = 0
+    held_s: float = 0.0
+
+
+@dataclass
+class Turn:
+    """Whose turn it is on one connection, and the request its response bytes belong to."""
+
+    server_spoke: bool = True  # the client's first bytes are a request
+    current: Request | None = None
 
 
 @dataclass
@@ -47,6 +70,7 @@ class DelayProxy:
         self.upstream = upstream
         self.delay_s = delay_s
         self.counts = Counts()
+        self.log: deque[Request] = deque(maxlen=LOG_REQUESTS)
 
     async def handle(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
         self.counts.connections += 1
@@ -55,7 +79,7 @@ class DelayProxy:
         except OSError:
             c_writer.close()
             return
-        turn = {"server_spoke": True}  # the client's first bytes are a request
+        turn = Turn()
         up = asyncio.create_task(self._pump_up(c_reader, s_writer, turn))
         down = asyncio.create_task(self._pump_down(s_reader, c_writer, turn))
         await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
@@ -65,24 +89,29 @@ class DelayProxy:
             writer.close()
 
     async def _pump_up(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       turn: dict[str, bool]) -> None:
+                       turn: Turn) -> None:
         while data := await reader.read(CHUNK_BYTES):
-            if turn["server_spoke"]:
-                turn["server_spoke"] = False
+            if turn.server_spoke:
+                turn.server_spoke = False
                 self.counts.requests += 1
+                turn.current = Request(time.time())
+                self.log.append(turn.current)
                 if self.delay_s > 0:
                     t0 = time.perf_counter()
                     await asyncio.sleep(self.delay_s)
-                    self.counts.held_s += time.perf_counter() - t0
+                    turn.current.held_s = time.perf_counter() - t0
+                    self.counts.held_s += turn.current.held_s
             self.counts.bytes_up += len(data)
             writer.write(data)
             await writer.drain()
 
     async def _pump_down(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         turn: dict[str, bool]) -> None:
+                         turn: Turn) -> None:
         while data := await reader.read(CHUNK_BYTES):
-            turn["server_spoke"] = True
+            turn.server_spoke = True
             self.counts.bytes_down += len(data)
+            if turn.current is not None:
+                turn.current.bytes_down += len(data)
             writer.write(data)
             await writer.drain()
 
@@ -93,7 +122,17 @@ class DelayProxy:
             self.delay_s = max(0.0, float(value))
         elif word == "stats":
             return json.dumps(asdict(self.counts))
+        elif word == "window":
+            start, end = (float(v) for v in value.split())
+            return json.dumps(self.window(start, end))
         return None
+
+    def window(self, start_unix_s: float, end_unix_s: float) -> dict[str, float | int | bool]:
+        """The logged requests that began in [start, end): their count, bytes and hold."""
+        inside = [r for r in self.log if start_unix_s <= r.start_unix_s < end_unix_s]
+        reaches = len(self.log) < LOG_REQUESTS or self.log[0].start_unix_s < start_unix_s
+        return {"requests": len(inside), "bytes_down": sum(r.bytes_down for r in inside),
+                "held_s": sum(r.held_s for r in inside), "complete": reaches}
 
 
 def _addr(text: str) -> tuple[str, int]:

@@ -6,6 +6,7 @@
         before = remote.counts()
         ...                                           # the run
         link = remote.record(shape, before)           # records.RunResult.link
+        link = remote.windowed(link, span, samples)   # and its steady window's counts
 
 Served data (`--serve s3|http`): the sweep's `--data` is served from a namespace
 behind a shaped link (`served.py`); a remote run (the disk mode of a remote
@@ -23,6 +24,7 @@ run on this side of the link and emptied before each remote run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +32,13 @@ from typing import Any
 
 from dsanalyze.config import Mode, RunSpec, Sweep, parse_bytes
 from dsanalyze.dataset import DatasetInfo
-from dsanalyze.linkrecords import EndpointProbe, LinkRecord, LinkShape, LocalCacheState
+from dsanalyze.linkrecords import (
+    EndpointProbe,
+    LinkCounts,
+    LinkRecord,
+    LinkShape,
+    LocalCacheState,
+)
 from dsanalyze.remote import localcache, netlink, s3server
 from dsanalyze.remote.endpoint import Endpoint
 from dsanalyze.remote.probe import probe
@@ -133,6 +141,21 @@ class RemoteData:
                           delta.get("bytes_down"), delta.get("bytes_up"),
                           self.probes.get(shape) or self.probes.get(LinkShape()),
                           delta.get("held_s"), self.cache_state)
+
+
+    def windowed(self, link: LinkRecord, span_unix_s: tuple[float, float],
+                 samples: int) -> LinkRecord:
+        """`link` with the proxy's counts over the run's steady window (`samples` consumed in
+        it), asked before the next run; unchanged when the harness serves nothing or the
+        proxy's log no longer reaches back to the window's start."""
+        if self.served is None or samples <= 0:
+            return link
+        got = self.served.window(*span_unix_s)
+        if not got["complete"]:
+            return link
+        counts = LinkCounts(samples, int(got["requests"]), int(got["bytes_down"]),
+                            float(got["held_s"]), span_unix_s)
+        return dataclasses.replace(link, window=counts)
 
 
 @contextlib.contextmanager

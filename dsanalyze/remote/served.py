@@ -119,6 +119,12 @@ class ServedData:
         self._tell("stats")
         return json.loads(self._proxy_line())
 
+    def window(self, start_unix_s: float, end_unix_s: float) -> dict[str, Any]:
+        """Requests, bytes and seconds held of the requests that began in the span
+        (`complete`: false when the proxy's log no longer reaches back to its start)."""
+        self._tell(f"window {start_unix_s!r} {end_unix_s!r}")
+        return json.loads(self._proxy_line())
+
     def url_of(self, relpath: str) -> str:
         """The URL of one served file, as the job names it (`s3://bucket/key`, `http://...`)."""
         return self.backend.module.url_of(self.endpoint_url, relpath)

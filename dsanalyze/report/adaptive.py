@@ -40,7 +40,8 @@ def why_text(d: Decision) -> str:
         return (f"budget: {b.spent_s:.0f} s of {b.budget_s:.0f} s spent, the next run "
                 f"({b.skipped_key}) would take about {b.expected_s:.0f} s more: stopping")
     if d.verdict is Verdict.MEASURE and d.next_key == d.pick_key:
-        return f"wider than {target}: measuring it"
+        return (f"wider than {target}: measuring it" if d.pick_half_width_pct > d.target_pct
+                else "a prediction only: measuring it (the answer rests on a measurement)")
     if d.verdict is Verdict.MEASURE:
         aim = "be cheaper under the limit" if d.under_limit else "do better"
         return f"{d.rival_key} has a {d.rival_chance:.0%} chance to {aim}: measuring it"
@@ -49,6 +50,10 @@ def why_text(d: Decision) -> str:
                 f"(run {d.pick_runs + 1})")
     left = (f"no configuration left to measure has a {d.chance_min:.0%} chance to change it"
             + (f" (likeliest {d.rival_key}: {d.rival_chance:.1%})" if d.rival_key else ""))
+    if d.verdict is Verdict.EQUIVALENT:
+        return (f"equivalent to {', '.join(d.equivalent)}: each could do better only within "
+                f"the pick's own noise (±{d.margin_pct:.1f}%; by more than that: "
+                f"{d.rival_chance:.1%} at most), which more runs of them cannot tell apart")
     if d.verdict is Verdict.CONFIDENT:
         return f"within {target} and {left}"
     return (f"wider than {target} "

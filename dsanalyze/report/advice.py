@@ -21,7 +21,7 @@ from dsanalyze.analysis.verdict import Bound
 from dsanalyze.report.assumptions import assumption_text
 from dsanalyze.report.text import bandwidth_text, cache_text, number
 from dsanalyze.report.whatif_text import unmade_text
-from dsanalyze.whatif.advice import Advice
+from dsanalyze.whatif.advice import Advice, ModelFailure
 from dsanalyze.whatif.decision import (
     Decision,
     DecisionKind,
@@ -108,11 +108,42 @@ def _reason_text(d: Decision) -> str:
     return "the prep stall dominates: measure more CPUs"
 
 
-def error_text(e: ErrorQuote | None, beyond: tuple[str, ...], why_not: str) -> str:
+def failure_text(f: ModelFailure) -> str:
+    """One line for a failure of the model: our refusal's message (it says what to do); any
+    other exception (a bug of the model on data it was never tried on) its type and first
+    line, so that a sweep that measured everything still ends with its table and this line."""
+    if f.ours:
+        return f.message
+    return f"{f.error_type}: {(f.message.strip().splitlines() or [''])[0]}"
+
+
+def why_not_validated(f: ModelFailure | None) -> str:
+    """Why the model was not validated, short: our refusal's first clause (before its ':')."""
+    if f is None:
+        return "no run held out"
+    return f.message.split(":")[0] if f.ours else failure_text(f)
+
+
+def advice_failed_text(f: ModelFailure) -> str:
+    """The advice itself failed on the runs: `the advice failed on these runs (...)`."""
+    return f"the advice failed on these runs ({failure_text(f)})"
+
+
+def missing_note(a: Advice) -> str | None:
+    """What the report lacks and why: no model fitted, or the model not validated."""
+    notes = [] if a.rows or a.note is None else \
+        [f"What-if: no model fitted on these runs: {failure_text(a.note)}"]
+    if a.rows and a.validation is None:
+        notes.append(f"Validation: {why_not_validated(a.validation_note)}")
+    return " ".join(notes) or None
+
+
+def error_text(e: ErrorQuote | None, beyond: tuple[str, ...], why_not: ModelFailure | None
+               ) -> str:
     """The validation split that speaks for a prediction, in words."""
     where = f"beyond the measured range ({', '.join(beyond)}), " if beyond else ""
     if e is None:
-        return f"{where}not validated ({why_not or 'no run held out'})"
+        return f"{where}not validated ({why_not_validated(why_not)})"
     if e.median_abs_error_pct is None:
         why = unmade_text(e.unmade) if e.unmade else "no run held out"
         return f"{where}its {e.split} error is unknown ({why})"
@@ -180,7 +211,8 @@ def advice_text(a: Advice) -> str:
     if kind is DecisionKind.MEASURED:
         return _measured_text(a)
     if a.note:  # no model
-        return f"Advice: none: the what-if model could not be fitted on these runs ({a.note})."
+        return ("Advice: none: the what-if model could not be fitted on these runs "
+                f"({failure_text(a.note)}).")
     if kind is DecisionKind.CHANGE:
         return _change_text(a)
     if kind is DecisionKind.KEEP:
@@ -191,9 +223,10 @@ def advice_text(a: Advice) -> str:
 
 
 NOT_RUN: dict[Unrunnable, Callable[[NotRun], str]] = {
-    Unrunnable.NO_CHOICE: lambda r: f"no recommendation to check{': ' + r.note if r.note else ''}",
+    Unrunnable.NO_CHOICE: lambda r: "no recommendation to check"
+                                    + (f": {failure_text(r.note)}" if r.note else ""),
     Unrunnable.ADVICE_FAILED: lambda r: f"no recommendation to check: the advice failed "
-                                        f"({r.note})",
+                                        f"({failure_text(r.note) if r.note else ''})",
     Unrunnable.MEASURED: lambda r: f"the recommended configuration was measured ({r.run_id})",
     Unrunnable.FASTER_STEP: lambda r: f"a step {r.gpu_speedup:g}x faster cannot be measured on "
                                       "this machine",

@@ -11,6 +11,7 @@ from typing import Any
 
 from dsanalyze.config import format_bytes
 from dsanalyze.report.assumptions import assumption_text
+from dsanalyze.report.params import how_text
 from dsanalyze.report.text import bandwidth_text, cache_text, fixed_width, number
 from dsanalyze.whatif.documents import Unmade, UnmadeWhy
 from dsanalyze.whatif.validation import EXTRAPOLATION, LOO, split_figures
@@ -38,7 +39,7 @@ def params_lines(model: Any) -> list[str]:
         else:
             value = f"{p.value:.4g} {p.unit}"
         runs = ", ".join(p.runs[:3]) + (f" +{len(p.runs) - 3}" if len(p.runs) > 3 else "")
-        lines.append(f"  {p.name:34s} {value:>14s}  {p.how}" + (f" [{runs}]" if runs else ""))
+        lines.append(f"  {p.name:34s} {value:>14s}  {how_text(p.how)}" + (f" [{runs}]" if runs else ""))
     return lines
 
 

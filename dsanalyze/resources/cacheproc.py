@@ -10,7 +10,7 @@ with the harness's other threads (the monitor, the maps recorder, the watchdog),
 loaded CPU a thread that holds the GIL waits for a CPU while holding it: the limiter's
 passes came 30-60 ms apart, and the dataset's pages piled up 10-20% above a small budget
 between them (bench/disk_matrix.py). In a process of its own, at a nice value below the
-harness's (`datacache.raise_priority`), it runs when the kernel wakes it.
+harness's (`ownlimits.raise_priority`), it runs when the kernel wakes it.
 
 The process is spawned (not forked: the harness has threads), ignores SIGINT (the harness
 tears the run down and asks for the record), and ends when the harness's end of its pipe

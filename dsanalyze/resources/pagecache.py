@@ -178,28 +178,35 @@ def file_resident_bytes(path: str) -> int:
     """Bytes of `path` that are in the page cache now (whole pages, capped at the size)."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        size = os.fstat(fd).st_size
-        if size == 0:
-            return 0
-        pages = cachestat_pages(fd)
-        if pages is not None:
-            return min(size, pages * _PAGE)
-        # Map without reading (mmap does not fault pages in), then ask mincore.
-        addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr in (None, _MAP_FAILED):
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err), path)
-        try:
-            pages = (size + _PAGE - 1) // _PAGE
-            vec = (ctypes.c_ubyte * pages)()
-            if _libc.mincore(addr, size, vec) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, os.strerror(err), path)
-            resident = sum(v & 1 for v in bytes(vec))
-        finally:
-            _libc.munmap(addr, size)
+        return fd_resident_bytes(fd, path)
     finally:
         os.close(fd)
+
+
+def fd_resident_bytes(fd: int, name: str = "", size: int | None = None) -> int:
+    """Bytes of the open file `fd` in the page cache now (whole pages, capped at its size,
+    `size` where the caller knows it)."""
+    if size is None:
+        size = os.fstat(fd).st_size
+    if size == 0:
+        return 0
+    pages = cachestat_pages(fd)
+    if pages is not None:
+        return min(size, pages * _PAGE)
+    # Map without reading (mmap does not fault pages in), then ask mincore.
+    addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if addr in (None, _MAP_FAILED):
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), name)
+    try:
+        pages = (size + _PAGE - 1) // _PAGE
+        vec = (ctypes.c_ubyte * pages)()
+        if _libc.mincore(addr, size, vec) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), name)
+        resident = sum(v & 1 for v in bytes(vec))
+    finally:
+        _libc.munmap(addr, size)
     return min(size, resident * _PAGE)
 
 

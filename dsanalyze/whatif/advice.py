@@ -22,6 +22,7 @@ from dsanalyze.analysis.jobrun import job_as_run
 from dsanalyze.analysis.summary import summarize
 from dsanalyze.config import Mode
 from dsanalyze.errors import DsAnalyzeError
+from dsanalyze.plain import PlainJson, to_plain
 from dsanalyze.records import RunResult
 from dsanalyze.whatif.decision import MAX_STALL_PCT, Decision, Facts, decide, measured_epochs
 from dsanalyze.whatif.documents import GridRow, ValidationDoc
@@ -30,18 +31,33 @@ DEFAULT_CACHES = ("0", "25%", "50%", "75%", "100%")  # the what-if's budgets, wi
 
 
 @dataclass(frozen=True)
+class ModelFailure(PlainJson):
+    """Why the model could not speak: a refusal of ours (`DsAnalyzeError`, `ours`: its message
+    says what to do) or a bug of the model on data it was never tried on (any other
+    exception: its type and message). `report/advice.py` words it."""
+
+    error_type: str
+    message: str
+    ours: bool
+
+    @classmethod
+    def of(cls, e: Exception) -> ModelFailure:
+        return cls(type(e).__name__, str(e), isinstance(e, DsAnalyzeError))
+
+
+@dataclass(frozen=True)
 class Advice:
     decision: Decision
     fitted_runs: int = 0
-    note: str = ""  # why no model
-    validation_note: str = ""  # why the model was not validated
+    note: ModelFailure | None = None  # why no model
+    validation_note: ModelFailure | None = None  # why the model was not validated
     rows: list[GridRow] = field(default_factory=list)  # the grid, as `whatif.json` holds it
     validation: ValidationDoc | None = None  # the `validate --json` document
     model: Any = field(default=None, compare=False)  # the fitted whatif Model (None: no model)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.decision.to_dict(), "fitted_runs": self.fitted_runs, "note": self.note,
-                "validation_note": self.validation_note}
+        return {**self.decision.to_dict(), "fitted_runs": self.fitted_runs,
+                "note": to_plain(self.note), "validation_note": to_plain(self.validation_note)}
 
 
 def advise(results: Sequence[RunResult], sizes: Sequence[int] | None = None,
@@ -56,10 +72,11 @@ def advise(results: Sequence[RunResult], sizes: Sequence[int] | None = None,
         return conclude(model, preds, results, val, why, max_stall_pct, None,
                         rows_of=whatif.grid_rows)
     except Exception as e:  # noqa: BLE001 - a failed model is a line of the answer, not a crash
-        return table_only(results, max_stall_pct, failure_note(e))
+        return table_only(results, max_stall_pct, ModelFailure.of(e))
 
 
-def table_only(results: Sequence[RunResult], max_stall_pct: float, why: str) -> Advice:
+def table_only(results: Sequence[RunResult], max_stall_pct: float, why: ModelFailure
+               ) -> Advice:
     """The decision of the measured table alone, when the model cannot speak (`why`)."""
     summary = summarize(list(results))
     ok = [r for r in results if r.ok and r.ranks]
@@ -69,7 +86,7 @@ def table_only(results: Sequence[RunResult], max_stall_pct: float, why: str) -> 
 
 
 def conclude(model: Any, preds: Sequence[Any], results: Sequence[RunResult],
-             val: ValidationDoc | None, why: str, max_stall_pct: float,
+             val: ValidationDoc | None, why: ModelFailure | None, max_stall_pct: float,
              epochs: int | None, rows_of: Any) -> Advice:
     """The decision over `preds` (and the free knobs) against the runs' table, with the grid's
     rows marked where they hold the answer."""
@@ -78,7 +95,7 @@ def conclude(model: Any, preds: Sequence[Any], results: Sequence[RunResult],
     d = recommend.recommend(model, preds, results, max_stall_pct, epochs, val)
     rows = [replace(row, recommended=_holds(row, d)) for row in rows_of(preds, d.prediction)]
     fitted = sum(1 for r in results if r.ok and r.ranks)
-    return Advice(d, fitted, "", why, rows, val, model)
+    return Advice(d, fitted, None, why, rows, val, model)
 
 
 def _holds(row: GridRow, d: Decision) -> bool:
@@ -145,22 +162,11 @@ def _fit_and_predict(results: list[RunResult], sizes: Sequence[int] | None
 
 
 def validation(results: Sequence[RunResult], sizes: Sequence[int] | None,
-               policy: str = "pagecache") -> tuple[ValidationDoc | None, str]:
+               policy: str = "pagecache") -> tuple[ValidationDoc | None, ModelFailure | None]:
     """The model validated on held-out runs (`validate --json`), or None and why not."""
     from dsanalyze.whatif import api as whatif
 
     try:
-        return whatif.validation_doc(whatif.validate(results, sizes, policy)), ""
-    except DsAnalyzeError as e:
-        return None, str(e).split(":")[0]
+        return whatif.validation_doc(whatif.validate(results, sizes, policy)), None
     except Exception as e:  # noqa: BLE001 - as a failed fit
-        return None, failure_note(e)
-
-
-def failure_note(e: Exception) -> str:
-    """One line for a failure of the model: a DsAnalyzeError's message; any other exception
-    (a bug of the model on data it was never tried on) its type and first line, so that a
-    sweep that measured everything still ends with its table and this line."""
-    if isinstance(e, DsAnalyzeError):
-        return str(e)
-    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+        return None, ModelFailure.of(e)

@@ -28,6 +28,7 @@ from dsanalyze.whatif.fitruns import base_runs, by_mode
 from dsanalyze.whatif.fitters import FITTERS, SHOWN, Runs, fit_sigma, ready
 from dsanalyze.whatif.jobfit import job_model
 from dsanalyze.whatif.model import Model, Param
+from dsanalyze.whatif.provenance import Fixed, Reason
 
 __all__ = ["base_runs", "fit"]
 
@@ -68,6 +69,6 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
         model, found[fitter.name] = fitter.rule(model, fitter.inputs(runs))
         calibrated += fitter.dof(model, found[fitter.name])
     model, sigma = fit_sigma(model, base, calibrated) if ready(model) else \
-        (model, Param("rel_sigma", model.rel_sigma, "", (), "default: nothing to predict"))
+        (model, Param("rel_sigma", model.rel_sigma, "", (), Fixed(Reason.NOTHING_TO_PREDICT)))
     found["sigma"] = [sigma]
     return replace(model, params=tuple(p for name in SHOWN for p in found[name]))

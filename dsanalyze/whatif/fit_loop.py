@@ -26,6 +26,7 @@ from dsanalyze.whatif.model import (
     simulate_run,
     step_for,
 )
+from dsanalyze.whatif.provenance import Fixed, MainLoop, OutsideWork, Reason, ReceiveWait
 
 
 def _loop_s(run: RunResult) -> float | None:
@@ -51,7 +52,7 @@ def fit_main(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]
     a ready batch, the median wait of the compute-bound ones (their loader is ahead)."""
     cached = [r for r in by_mode(results, Mode.CACHED) if _loop_s(r) is not None]
     if model.step_s is None or not cached:
-        why = "not measured (needs a synthetic and a cached run): taken as 0"
+        why = Fixed(Reason.MAIN_UNMEASURED)
         return model, [Param("main_cpu_s_per_iter", 0.0, "s", (), why),
                        Param("receive_s", 0.0, "s", (), why)]
     points = []
@@ -69,16 +70,10 @@ def fit_main(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]
     receive = statistics.median(waits) if waits else 0.0
     return replace(model, main_cpu_s=main, receive_s=receive), [
         Param("main_cpu_s_per_iter", main, "s", tuple(r.run_id for r in cached),
-              f"measured: each cached run's loop time beyond its step (iteration - wait - "
-              f"step, median of its steady iterations) times the core share of its main "
-              f"process among the job's processes; median of {len(points)}: "
-              f"{min(points) * 1e3:.2f} to {max(points) * 1e3:.2f} ms"),
+              MainLoop(len(points), min(points), max(points))),
         Param("receive_s", receive, "s", tuple(r.run_id for r in ahead),
-              f"measured: median wait for a batch in the {len(ahead)} compute-bound cached "
-              f"run(s), whose loader is ahead: "
-              f"{min(waits) * 1e3:.2f} to {max(waits) * 1e3:.2f} ms" if waits else
-              "not measured: no compute-bound cached run (its loader ahead of the step); "
-              "a ready batch is taken at once (untested)")]
+              ReceiveWait(len(ahead), min(waits), max(waits)) if waits else
+              Fixed(Reason.NO_COMPUTE_BOUND_RUN))]
 
 
 def fit_startup(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
@@ -86,14 +81,13 @@ def fit_startup(model: Model, results: list[RunResult]) -> tuple[Model, list[Par
     runs = by_mode(results, Mode.LOADER)
     runs += by_mode(results, Mode.CACHED) if model.step_s is not None else []
     if not runs or not model.prep_cpu_s:
-        return model, [Param("startup_s", 0.0, "s", (), "not measured: no cached or loader run")]
+        return model, [Param("startup_s", 0.0, "s", (), Fixed(Reason.NO_STARTUP_RUN))]
     bare = replace(model, startup_s=0.0)
     extra = [r.ranks[0].wait_s[0] - simulate_run(bare, run_config(model, HeldOut.of(r)),
                                                  run_layout(r), r.mode).wait_s[0] for r in runs]
     value = max(0.0, statistics.median(extra))
     return replace(model, startup_s=value), [Param(
-        "startup_s", value, "s", tuple(r.run_id for r in runs),
-        "first iteration's wait beyond the simulated one (DataLoader worker start-up)")]
+        "startup_s", value, "s", tuple(r.run_id for r in runs), Fixed(Reason.STARTUP_WAIT))]
 
 
 def _drop_foreign(found: dict[str, list[tuple[str, float]]]
@@ -134,25 +128,16 @@ def fit_others(model: Model, results: list[RunResult]) -> tuple[Model, list[Para
              for mode, modes in (("cached", (Mode.LOADER, Mode.CACHED)), ("disk", (Mode.DISK,)))}
     found, foreign = _drop_foreign(found)
     if not machine or not (found["cached"] or found["disk"]):
-        return model, [Param("others_cpu_s_per_sample", 0.0, "s", (), "not measured: the runs "
-                             "predate the machine-wide CPU samples; work outside the job's "
-                             "cgroup taken to take none of its cores")]
+        return model, [Param("others_cpu_s_per_sample", 0.0, "s", (),
+                             Fixed(Reason.OTHERS_PREDATE))]
     value = {k: statistics.median(x for _, x in v) if v else None for k, v in found.items()}
     mem = value["cached"] if value["cached"] is not None else value["disk"]
     disk = value["disk"] if value["disk"] is not None else mem
     model = replace(model, machine_cpus=max(machine), others_cpu_s_per_sample=mem,
                     others_disk_cpu_s_per_sample=disk)
-    how = (f"measured: CPU outside the job's cgroup on any of the machine's {max(machine)} "
-           "cores (kernel I/O and reclaim, the harness's monitor and limiter) per sample of the "
-           "steady iterations, less the synthetic runs' outside work per second (other "
-           f"tenants: {background:.2f} cores), median of {{n}} run(s); it takes the job's "
-           "cores where the job wants more than the machine has free of it")
-    if foreign:
-        how += (f"; left out, as another process's load rather than the job's (over "
-                f"{SETTINGS.foreign_factor:g}x the median of every run): " +
-                ", ".join(f"{i} {x * 1e3:.2f} ms" for i, x in foreign))
     return model, [Param(f"others_cpu_s_per_sample[{k}]", v, "s",
                          tuple(i for i, _ in found[k] or found["cached"]),
-                         how.format(n=len(found[k])) if found[k] else
-                         "not measured on these runs: the loader and cached runs' figure")
+                         OutsideWork(max(machine), background, len(found[k]),
+                                     SETTINGS.foreign_factor, tuple(foreign)) if found[k] else
+                         Fixed(Reason.OTHERS_FROM_CACHED))
                    for k, v in (("cached", mem), ("disk", disk))]

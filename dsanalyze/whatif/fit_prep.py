@@ -32,6 +32,16 @@ from dsanalyze.whatif.model import (
     run_layout,
     step_for,
 )
+from dsanalyze.whatif.provenance import (
+    Contention,
+    Dropped,
+    Fixed,
+    PrepLaw,
+    PrepUnfitted,
+    ProbedContention,
+    Reason,
+    SizeShare,
+)
 
 
 def _solve_prep(model: Model, run: RunResult, mode: Mode) -> float:
@@ -94,15 +104,12 @@ def fit_size_share(model: Model, results: list[RunResult]) -> tuple[Model, list[
             shares.append(sum(x["mean_s_per_sample"] for x in table
                               if x["stage"] == LOADER_STAGE) / total)
     if not shares:
-        return model, [Param("prep_size_share", 0.0, "", (), "not measured: no per-transform "
-                             "timing recorded; every sample's prep taken as the mean")]
+        return model, [Param("prep_size_share", 0.0, "", (), Fixed(Reason.NO_TRANSFORM_TIMING))]
     share = statistics.median(shares)
-    steps = ", ".join(f"{x['name']} {x['mean_s_per_sample'] * 1e3:.2f} ms" for x in rows)
+    steps = tuple((x["name"], x["mean_s_per_sample"]) for x in rows)
     return replace(model, size_share=share), [Param(
         "prep_size_share", share, "", tuple(r.run_id for r in runs if transforms.run_table(r)),
-        f"measured: the image loader's share of the timed prep per sample (median of "
-        f"{len(shares)} run(s); e.g. {steps}); that share of a sample's prep scales with its "
-        "file's bytes, the rest is the same for every sample")]
+        SizeShare(len(shares), steps))]
 
 
 def _probe(results: list[RunResult]) -> tuple[CpuScaling, list[str]] | None:
@@ -119,7 +126,7 @@ def fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]
     loaders, cached = by_mode(results, Mode.LOADER), by_mode(results, Mode.CACHED)
     points, prep_runs = _prep_points(model, loaders, cached)
     probe = _probe(results)
-    dropped = ""
+    dropped = None
     if points:
         c0, alpha = _prep_law(points, probe[0].contention if probe else None)
         if not bounds.CONTENTION.holds(alpha):
@@ -132,16 +139,13 @@ def fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]
     params = [_prep_param(model, prep_runs, sorted(points), cached, dropped)]
     if model.contention_probed and probe:
         scaling, ids = probe
-        params.append(Param(
-            "contention", model.contention, "", tuple(ids),
-            f"measured by the machine's parallel decode probe: {scaling.work} of the dataset's "
-            f"files took {scaling.solo_cpu_s * 1e3:.2f} ms CPU per item alone on one core, "
-            f"{scaling.parallel_cpu_s * 1e3:.2f} ms on each of {scaling.cpus} cores at once "
-            "(the runs measured one busy-core count, so the job's own law is untested)"))
+        params.append(Param("contention", model.contention, "", tuple(ids), ProbedContention(
+            scaling.work, scaling.solo_cpu_s or 0.0, scaling.parallel_cpu_s or 0.0,
+            scaling.cpus)))
     return model, params
 
 
-def _prep_from_timing(model: Model, results: list[RunResult], dropped: str
+def _prep_from_timing(model: Model, results: list[RunResult], dropped: Dropped
                       ) -> tuple[Model, list[Param]]:
     """c_prep where the rates did not determine it: the workers' own per-transform timing
     (the sum of the timed steps per sample, median over the loader or cached runs), no
@@ -151,30 +155,22 @@ def _prep_from_timing(model: Model, results: list[RunResult], dropped: str
     timed = [transforms.sum_s_per_sample(transforms.run_table(r)) for r in runs]
     if not timed or not bounds.PREP_CPU_S.holds(statistics.median(timed)):
         return replace(model, prep_cpu_s=None), [Param(
-            "prep_cpu_s_per_sample", None, "s", (), f"not measured: {dropped}")]
+            "prep_cpu_s_per_sample", None, "s", (), PrepUnfitted(dropped))]
     value = statistics.median(timed)
     return replace(model, prep_cpu_s=value, contention=0.0, contention_probed=False), [Param(
         "prep_cpu_s_per_sample", value, "s", tuple(r.run_id for r in runs),
-        f"the workers' per-transform timing, summed per sample (median of {len(timed)} "
-        f"run(s)), contention 0 (untested); from the rates: {dropped}")]
+        PrepUnfitted(dropped, len(timed)))]
 
 
 def _prep_param(model: Model, runs: list[str], cores: list[int], cached: list[RunResult],
-                dropped: str = "") -> Param:
+                dropped: Dropped | None = None) -> Param:
     if model.prep_cpu_s is None:
         ids = tuple(r.run_id for r in cached)
-        return Param("prep_cpu_s_per_sample", None, "s", ids,
-                     "not measured: the cached runs are compute-bound, so prep is faster than "
-                     "they show; run harness.py --modes loader")
-    law = (f"contention {model.contention:.3f} per extra busy core from the machine's "
-           "parallel decode probe (one busy-core count measured)" if model.contention_probed else
-           f"contention {model.contention:.3f} per extra busy core, fitted across busy cores "
-           f"{cores}" if model.contention else
-           f"contention 0: one busy-core count measured ({cores[0]}), so each extra core is "
-           "taken to add a full core of prep (untested)" if len(cores) == 1 else
-           f"contention fitted as 0 across busy cores {cores} (cores add prep linearly)")
+        return Param("prep_cpu_s_per_sample", None, "s", ids, Fixed(Reason.PREP_COMPUTE_BOUND))
+    law = (Contention.PROBED if model.contention_probed else
+           Contention.FITTED if model.contention else
+           Contention.ONE_COUNT if len(cores) == 1 else Contention.LINEAR)
     if dropped:  # the law refitted on the fewest busy cores alone, contention 0
-        law = f"contention {dropped}; c_prep from busy cores {cores[0]} alone, contention 0"
+        law = Contention.REFITTED
     return Param("prep_cpu_s_per_sample", model.prep_cpu_s, "s", tuple(runs),
-                 f"c_prep: worker CPU per sample on one busy core ({1 / model.prep_cpu_s:.1f} "
-                 f"samples/s per core); {law}")
+                 PrepLaw(model.prep_cpu_s, law, model.contention, tuple(cores), dropped))

@@ -26,6 +26,7 @@ from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import bounds, cachesim
 from dsanalyze.whatif.model import HeldOut, Model, Param, run_cache, run_layout, uncached_share
+from dsanalyze.whatif.provenance import Fixed, ReadAmplification, Reason
 
 
 def simulated_reads(model: Model, run: RunResult, seeds: int = 1
@@ -75,19 +76,13 @@ def fit_reads(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
     found = [(r.run_id, a) for r in disk if (a := _amplification(model, r)) is not None]
     ids = tuple(i for i, _ in found)
     if not found:
-        return model, [Param("read_amplification", 1.0, "x", (), (
-            "not measured: no disk run with a recorded read counter and a cache under "
-            f"{1 - SETTINGS.reread_uncached:.0%} of the dataset; each training sample taken to "
-            "read its file once"))]
+        return model, [Param("read_amplification", 1.0, "x", (),
+                             Fixed(Reason.NO_AMPLIFICATION_RUN))]
     value = statistics.median(a for _, a in found)
     if not bounds.READ_AMPLIFICATION.holds(value):
-        return model, [Param("read_amplification", 1.0, "x", ids, (
-            "not measured: each training sample taken to read its file once; "
-            + bounds.READ_AMPLIFICATION.dropped(value, ids)))]
+        return model, [Param("read_amplification", 1.0, "x", ids, ReadAmplification(
+            dropped=bounds.READ_AMPLIFICATION.dropped(value, ids)))]
     values = [a for _, a in found]
     return replace(model, read_amplification=value), [Param(
         "read_amplification", value, "x", ids,
-        f"measured: the cgroup's storage reads over the bytes the cache simulator says the "
-        f"training loader missed, on {len(found)} disk run(s) with almost no page cache "
-        f"({min(values):.2f} to {max(values):.2f}); where a cache holds part of the dataset, "
-        "the other reads are taken to hit in the share it holds (untested)")]
+        ReadAmplification(len(found), min(values), max(values)))]

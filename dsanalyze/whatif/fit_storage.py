@@ -13,7 +13,7 @@ import statistics
 from dataclasses import replace
 
 from dsanalyze.analysis import runrate
-from dsanalyze.config import Mode, format_bytes
+from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import bounds, pipeline
@@ -30,6 +30,15 @@ from dsanalyze.whatif.model import (
     run_cpus,
     run_layout,
 )
+from dsanalyze.whatif.provenance import (
+    DeviceProbe,
+    Fixed,
+    ReadCpu,
+    ReadCpuDropped,
+    Reason,
+    Slack,
+    Throttle,
+)
 
 
 def fit_device(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
@@ -37,19 +46,16 @@ def fit_device(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]
     probes = [(r.run_id, d) for r in disk
               if (d := r.io.storage_device) and d.get("read_bps")]
     if not probes:
-        why = ("not measured: the disk runs predate the storage probe (re-run them); "
-               "unthrottled storage is taken as never limiting")
-        return model, [Param("device_read_bps", None, "B/s", (), why)]
+        return model, [Param("device_read_bps", None, "B/s", (),
+                             Fixed(Reason.DEVICE_PREDATES_PROBE))]
     ids = tuple(i for i, _ in probes)
     bps = statistics.median(d["read_bps"] for _, d in probes)
     lat = statistics.median(d.get("latency_s") or 0.0 for _, d in probes)
     spread = [d["read_bps"] for _, d in probes]
     return replace(model, device_read_bps=bps, device_latency_s=lat), [
         Param("device_read_bps", bps, "B/s", ids,
-              f"cold reads of the dataset's own files by one reader before each disk run "
-              f"(median of {len(probes)}: {format_bytes(min(spread))}/s to "
-              f"{format_bytes(max(spread))}/s); unthrottled storage is this device"),
-        Param("device_latency_s", lat, "s", ids, "median cold 4 KiB read per request")]
+              DeviceProbe(len(probes), min(spread), max(spread))),
+        Param("device_latency_s", lat, "s", ids, Fixed(Reason.DEVICE_LATENCY))]
 
 
 def _read_runs(disk: list[RunResult]) -> tuple[list[RunResult], bool]:
@@ -81,8 +87,7 @@ def fit_read_cpu(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param
     made it 2 ms a sample from 2-CPU runs and missed a 1-CPU run by 11%)."""
     runs, contrast = _read_runs(disk)
     if not runs:
-        return model, [Param("read_cpu_bps", None, "B/s", (), "not measured: no unthrottled "
-                             "disk run; reads are taken to cost no CPU")]
+        return model, [Param("read_cpu_bps", None, "B/s", (), Fixed(Reason.NO_UNTHROTTLED_RUN))]
 
     def error(kappa: float) -> float:
         trial = replace(model, miss_cpu_s_per_byte=kappa)
@@ -96,15 +101,11 @@ def fit_read_cpu(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param
         kappa = 0.0
     ids = tuple(r.run_id for r in runs)
     if kappa and not bounds.READ_CPU_BPS.holds(1 / kappa):
-        return model, [Param("read_cpu_bps", None, "B/s", ids, "not measured: reads taken to "
-                             "cost no CPU; " + bounds.READ_CPU_BPS.dropped(1 / kappa, ids))]
-    where = (f"the change of rate with the bytes missed across the cache budgets of the "
-             f"unthrottled disk runs at {run_cpus(runs[0])} CPU(s)" if contrast else
-             f"the unthrottled disk runs without a page cache at {run_cpus(runs[0])} CPU(s)")
+        return model, [Param("read_cpu_bps", None, "B/s", ids,
+                             ReadCpuDropped(bounds.READ_CPU_BPS.dropped(1 / kappa, ids)))]
     return replace(model, miss_cpu_s_per_byte=kappa), [Param(
         "read_cpu_bps", 1 / kappa if kappa else None, "B/s", ids,
-        f"calibrated, one number: bytes read per CPU second (page-cache fill, reclaim), from "
-        f"{where}" if kappa else f"calibrated: reading costs no measurable CPU ({where})")]
+        ReadCpu(contrast, run_cpus(runs[0]), bool(kappa)))]
 
 
 def _cold_window(run: RunResult) -> tuple[pipeline.Layout, float, bool] | None:
@@ -149,21 +150,15 @@ def fit_throttles(model: Model, disk: list[RunResult]) -> tuple[Model, list[Para
             fits.append(_throttle_fit(model, r, window))
             runs.append(r.run_id)
     bad = [(i, x) for i, x in zip(runs, fits) if not bounds.THROTTLE_EFFICIENCY.holds(x)]
-    dropped = "; ".join(bounds.THROTTLE_EFFICIENCY.dropped(x, [i]) for i, x in bad)
+    dropped = tuple(bounds.THROTTLE_EFFICIENCY.dropped(x, [i]) for i, x in bad)
     runs, fits = [i for i, x in zip(runs, fits) if bounds.THROTTLE_EFFICIENCY.holds(x)], \
         [x for x in fits if bounds.THROTTLE_EFFICIENCY.holds(x)]
     if not fits:
-        why = "every throttled fit out of bounds" if bad else \
-            "no throttled disk run held by its throttle"
         return model, [Param("throttle_efficiency", 1.0, "", tuple(i for i, _ in bad),
-                             f"not measured: {why}; a throttle is taken at face value (capped "
-                             "by the device)" + (f"; {dropped}" if dropped else ""))]
+                             Throttle(None, None, dropped))]
     eff = statistics.median(fits)
     return replace(model, throttle_efficiency=eff, throttle_measured=True), [Param(
-        "throttle_efficiency", eff, "", tuple(runs),
-        f"one number for every throttle: cold epochs (every read misses) got {min(fits):.1%} to "
-        f"{max(fits):.1%} of their throttle; the median is used"
-        + (f"; {dropped}" if dropped else ""))]
+        "throttle_efficiency", eff, "", tuple(runs), Throttle(min(fits), max(fits), dropped))]
 
 
 def fit_slack(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
@@ -179,10 +174,7 @@ def fit_slack(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
             runs.append(r.run_id)
     if not slack:
         return model, [Param("cache_slack_bytes", None, "B", (),
-                             "not measured: no disk run with a binding cache limit and cgroup "
-                             "counters; budgets taken at face value")]
+                             Fixed(Reason.NO_BINDING_CACHE))]
     value = statistics.median(slack)
     return replace(model, cache_slack_bytes=value), [Param(
-        "cache_slack_bytes", value, "B", tuple(runs),
-        f"page cache (shared memory excluded) the fit runs had over their budget in their "
-        f"steady epochs: {format_bytes(min(slack))} to {format_bytes(max(slack))}")]
+        "cache_slack_bytes", value, "B", tuple(runs), Slack(min(slack), max(slack)))]

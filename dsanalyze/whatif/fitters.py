@@ -25,7 +25,8 @@ from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import bounds, fit_loop, fit_prep, fit_reads, fit_storage
 from dsanalyze.whatif.bounds import Bound
 from dsanalyze.whatif.fitruns import residual
-from dsanalyze.whatif.model import LEVEL, Model, Param
+from dsanalyze.whatif.model import LEVEL, Model, Param, Z
+from dsanalyze.whatif.provenance import SigmaDefault, SigmaResidual
 
 Rule = Callable[[Model, list[RunResult]], tuple[Model, list[Param]]]
 Dof = Callable[[Model, list[Param]], int]
@@ -125,13 +126,9 @@ def fit_sigma(model: Model, runs: list[RunResult], calibrated: int) -> tuple[Mod
         sigma = max(SETTINGS.default_rel_sigma, noise)
         return replace(model, rel_sigma=sigma), Param(
             "rel_sigma", sigma, "", ids,
-            f"default {SETTINGS.default_rel_sigma:.0%}, at least the fit runs' median measured "
-            f"noise ({noise:.1%}): {len(rated)} fit run(s) for {calibrated} calibrated number(s) "
-            "leave too few degrees of freedom to size the intervals")
+            SigmaDefault(SETTINGS.default_rel_sigma, noise, len(rated), calibrated))
     res = [residual(model, r) for r in rated]
     sigma = max(SETTINGS.noise_floor, noise, math.sqrt(sum(x * x for x in res) / dof))
     return replace(model, rel_sigma=sigma), Param(
         "rel_sigma", sigma, "", ids,
-        f"residual log error of {len(rated)} fit runs over {dof} degrees of freedom, at least "
-        f"their median measured noise ({noise:.1%}, block bootstrap) and "
-        f"{SETTINGS.noise_floor:.0%}: intervals are rate x exp(+-1.645 sigma), {LEVEL:.0%} nominal")
+        SigmaResidual(len(rated), dof, noise, SETTINGS.noise_floor, Z, LEVEL))

@@ -22,6 +22,7 @@ from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import pipeline
 from dsanalyze.whatif.fitruns import by_mode, job_key, per_iter
 from dsanalyze.whatif.model import Model, Param, file_sizes, run_cpus, run_layout
+from dsanalyze.whatif.provenance import CpuStep, Fixed, Reason, RingLaw, StepMedian
 
 
 def _fit_step(results: list[RunResult], base: tuple[int, float | None]
@@ -33,12 +34,12 @@ def _fit_step(results: list[RunResult], base: tuple[int, float | None]
             by_n.setdefault(r.spec.job.world_size, []).append(r)
     if base[0] not in by_n:
         return None, 0.0, [Param("ingest_sps", None, "samples/s", (),
-                                 "not measured: no synthetic run")]
+                                 Fixed(Reason.NO_SYNTHETIC_RUN))]
     steps = {n: statistics.median(per_iter(r) / runrate.run_rate(r).rate_sps for r in runs)
              for n, runs in by_n.items()}
     params = [Param(f"ingest_sps[ranks={n}]", per_iter(runs[0]) / steps[n],
                     "samples/s", tuple(r.run_id for r in runs),
-                    f"median of {len(runs)} synthetic run(s): step {steps[n] * 1e3:.2f} ms")
+                    StepMedian(len(runs), steps[n]))
               for n, runs in sorted(by_n.items())]
     ring = {n: 2 * (n - 1) / n for n in steps}
     others = [n for n in steps if n != base[0]]
@@ -47,10 +48,7 @@ def _fit_step(results: list[RunResult], base: tuple[int, float | None]
         x = [ring[n] - ring[base[0]] for n in others]
         y = [steps[n] - steps[base[0]] for n in others]
         allreduce = max(0.0, sum(a * b for a, b in zip(x, y)) / sum(a * a for a in x))
-    how = (f"ring law t(n) = t_compute + t_allreduce * 2(n-1)/n fitted on ranks "
-           f"{sorted(steps)}" if others else
-           "not measured: synthetic runs of one rank count only; other rank counts are taken "
-           "to add no all-reduce time (untested)")
+    how = RingLaw(tuple(sorted(steps))) if others else Fixed(Reason.ONE_RANK_COUNT)
     params.append(Param("allreduce_s", allreduce, "s",
                         tuple(r.run_id for n in sorted(by_n) for r in by_n[n]) if others else (),
                         how))
@@ -68,9 +66,7 @@ def _fit_cpu_step(base: list[RunResult]) -> tuple[tuple[tuple[int, float], ...],
                                   for r in runs) for k, runs in sorted(by.items())}
     return tuple(steps.items()), [Param(
         f"step_s[cpus={k}]", steps[k], "s", tuple(r.run_id for r in by[k]),
-        f"the step runs on the CPU (the script's device): measured at {k} CPU(s) by "
-        f"{len(by[k])} synthetic run(s); it shares the cores with the loader's workers, and "
-        "other CPU counts are not predicted") for k in steps]
+        CpuStep(k, len(by[k]))) for k in steps]
 
 
 def _speedups(runs: list[RunResult], base: RunResult) -> tuple[float, ...]:
@@ -111,7 +107,7 @@ def job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] |
                   step_s_by_cpus=by_cpus,
                   fit_weights=weights, measured_sigma=dict(rate_rel_sigma))
     fixed = [Param("samples_per_epoch", float(n_samples), "samples", (base[0].run_id,),
-                   "batches per epoch x batch size x ranks"),
+                   Fixed(Reason.SAMPLES_PER_EPOCH)),
              Param("dataset_bytes", float(model.dataset_bytes), "B", (base[0].run_id,),
-                   "page-rounded bytes of every file"), size_param]
+                   Fixed(Reason.DATASET_BYTES)), size_param]
     return model, [*g_params, *cpu_params], fixed

@@ -65,11 +65,13 @@ import numpy as np
 from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import CacheBudget, Mode, Resources
 from dsanalyze.errors import ConfigError
+from dsanalyze.plain import PlainJson
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import cachesim, pipeline
 from dsanalyze.whatif.assumptions import Assume, Assumption, Law
 from dsanalyze.whatif.heldout import HeldOut, run_cpus, run_layout
+from dsanalyze.whatif.provenance import Provenance, SampleSizes, Sizes
 
 __all__ = ["HeldOut", "run_cpus", "run_layout"]  # read from here by the what-if's modules
 
@@ -77,19 +79,14 @@ LEVEL, Z = 0.9, 1.645  # the prediction intervals' nominal level and its normal 
 
 
 @dataclass(frozen=True)
-class Param:
-    """One model parameter with its provenance."""
+class Param(PlainJson):
+    """One model parameter with its provenance (`report/params.py` words `how`)."""
 
     name: str
     value: float | None
     unit: str
     runs: tuple[str, ...]
-    how: str
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["runs"] = list(self.runs)
-        return d
+    how: Provenance
 
 
 @dataclass(frozen=True)
@@ -226,21 +223,19 @@ def file_sizes(result: RunResult, sizes: Sequence[int] | None) -> tuple[tuple[in
     ds = result.dataset
     n = ds.num_files
     if sizes:
-        how = f"the {len(sizes)} files of {ds.root or 'the dataset'}"
+        source, files = Sizes.SCANNED, len(sizes)
     elif ds.file_bytes_quantiles and n:
         sizes = cachesim.sizes_from_quantiles(list(ds.file_bytes_quantiles), n).tolist()
-        how = "the size quantiles recorded with the run"
+        source, files = Sizes.QUANTILES, 0
     elif n and ds.total_bytes:
         sizes = [int(ds.total_bytes / n)] * n
-        how = "not measured: no size distribution recorded and the dataset is gone; every file " \
-              "taken as the mean size"
+        source, files = Sizes.MEAN, 0
     else:
         raise ConfigError(f"run {result.run_id} records no dataset size: re-run it with harness.py")
     rounded = tuple(int(x) for x in cachesim.page_rounded(sizes))
     q = np.percentile(sizes, [5, 50, 95]).astype(int).tolist()
-    how = how if how.startswith("not measured") else f"mean of {how}"
-    return rounded, Param("sample_bytes", float(np.mean(sizes)), "B", (result.run_id,),
-                          f"{how}; p5/p50/p95 {q[0]}/{q[1]}/{q[2]} B")
+    how = SampleSizes(source, files, ds.root, q[0], q[1], q[2])
+    return rounded, Param("sample_bytes", float(np.mean(sizes)), "B", (result.run_id,), how)
 
 
 # ---- simulation -----------------------------------------------------------------------------

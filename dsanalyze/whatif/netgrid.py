@@ -11,7 +11,8 @@ and per-byte costs are fitted on the remote runs (`network.fit`), each sample's
 requests and bytes are the proxy's counts, and the rate on this side of the link
 (`streams / P_cached`) is the main model's cached prediction at that worker
 count. Its interval is rate x exp(-+z sigma), sigma the fit's leave-one-out error
-over the remote runs (in-sample with fewer than 3, said untested), widened as
+over the remote runs of a kind measured twice or more (`loo_sigma`; in-sample
+with fewer than 2 such runs, said untested), widened as
 the disk's for each untested assumption. So the decision (`decision.decide`)
 can find that more workers hide the latency at the bandwidth paid for, before
 it buys a faster link (bandwidth costs before workers in its order).
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -50,15 +52,27 @@ def bandwidths(results: Sequence[RunResult]) -> list[int | None]:
 
 def loo_sigma(obs: Sequence[network.NetObservation]) -> tuple[float, bool]:
     """The law's relative error on runs left out of its fit (RMS of log ratios), and whether
-    it was out of sample (3 runs or more; else the in-sample error)."""
+    it was out of sample (2 runs or more left out; else the in-sample error). A run is left
+    out only while another of its kind (with a delay, or without) stays in the fit: the one
+    run with a delay is the fit's only evidence of the endpoint's cost a request, and the
+    grid never predicts without it."""
     def err(fit_on: Sequence[network.NetObservation], o: network.NetObservation) -> float:
         m = network.fit(list(fit_on))
         pred = m.rate_sps(o.cached_rate_sps, o.streams, o.requests_per_sample,
                           o.bytes_per_sample, o.bw_bps, o.latency_s)
         return math.log(o.rate_sps / pred)
-    out = len(obs) >= 3
-    logs = [err([p for p in obs if p is not o] if out else obs, o) for o in obs]
+    kinds = Counter(o.latency_s > 0 for o in obs)
+    left_out = [o for o in obs if kinds[o.latency_s > 0] >= 2]
+    out = len(left_out) >= 2
+    logs = ([err([p for p in obs if p is not o], o) for o in left_out] if out
+            else [err(obs, o) for o in obs])
     return max(MIN_SIGMA, math.sqrt(statistics.fmean(x * x for x in logs))), out
+
+
+def spread(sigma: float, untested: int) -> float:
+    """The factor k of a 90% interval [rate / k, rate × k]: the law's out-of-sample error
+    `sigma` and `untested` assumptions' each, in quadrature."""
+    return math.exp(Z * math.sqrt(sigma ** 2 + untested * SETTINGS.untested_sigma ** 2))
 
 
 def predictions(model: Model, results: Sequence[RunResult], cpus: Sequence[int] | None = None,
@@ -99,8 +113,8 @@ def _at_link(model: Model, net: network.NetModel, here: Prediction, cfg: Config,
     untested = [*here.untested, *NETWORK]
     if not out_of_sample:
         untested.append(Assumption(Assume.NET_IN_SAMPLE, runs=net.runs))
-    k = math.exp(Z * math.sqrt(sigma ** 2 + len(untested) * SETTINGS.untested_sigma ** 2))
-    link_sps = res.net_bw_bps / b if res.net_bw_bps and b else math.inf
+    k = spread(sigma, len(untested))
+    link_sps = 1 / network.link_s(b, res.net_bw_bps) if res.net_bw_bps and b else math.inf
     return replace(here, config=cfg, rate_sps=rate, epoch_s=n / rate,
                    fetch_stall_s=max(0.0, n / rate - here.cached_s), epoch1_s=None,
                    hit_rate=None, cache_effective_bytes=None,

@@ -2,27 +2,40 @@
 
 Each of `streams` request streams (DataLoader workers × the library's own
 parallelism, which is 1 for the loaders tested) reads its samples one after
-another, and prepares each after reading it, so a sample costs one stream
+another: it spends, a sample, off the link
 
-    t_sample = streams / P_cached                         (prep, from the cached run)
-             + r × (latency + request_s)                  (r requests a sample, each one delay
+    think_s = streams / P_cached                          (prep, from the cached run)
+            + r × (latency + request_s)                   (r requests a sample, each one delay
                                                            and the endpoint's own time)
-             + b × (1 / bw + byte_s)                      (b bytes a sample through the link,
-                                                           and the endpoint's own time per byte)
+            + b × byte_s                                  (the endpoint's own time per byte)
 
-and the job gets `rate = min(streams / t_sample, bw / b)`: the streams overlap
-their requests, the link carries at most `bw`. `request_s` and `byte_s` are
-fitted (non-negative least squares over every remote run) on each run's
-per-sample fetch time `streams / rate − streams / P_cached − r × latency − b / bw`;
-`r` and `b` are the proxy's counts over the run (`LinkRecord`) per sample the
-ranks consumed. Assumptions, untested here: the request streams do not slow
-each other down but through the link; the endpoint's own costs do not change
-with the bandwidth or the latency; a request's delay is one latency (HTTP/1.1,
-one request a turn).
+and then its b bytes a sample cross the link, which every stream shares:
+`link_s = b / (bw × PAYLOAD_SHARE)` of the link's time. The job's rate is that
+loop's (`loop_sps`): `streams / (think_s + link_s)` while the streams leave the
+link spare time, `1 / link_s` (the link's payload rate) once they fill it. The
+latency and the link are inputs (the proxy's counts `r` and `b` per sample the
+ranks consumed, over the steady window: `LinkRecord.steady`), never fitted: a
+stream's requests wait `r × latency` a sample, `streams` of them at a time. Only what is left, `request_s`
+and `byte_s`, is fitted (`fit`), and a run held at the link's rate says
+nothing of it.
+
+No queueing below the link's rate: the streams' transfers take turns (a small
+object's response is sent whole, first come first served, by the bucket's
+queue). A fair share of the link for long transfers (TCP's) queues the streams
+near the knee `streams × link_s = think_s + link_s` (mean value analysis of
+processor sharing: 20% slower at 4 streams and think = 3 link_s), where the
+law is at its least sure; a real server's 32 KiB GETs through a token bucket
+follow this law there (tests/test_netlaw.py).
+
+Assumptions, untested here: the streams slow each other only through the link
+(and there only once they fill it); the endpoint's own costs are the same
+at every link; a request's delay is one latency (HTTP/1.1, one request a turn);
+frames of 1500 bytes (`PAYLOAD_SHARE`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -31,6 +44,29 @@ import numpy as np
 from dsanalyze.analysis.runrate import run_rate
 from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
+from dsanalyze.settings import SETTINGS
+
+# TCP payload per Ethernet frame of a 1500-byte MTU, timestamps on (1448 of 1514 bytes): the
+# share of a link's line rate the job's bytes get. A physical figure, not fitted.
+PAYLOAD_SHARE = 1448 / 1514
+
+
+def link_s(bytes_per_sample: float, bw_bps: float | None) -> float:
+    """The link's time a sample: its bytes at the payload rate of `bw_bps` (None: unlimited)."""
+    return bytes_per_sample / (bw_bps * PAYLOAD_SHARE) if bw_bps else 0.0
+
+
+def loop_sps(streams: int, think_s: float, link_s: float) -> float:
+    """Samples/s of `streams` streams, each spending `think_s` a sample off the link and then
+    `link_s` on it: their own pace, at most the link's."""
+    cycle_s = think_s + link_s
+    own_sps = streams / cycle_s if cycle_s > 0 else math.inf
+    return min(own_sps, 1 / link_s) if link_s > 0 else own_sps
+
+
+def held_at_link(rate_sps: float, link_s: float) -> bool:
+    """A rate within the runs' noise (`noise_floor`) of the link's: its think time is not in it."""
+    return link_s > 0 and rate_sps * link_s >= 1 - SETTINGS.noise_floor
 
 
 @dataclass(frozen=True)
@@ -45,12 +81,32 @@ class NetObservation:
     rate_sps: float
     cached_rate_sps: float
 
+    def link_s(self) -> float:
+        return link_s(self.bytes_per_sample, self.bw_bps)
+
+    def known_think_s(self) -> float:
+        """A stream's time a sample off the link that the inputs explain: prep and delay."""
+        return (self.streams / self.cached_rate_sps
+                + self.requests_per_sample * self.latency_s)
+
+    def think_s(self) -> float:
+        """A stream's time a sample off the link, as the run's rate says."""
+        return self.streams / self.rate_sps - self.link_s()
+
     def fetch_s(self) -> float:
-        """The run's per-sample fetch time left once prep, the delay and the link are taken
-        out: what `request_s` and `byte_s` explain."""
-        link_s = self.bytes_per_sample / self.bw_bps if self.bw_bps else 0.0
-        return (self.streams / self.rate_sps - self.streams / self.cached_rate_sps
-                - self.requests_per_sample * self.latency_s - link_s)
+        """The run's think time a stream left once prep and the delay are taken out: what
+        `request_s` and `byte_s` explain."""
+        return self.think_s() - self.known_think_s()
+
+    def weight(self) -> float:
+        """What the run's log rate says of its `fetch_s`: d log(rate) / d think, times the
+        share of the time the link idles (0 for a run held at the link's rate): near the
+        knee the streams may queue for the link, and a rate short of it is then queueing
+        as much as think time (a link's rate is its busy share over `link_s`, and think
+        time moves it only through the idle share)."""
+        if held_at_link(self.rate_sps, self.link_s()):
+            return 0.0
+        return self.rate_sps / self.streams * (1 - self.rate_sps * self.link_s())
 
 
 @dataclass(frozen=True)
@@ -65,11 +121,10 @@ class NetModel:
                  bytes_per_sample: float, bw_bps: float | None, latency_s: float) -> float:
         """Predicted samples/s of the job with its data across a link of `bw_bps` (None:
         unlimited) and `latency_s`."""
-        per_byte_s = self.byte_s + (1.0 / bw_bps if bw_bps else 0.0)
-        t_sample = (streams / cached_rate_sps + requests_per_sample * (latency_s + self.request_s)
-                    + bytes_per_sample * per_byte_s)
-        link_sps = bw_bps / bytes_per_sample if bw_bps and bytes_per_sample else float("inf")
-        return min(streams / t_sample, link_sps)
+        think_s = (streams / cached_rate_sps
+                   + requests_per_sample * (latency_s + self.request_s)
+                   + bytes_per_sample * self.byte_s)
+        return loop_sps(streams, think_s, link_s(bytes_per_sample, bw_bps))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,14 +135,18 @@ class NetModel:
 
 
 def fit(observations: list[NetObservation]) -> NetModel:
-    """Least squares of `fetch_s = r × request_s + b × byte_s` over the observations, each
-    coefficient held at 0 or more (a negative cost is noise: the other one is refitted)."""
-    if not observations:
-        return NetModel(0.0, 0.0, 0)
+    """`fetch_s = r × request_s + b × byte_s` over the observations, each weighted by what its
+    rate says of its think time (`weight`: least squares of the log rates, to first order),
+    each coefficient held at 0 or more (a negative cost is noise: the other is refitted).
+    Runs that cannot tell the two apart (one ratio of bytes to requests) get the cost a
+    request: the least squares' smallest solution would split it by the units."""
+    w = np.array([o.weight() for o in observations], float)
+    if not w.any():
+        return NetModel(0.0, 0.0, len(observations))
     a = np.array([[o.requests_per_sample, o.bytes_per_sample] for o in observations], float)
-    y = np.array([o.fetch_s() for o in observations], float)
+    a, y = a * w[:, None], np.array([o.fetch_s() for o in observations], float) * w
     coef = np.linalg.lstsq(a, y, rcond=None)[0]
-    if coef.min() < 0:  # the better of the two one-parameter fits
+    if coef.min() < 0 or np.linalg.matrix_rank(a) < 2:  # the better one-parameter fit
         single = [max(0.0, float(a[:, i] @ y / (a[:, i] @ a[:, i]))) if a[:, i].any() else 0.0
                   for i in range(2)]
         errs = [float(np.sum((y - a[:, i] * single[i]) ** 2)) for i in range(2)]
@@ -103,12 +162,11 @@ def observations(results: list[RunResult]) -> list[NetObservation]:
     for r in results:
         res, link = r.spec.resources, r.link
         rate, base = run_rate(r).rate_sps if r.ok else None, cached.get(res.cpus)
-        if (r.mode is not Mode.DISK or not res.remote or link is None or not rate or not base
-                or not link.requests or not link.bytes_down):
+        counts = link.steady(sum(sum(k.samples) for k in r.ranks)) if link else None
+        if r.mode is not Mode.DISK or not res.remote or counts is None or not rate or not base:
             continue
-        consumed = sum(sum(k.samples) for k in r.ranks)
         out.append(NetObservation(res.net_bw_bps, res.net_latency_s or 0.0, streams(r),
-                                  link.requests / consumed, link.bytes_down / consumed,
+                                  counts.requests_per_sample, counts.bytes_per_sample,
                                   rate, base))
     return out
 

@@ -8,8 +8,11 @@ pick is the recommendation's own ranking (`recommend.rank`: the cheapest under
 the stall limit, else the cheapest of the fastest) over the predictions.
 Then, in order:
 
-1. The pick is not measured and its interval is wider than ±`target_pct`:
-   measure it (a measurement is the most direct way to narrow it).
+1. The pick is not measured: measure it (a measurement is the most direct way
+   to narrow its interval, and the answer rests on a measurement: a model
+   whose interval is narrow can still miss a knob it never saw bind, as a
+   page cache below the working set on a prep-bound job did in
+   bench/adaptive.py's prep grid, predicted 258 samples/s ±4%, measured 153).
 2. An unmeasured configuration has at least `SETTINGS.chance_min` chance of taking the
    pick's place: measure the likeliest. With the pick under the limit, the
    chance is that of a cheaper configuration staying under the limit too;
@@ -17,10 +20,18 @@ Then, in order:
    (by more than the ranking's tolerance): none, when it differs from the pick
    only in cache and storage and the pick is already within the tolerance of
    its job with no fetch stall (`cannot_beat`).
-3. The pick is measured, its interval (its runs' own, pooled over repeats) is
+   Once the pick is measured, "faster" means faster by more than its own noise
+   (`margin`: its measured interval's half-width, where that is wider than
+   the tolerance): a rival predicted within the pick's noise cannot change
+   the answer by more than the runs can tell apart, which is the issue's own
+   criterion (the same answer, or within the full grid's pick's interval).
+3. Rivals that step 2 would measure at the tolerance but not beyond the pick's
+   noise (`equivalent`): stop, `EQUIVALENT`, naming them: more runs of the pick
+   would only narrow its noise until one of them became a rival again.
+4. The pick is measured, its interval (its runs' own, pooled over repeats) is
    wider than ±`target_pct`, and it has had fewer than `SETTINGS.max_pick_runs` runs:
    `REPEAT` it (one more run of it; the runs pool, the interval narrows).
-4. Else stop: `CONFIDENT` when the pick's interval is within ±`target_pct`,
+5. Else stop: `CONFIDENT` when the pick's interval is within ±`target_pct`,
    `SETTLED` when it is not but no configuration left to measure could change
    the answer (the pick is measured `SETTINGS.max_pick_runs` times, or not measurable).
 
@@ -53,6 +64,7 @@ class Verdict(str, enum.Enum):
     REPEAT = "repeat"  # measure the measured pick `next_key` once more (its runs pool)
     CONFIDENT = "confident"  # the pick's interval is within the target, no rival likely
     SETTLED = "settled"  # the interval is wider, but nothing left to measure could change it
+    EQUIVALENT = "equivalent"  # the rivals left are predicted within the pick's noise
     BUDGET = "budget"  # the budget is spent (decided by the loop, not here)
 
 
@@ -112,11 +124,12 @@ class Budget(PlainJson):
 @dataclass(frozen=True)
 class Decision(PlainJson):
     """What the adaptive sweep does next, and the numbers that say why (`report/adaptive.py`
-    words it). Why a MEASURE: the pick itself is wider than ±`target_pct` (`next_key` is the
+    words it). Why a MEASURE: the pick itself is not measured yet (`next_key` is the
     pick) or the rival has at least `chance_min` chance to take its place (`under_limit`:
     to be cheaper under the limit, else to do better); REPEAT: the measured pick is still
     wider after `pick_runs` runs; CONFIDENT / SETTLED: within the target or not, no rival at
-    `chance_min`; BUDGET: `budget`."""
+    `chance_min`; EQUIVALENT: the rivals `equivalent` have that chance to do better than the
+    pick only by less than `margin_pct`, its measured noise; BUDGET: `budget`."""
 
     verdict: Verdict
     pick_key: str
@@ -133,6 +146,8 @@ class Decision(PlainJson):
     chance_min: float = 0.0
     pick_runs: int = 0
     budget: Budget | None = None
+    equivalent: tuple[str, ...] = ()  # rivals within the pick's noise (EQUIVALENT)
+    margin_pct: float = 0.0  # "do better" means by more than this (% of the pick's job)
 
 
 def stall_chance(c: Candidate, max_stall_pct: float, epochs: int) -> float:
@@ -143,20 +158,30 @@ def stall_chance(c: Candidate, max_stall_pct: float, epochs: int) -> float:
     return 1 - _NORMAL.cdf(math.log(max(need, 1e-12)) / max(c.log_sigma(), 1e-9))
 
 
-def faster_chance(c: Candidate, pick: Candidate, epochs: int) -> float:
-    """The chance that `c`'s job is shorter than the pick's by more than the tolerance."""
-    ratio = c.prediction.job_s(epochs) / (pick.prediction.job_s(epochs) * (1 - TOLERANCE))
-    sigma = math.hypot(c.log_sigma(), pick.log_sigma())
+def faster_chance(c: Candidate, pick: Candidate, epochs: int, margin: float = TOLERANCE) -> float:
+    """The chance that `c`'s job is shorter than the pick's by more than `margin`: the
+    tolerance (both uncertain), or the measured pick's noise (`noise_margin`: then the pick's
+    uncertainty is the margin itself, and only `c`'s prediction is uncertain)."""
+    ratio = c.prediction.job_s(epochs) / (pick.prediction.job_s(epochs) * (1 - margin))
+    sigma = c.log_sigma() if margin > TOLERANCE else math.hypot(c.log_sigma(), pick.log_sigma())
     return 1 - _NORMAL.cdf(math.log(ratio) / max(sigma, 1e-9))
 
 
+def noise_margin(pick: Candidate) -> float:
+    """How much faster than the pick a rival must be to change the answer by more than the
+    runs can tell apart: the measured pick's interval half-width (its runs' noise, repeats
+    pooled), at least the tolerance; the tolerance while it is only predicted."""
+    return max(TOLERANCE, pick.half_width_pct() / 100) if pick.measured else TOLERANCE
+
+
 def rival_chance(c: Candidate, pick: Candidate, under_limit: bool, max_stall_pct: float,
-                 epochs: int) -> float:
-    """The chance that `c` would take the pick's place (module docstring, step 2)."""
+                 epochs: int, margin: float = TOLERANCE) -> float:
+    """The chance that `c` would take the pick's place (module docstring, step 2): to be
+    faster, by more than `margin`."""
     if under_limit:
         cheaper = cost(c.prediction)[:3] < cost(pick.prediction)[:3]
         return stall_chance(c, max_stall_pct, epochs) if cheaper else 0.0
-    faster = 0.0 if cannot_beat(c, pick, epochs) else faster_chance(c, pick, epochs)
+    faster = 0.0 if cannot_beat(c, pick, epochs) else faster_chance(c, pick, epochs, margin)
     return max(stall_chance(c, max_stall_pct, epochs), faster)
 
 
@@ -181,22 +206,28 @@ def choose(candidates: Sequence[Candidate], max_stall_pct: float, epochs: int,
     by_pred = {id(c.prediction): c for c in candidates}
     chosen, closest = rank([c.prediction for c in candidates], max_stall_pct, epochs)
     pick = by_pred[id(closest)]
-    hw = pick.half_width_pct()
-    rivals = sorted(((rival_chance(c, pick, chosen is not None, max_stall_pct, epochs), c.key)
-                     for c in candidates if c is not pick and not c.measured and c.key not in tried),
-                    reverse=True)
+    hw, margin, under = pick.half_width_pct(), noise_margin(pick), chosen is not None
+    left = [c for c in candidates if c is not pick and not c.measured and c.key not in tried]
+    rivals = sorted(((rival_chance(c, pick, under, max_stall_pct, epochs, margin), c.key)
+                     for c in left), reverse=True)
     chance, rival = rivals[0] if rivals else (0.0, None)
+    equivalent = tuple(c.key for c in left if margin > TOLERANCE and rival_chance(
+        c, pick, under, max_stall_pct, epochs) >= SETTINGS.chance_min)
     c = pick.prediction.config
     setup = Setup(c.cpus, c.cache_bytes, c.storage_read_bps, c.workers, pick.prediction.loader)
 
     def decided(verdict: Verdict, next_key: str | None) -> Decision:
         return Decision(verdict, pick.key, pick.measured, hw, _rate(pick), rival, chance,
-                        next_key, setup, chosen is not None, max_stall_pct, target_pct,
-                        SETTINGS.chance_min, pick.runs)
-    if not pick.measured and pick.key not in tried and hw > target_pct:
+                        next_key, setup, under, max_stall_pct, target_pct,
+                        SETTINGS.chance_min, pick.runs,
+                        equivalent=equivalent if verdict is Verdict.EQUIVALENT else (),
+                        margin_pct=100 * margin)
+    if not pick.measured and pick.key not in tried:
         return decided(Verdict.MEASURE, pick.key)
     if rival is not None and chance >= SETTINGS.chance_min:
         return decided(Verdict.MEASURE, rival)
+    if equivalent:
+        return decided(Verdict.EQUIVALENT, None)
     if pick.measured and hw > target_pct and pick.runs < SETTINGS.max_pick_runs:
         return decided(Verdict.REPEAT, pick.key)
     return decided(Verdict.CONFIDENT if hw <= target_pct else Verdict.SETTLED, None)

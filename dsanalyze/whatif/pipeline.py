@@ -37,13 +37,14 @@ decodes, as one), which keeps large batches cheap to simulate.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
 import statistics
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -161,14 +162,13 @@ class _PS:
         self.virtual = 0.0  # work done by each job that was active all the time
         self.heap: list[tuple[float, int, Event]] = []
 
-    def speed(self) -> float:
+    def ahead(self) -> tuple[float, float]:
+        """(time until the first job ends, the speed each active job progresses at)."""
         k = len(self.heap)
-        return min(self.per_job_cap, self.capacity / k) if k else 0.0
-
-    def time_to_next(self) -> float:
-        if not self.heap:
-            return math.inf
-        return max(0.0, self.heap[0][0] - self.virtual) / self.speed()
+        if not k:
+            return math.inf, 0.0
+        speed = min(self.per_job_cap, self.capacity / k)
+        return max(0.0, self.heap[0][0] - self.virtual) / speed, speed
 
     def add(self, work: float, seq: int, what: Event) -> None:
         heapq.heappush(self.heap, (self.virtual + work, seq, what))
@@ -181,8 +181,30 @@ def simulate(p: Pipeline, miss_bytes: Sequence[np.ndarray], batches_per_epoch: i
     `miss_bytes[e][i]` is the storage bytes sample i of epoch e needs (0: a
     cache hit); sample i of rank r's batch j is `(j * batch_size + t) * ranks + r`,
     the order `cachesim.epoch_order` gives.
+
+    The simulation is deterministic: a timeline already simulated for the same inputs is
+    given again (a fit and its validation ask for the same configuration many times:
+    about a third of the calls of an advice).
     """
-    return _Sim(p, miss_bytes, batches_per_epoch, sample_bytes).run()
+    key = (p, batches_per_epoch, _digest(miss_bytes),
+           None if sample_bytes is None else _digest(sample_bytes))
+    timeline = _SIMULATED.get(key)
+    if timeline is None:
+        timeline = _Sim(p, miss_bytes, batches_per_epoch, sample_bytes).run()
+        if len(_SIMULATED) >= SIMULATED_KEPT:
+            del _SIMULATED[next(iter(_SIMULATED))]  # the oldest
+        _SIMULATED[key] = timeline
+    return timeline
+
+
+SIMULATED_KEPT = 4096  # timelines remembered by `simulate` (each a few KB)
+_SIMULATED: dict[tuple[Any, ...], Timeline] = {}
+
+
+def _digest(arrays: Sequence[np.ndarray]) -> tuple[bytes, ...]:
+    """Arrays as a key: a 128-bit hash of each one's values as floats."""
+    return tuple(hashlib.blake2b(np.ascontiguousarray(a, dtype=float).tobytes(),
+                                 digest_size=16).digest() for a in arrays)
 
 
 class _Sim:
@@ -225,6 +247,12 @@ class _Sim:
         self.pending: dict[Chunk, int] = {}
         self.after: dict[Chunk, float] = {}
         self.io_bytes: dict[Chunk, float] = {}
+        # an event's handler by its type, called with the event's one field (the hot loop's
+        # dispatch: a dict lookup, not a chain of class patterns)
+        self.handlers: dict[type, Callable[[Any], None]] = {
+            ReadStarts: self._read_starts, PartDone: self._part_done,
+            ChunkDone: self._chunk_done, Taken: self._taken, Received: self._received,
+            StepDone: self._step_done}
 
     # -- scheduling helpers ------------------------------------------------------------------
     def _seq(self) -> int:
@@ -289,22 +317,16 @@ class _Sim:
             self._cpu(prep + nbytes * p.miss_cpu_s_per_byte, ChunkDone(key))
 
     def _on(self, what: Event) -> None:
-        match what:
-            case ReadStarts(key):
-                self.io.add(self.io_bytes.pop(key), self._seq(), PartDone(key))
-            case PartDone(key):
-                self.pending[key] -= 1
-                if self.pending[key] == 0:
-                    del self.pending[key]
-                    self._cpu(self.after.pop(key), ChunkDone(key))
-            case ChunkDone(key):
-                self._chunk_done(key)
-            case Taken(rank):
-                self._taken(rank)
-            case Received(rank):
-                self._received(rank)
-            case StepDone(rank):
-                self._step_done(rank)
+        self.handlers[type(what)](what[0])
+
+    def _read_starts(self, key: Chunk) -> None:
+        self.io.add(self.io_bytes.pop(key), self._seq(), PartDone(key))
+
+    def _part_done(self, key: Chunk) -> None:
+        self.pending[key] -= 1
+        if self.pending[key] == 0:
+            del self.pending[key]
+            self._cpu(self.after.pop(key), ChunkDone(key))
 
     def _chunk_done(self, key: Chunk) -> None:
         rank, w, epoch, batch, t = key
@@ -371,12 +393,11 @@ class _Sim:
             self._start_epoch(r, 0)
             self._next(r)
         while not self.done:
-            dt_cpu, dt_io = self.cpu.time_to_next(), self.io.time_to_next()
+            (dt_cpu, cpu_speed), (dt_io, io_speed) = self.cpu.ahead(), self.io.ahead()
             dt_timer = self.timers[0][0] - self.now if self.timers else math.inf
             dt = min(dt_cpu, dt_io, dt_timer)
             if dt == math.inf:
                 raise ConfigError("the pipeline simulation stalled: no event left")
-            cpu_speed, io_speed = self.cpu.speed(), self.io.speed()
             self.now += max(0.0, dt)
             self.cpu.virtual += cpu_speed * dt
             self.io.virtual += io_speed * dt

@@ -24,6 +24,7 @@ from typing import Any
 
 from dsanalyze.config import CacheBudget, Job, Resources
 from dsanalyze.records import RunResult
+from dsanalyze.whatif.advice import ModelFailure
 from dsanalyze.whatif.decision import Decision, DecisionKind, Option
 
 WORKER_FLAGS = ("--workers", "-j", "--num-workers", "--num_workers")
@@ -47,7 +48,7 @@ class NotRun:
     """Why the check of a decision is not run here, with the numbers that say it."""
 
     why: Unrunnable
-    note: str = ""
+    note: ModelFailure | None = None
     run_id: str | None = None
     gpu_speedup: float | None = None
     nproc: int | None = None
@@ -114,7 +115,7 @@ def with_workers(job: Job, workers: int) -> Job | NotRun:
 
 
 def verify_plan(decision: Decision | None, job: Job, machine_cpus: int,
-                note: str = "") -> VerifyPlan:
+                note: ModelFailure | None = None) -> VerifyPlan:
     """What to run to check `decision` on this machine (`machine_cpus`: the CPUs the
     harness may use), or why nothing is run."""
     if decision is None or decision.choice is None:

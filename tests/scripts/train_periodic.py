@@ -1,7 +1,9 @@
 """A plain PyTorch loop with a periodic stall: every --every batches it saves a checkpoint
 (torch.save of the model) and waits --stall-ms more, as a job that checkpoints or logs every
 K steps. ImageFolder with a real DataLoader (workers decode the JPEGs); the step sleeps
---step-ms (a GPU step's time, on no GPU); DDP over gloo under torchrun."""
+--step-ms (a GPU step's time, on no GPU), and --drift-ms more per 100 steps taken (a step that
+slows as the job runs: a growing in-memory log, a device warming up); DDP over gloo under
+torchrun."""
 import argparse
 import os
 import tempfile
@@ -20,6 +22,7 @@ parser.add_argument("--epochs", type=int, default=100)
 parser.add_argument("--step-ms", type=float, default=20.0)
 parser.add_argument("--every", type=int, default=7, help="checkpoint every this many batches")
 parser.add_argument("--stall-ms", type=float, default=60.0, help="and wait this long then")
+parser.add_argument("--drift-ms", type=float, default=0.0, help="the step's growth per 100 steps")
 
 
 def main():
@@ -47,7 +50,7 @@ def main():
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            time.sleep(args.step_ms / 1000.0)
+            time.sleep((args.step_ms + args.drift_ms * step / 100) / 1000.0)
             step += 1
             if step % args.every == 0:
                 torch.save(model.state_dict(), checkpoint)
