@@ -54,6 +54,11 @@ class Settings:
     memory_bps: float = _tuned(
         20e9, "B/s", "bytes a core copies per second: no read costs less CPU (the read CPU "
         "bound)", "a physical figure (memcpy on a server core), not tuned (ba92cab)")
+    reread_uncached: float = _tuned(
+        0.9, "", "a disk run whose cache leaves at least this share of the dataset uncached "
+        "measures the read amplification: the job's other reads of a file then miss as its "
+        "training reads do", "not tuned: physics (a cache holding under a tenth of the data "
+        "leaves any pass over it missing); the scripts bench's cache-0 runs leave 99% (77af013)")
     # ---- the what-if model (whatif/model.py, pipeline.py) ----
     cache_binds: float = _tuned(
         0.97, "", "a page cache under this share of the dataset limits the hits; at or above "

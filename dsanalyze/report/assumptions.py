@@ -46,6 +46,9 @@ WORDS: dict[Assume, Callable[[Assumption], str]] = {
                                 "limiting",
     Assume.ABOVE_DEVICE: lambda a: "a throttle above the measured device: the device's "
                                    "bandwidth used",
+    Assume.REREADS: lambda a: f"the job reads {a.amplification:.2f}x the bytes its loader "
+                              "misses (measured without a page cache): its other reads taken "
+                              "to hit in the share of the dataset this cache holds",
     Assume.NET_STREAMS: lambda a: "request streams slow each other only through the link",
     Assume.NET_ENDPOINT: lambda a: "the endpoint's own costs the same at every bandwidth and "
                                    "latency",

@@ -24,6 +24,7 @@ from dsanalyze.whatif.provenance import (
     PrepUnfitted,
     ProbedContention,
     Provenance,
+    ReadAmplification,
     ReadCpu,
     ReadCpuDropped,
     Reason,
@@ -62,6 +63,9 @@ REASONS = {
                                "no CPU",
     Reason.NO_BINDING_CACHE: "not measured: no disk run with a binding cache limit and cgroup "
                              "counters; budgets taken at face value",
+    Reason.NO_AMPLIFICATION_RUN: "not measured: no disk run with a recorded read counter "
+                                 "and a cache under 10% of the dataset; each training "
+                                 "sample taken to read its file once",
     Reason.NO_SYNTHETIC_RUN: "not measured: no synthetic run",
     Reason.ONE_RANK_COUNT: "not measured: synthetic runs of one rank count only; other rank "
                            "counts are taken to add no all-reduce time (untested)",
@@ -74,6 +78,10 @@ BOUND_WHY = {
     "throttle_efficiency": "a throttle gives about what it says; far below or above it is a "
                            "window the throttle did not hold",
     "read_cpu_bps": "a read costs at least the memory copy of its bytes, about 20 GB/s per core",
+    "read_amplification": "a job reads each file once per training sample or a few times "
+                          "more (a validation pass, a test pass); under half the bytes its "
+                          "loader missed, the page cache held more than its budget; over "
+                          "10x, the counter saw another process's reads",
     "contention": "above 1 each extra busy core would lower the loader's total rate",
     "prep_cpu_s_per_sample": "no sample's read, decode and collation takes under 10 us or over "
                              "5 s of a core; a value at the solver's limits means the runs did "
@@ -214,6 +222,13 @@ WORDS: dict[type[Provenance], Callable[[Any], str]] = {
     ReadCpuDropped: lambda h: ("not measured: reads taken to cost no CPU; "
                                + dropped_text(h.dropped)),
     Throttle: _throttle,
+    ReadAmplification: lambda h: (
+        "not measured: each training sample taken to read its file once; "
+        + dropped_text(h.dropped) if h.dropped else
+        f"measured: the cgroup's storage reads over the bytes the cache simulator says the "
+        f"training loader missed, on {h.runs} disk run(s) with almost no page cache "
+        f"({h.low:.2f} to {h.high:.2f}); where a cache holds part of the dataset, the other "
+        "reads are taken to hit in the share it holds (untested)"),
     Slack: lambda h: (f"page cache (shared memory excluded) the fit runs had over their budget "
                       f"in their steady epochs: {format_bytes(h.low_bytes)} to "
                       f"{format_bytes(h.high_bytes)}"),

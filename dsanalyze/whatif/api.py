@@ -20,18 +20,15 @@ JSON written to `whatif.json` and printed by `validate --json`.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
-
-import numpy as np
 
 from dsanalyze.analysis import coldepoch, runrate
 from dsanalyze.config import CacheBudget, Mode, Resources
 from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
-from dsanalyze.whatif import cachesim
+from dsanalyze.whatif import fit_reads
 from dsanalyze.whatif.assumptions import Assumption
 from dsanalyze.whatif.calibrate import fit
 from dsanalyze.whatif.documents import GridRow
@@ -48,6 +45,7 @@ from dsanalyze.whatif.model import (
     mean_rates,
     prep_cpu_for,
     read_bps_for,
+    reread_share,
     run_cache,
     run_config,
     run_cpus,
@@ -180,7 +178,7 @@ def predict(model: Model, cfg: Config) -> Prediction:
                         cfg.nnodes)
     g = ranks * model.batch_size / step_for(model, cfg)
     epoch_s, cached_s, compute_s = n / disk.rate_sps, n / cached.rate_sps, n / g
-    low, high = interval(model, cfg, disk.rate_sps)
+    low, high = interval(model, cfg, disk.rate_sps, disk.held_rel)
     return Prediction(
         cfg, ranks, disk.rate_sps, epoch_s, compute_s, max(0.0, cached_s - compute_s),
         max(0.0, epoch_s - cached_s), n / disk.epoch1_sps if disk.epoch1_sps else None,
@@ -254,25 +252,16 @@ class CacheCheck:
 
 
 def cache_check(model: Model, results: Sequence[RunResult], seeds: int = 3) -> list[CacheCheck]:
-    """cachesim over each disk run's epochs, with its budget plus the fitted slack, against
-    the cgroup's read counter (a diagnosis of the cache model; no prediction reads it)."""
+    """cachesim over each disk run's epochs, with its budget plus the fitted slack, and the
+    job's other reads of its files (the read amplification, `reread_share`), against the
+    cgroup's read counter (a diagnosis of the cache model; no prediction reads it)."""
     out = []
-    sizes = np.asarray(model.file_bytes)
     for run in (r for r in results if r.ok and r.mode is Mode.DISK and r.ranks):
-        layout, cache = run_layout(run), run_cache(model, HeldOut.of(run))
-        cap = model.dataset_bytes + 1 if cache is None else int(cache)
-        share = layout.iters / (layout.epochs * layout.batches)
-        reads, resident = [], []
-        for seed in range(seeds):
-            rng = np.random.default_rng(seed)
-            orders = [cachesim.epoch_order(len(sizes), rng, model.ranks, model.batch_size)
-                      for _ in range(layout.epochs)]
-            stats = cachesim.simulate(sizes, cap, model.policy, orders)
-            reads.append(sum(s.read_bytes for s in stats) * share)
-            resident.append(stats[-1].resident_bytes)
-        out.append(CacheCheck(run.run_id, cache, statistics.fmean(reads),
-                              run.io.read_bytes or None, statistics.fmean(resident),
-                              run.io.resident_after_bytes))
+        missed, read, resident = fit_reads.simulated_reads(model, run, seeds)
+        rereads = reread_share(model, run_cache(model, HeldOut.of(run)))
+        out.append(CacheCheck(run.run_id, run_cache(model, HeldOut.of(run)),
+                              max(0.0, missed + rereads * read), run.io.read_bytes or None,
+                              resident, run.io.resident_after_bytes))
     return out
 
 

@@ -27,6 +27,7 @@ class Assume(enum.Enum):
     THROTTLE = "throttle"  # a throttle at face value: no run held by its throttle measured
     NO_DEVICE = "no_device"  # the storage device not measured: unthrottled reads never limit
     ABOVE_DEVICE = "above_device"  # a throttle above the measured device's bandwidth
+    REREADS = "rereads"  # the job's `amplification` x reads hit in the share a cache holds
     NET_STREAMS = "net_streams"  # request streams slow each other only through the link
     NET_ENDPOINT = "net_endpoint"  # the endpoint's own costs the same at every link
     NET_IN_SAMPLE = "net_in_sample"  # the network law's error from `runs` remote runs
@@ -57,6 +58,7 @@ class Assumption(PlainJson):
     workers: int | None = None
     measured_workers: int | None = None
     runs: int | None = None
+    amplification: float | None = None
     said: str = ""
 
     @classmethod

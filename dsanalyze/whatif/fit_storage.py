@@ -24,6 +24,8 @@ from dsanalyze.whatif.model import (
     Param,
     effective_cache,
     mean_rates,
+    reread_share,
+    run_cache,
     run_config,
     run_cpus,
     run_layout,
@@ -120,12 +122,15 @@ def _throttle_fit(model: Model, run: RunResult, window: tuple[pipeline.Layout, f
                   ) -> float:
     """The efficiency (bandwidth got / throttle) that reproduces one cold window."""
     layout, target, first = window
-    cfg = run_config(model, HeldOut.of(run)).with_cache()
+    held = HeldOut.of(run)
+    cfg = run_config(model, held).with_cache()
     bps = cfg.storage_read_bps
+    # every training read of the window misses; the job's re-reads miss where its cache is short
+    rereads = reread_share(model, run_cache(model, held))
 
     def rate(x: float) -> float:
         got = mean_rates(replace(model, throttle_efficiency=1 / (x * bps)), cfg, layout,
-                         Mode.DISK, None, cold_first=first)
+                         Mode.DISK, None, cold_first=first, reread_share=rereads)
         return got.epoch1_sps if first else got.rate_sps
     return 1 / bps / pipeline.solve(rate, target, 1e-12, 1e-3)
 

@@ -22,7 +22,7 @@ from dsanalyze.analysis import runrate
 from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
-from dsanalyze.whatif import bounds, fit_loop, fit_prep, fit_storage
+from dsanalyze.whatif import bounds, fit_loop, fit_prep, fit_reads, fit_storage
 from dsanalyze.whatif.bounds import Bound
 from dsanalyze.whatif.fitruns import residual
 from dsanalyze.whatif.model import LEVEL, Model, Param, Z
@@ -88,6 +88,8 @@ def _slack_dof(model: Model, params: list[Param]) -> int:
 
 FITTERS = (
     Fitter("device", Runs.BASE_DISK, (Mode.DISK,), fit_storage.fit_device, measured),
+    Fitter("reads", Runs.BASE_DISK, (Mode.DISK,), fit_reads.fit_reads, measured,
+           (bounds.READ_AMPLIFICATION,)),
     # every mode: the machine's CPU count and its decode probe may come with any run
     Fitter("others", Runs.ALL, EVERY_MODE, fit_loop.fit_others, measured),
     Fitter("main", Runs.ALL, (Mode.CACHED,), fit_loop.fit_main, measured),
@@ -104,7 +106,7 @@ FITTERS = (
 )
 # "step" and "layout": the job's model (`jobfit`); "sigma": the intervals
 SHOWN = ("step", "main", "size_share", "cpu", "others", "layout", "startup", "device",
-         "read_cpu", "throttle", "slack", "sigma")
+         "reads", "read_cpu", "throttle", "slack", "sigma")
 
 
 def ready(model: Model) -> bool:

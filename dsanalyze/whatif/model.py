@@ -21,6 +21,9 @@ configuration: each is one number for the job or the machine, or one law.
   iterations, machine-wide, for disk runs and for the others. It runs on the
   cores the job leaves free; a configuration that wants more cores than the
   machine has free of it gets min(CPUs, machine - others' cores).
+- A step on the CPU at every core of the machine is held by the outside work
+  (`held_load`): it takes step / (1 - L), L that work's cores beyond the cached
+  runs'; the interval carries the size of that effect (`Rates.held_rel`).
 - The main process of each rank: its CPU per iteration and the delay to take
   a ready batch from a worker, both measured on the cached runs' timelines.
 - The storage device: read bandwidth and per-request latency measured by the
@@ -29,6 +32,11 @@ configuration: each is one number for the job or the machine, or one law.
   min(throttle * throttle_efficiency, device), with one efficiency for every
   throttle (cold epochs). The CPU a worker spends per byte read (page-cache
   fill, reclaim) is one number too.
+- a, the read amplification: storage bytes per byte the training loader
+  misses, measured on the disk runs whose cache holds almost nothing
+  (`fit_reads`): a job that reads its files again (a validation pass) reads
+  (a - 1) x each sample's bytes more, in the share of the dataset its cache
+  does not hold (`reread_share`).
 - s and the size distribution (the dataset's files), N (samples per epoch).
 - h(C): `cachesim` over the real file sizes for the job's access pattern, with
   C the budget plus one slack (the page cache, DataLoader shared memory
@@ -146,6 +154,7 @@ class Model:
     main_cpu_s: float = 0.0  # CPU of a rank's main process per iteration
     receive_s: float = 0.0  # delay for the main process to take a ready batch (not CPU)
     miss_cpu_s_per_byte: float = 0.0
+    read_amplification: float = 1.0  # storage bytes / the training loader's missed bytes
     throttle_efficiency: float = 1.0  # bandwidth a throttle gives / the throttle
     throttle_measured: bool = False  # fitted on throttled runs (else taken at face value)
     cache_slack_bytes: float = 0.0  # effective page cache - budget, in the fit runs
@@ -312,19 +321,54 @@ def workers_for(model: Model, cfg: Config) -> int:
     return model.workers if cfg.workers is None else cfg.workers
 
 
-def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None) -> pipeline.Pipeline:
-    """The pipeline of `cfg`; a step on the CPU is the main process's CPU work (it competes
-    with the workers for the cores), else the step leaves the CPU free."""
+def uncached_share(model: Model, cache_bytes: float | None) -> float:
+    """The share of the dataset a page cache of `cache_bytes` (None: no limit) cannot hold."""
+    if cache_bytes is None or not model.dataset_bytes:
+        return 0.0
+    return max(0.0, 1.0 - cache_bytes / model.dataset_bytes)
+
+
+def reread_share(model: Model, cache_bytes: float | None) -> float:
+    """Storage bytes a sample reads beyond its misses, per byte of it: (a - 1) x the share
+    of the dataset the cache cannot hold. The job's other reads of a file (a validation
+    pass) are taken to hit where the cache holds the dataset's bytes, as a pass over the
+    files in another order would (a cached share C / D), and to miss elsewhere: measured
+    where the cache holds almost nothing (`fit_reads`), untested in between."""
+    return (model.read_amplification - 1.0) * uncached_share(model, cache_bytes)
+
+
+def held_load(model: Model, cfg: Config, mode: Mode, rate_sps: float) -> float:
+    """The share of time a step on the CPU is held by the work outside the job's cgroup
+    (the kernel's reads, the harness's monitor and limiter), at a rate of `rate_sps`: a step
+    whose threads take every core of the machine waits at its barriers for a thread that
+    work preempted while its other threads spin, so the outside load L (cores) holds the
+    whole step L of its time: it takes step / (1 - L). L is the disk runs' outside CPU per
+    sample beyond the cached runs' (whose loop time, where the main process's CPU is
+    measured, holds theirs) x the rate, at most half. With fewer CPUs than the machine the
+    outside work runs on the cores the job leaves free: 0."""
+    if not model.step_on_cpu or mode is not Mode.DISK or not model.machine_cpus \
+            or cfg.cpus < model.machine_cpus or not math.isfinite(rate_sps):
+        return 0.0
+    extra = max(0.0, model.others_disk_cpu_s_per_sample - model.others_cpu_s_per_sample)
+    return min(0.5, extra * rate_sps)
+
+
+def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None,
+          cache_bytes: float | None = None, held: float = 0.0) -> pipeline.Pipeline:
+    """The pipeline of `cfg` (a disk run's with `cache_bytes` of page cache); a step on the
+    CPU is the main process's CPU work (it competes with the workers for the cores), else
+    the step leaves the CPU free."""
     step = 0.0 if mode is Mode.LOADER else step_for(model, cfg)
-    cpu_step = step if model.step_on_cpu else 0.0
+    cpu_step = step / (1 - held) if model.step_on_cpu else 0.0  # `held_load`
     return pipeline.Pipeline(
         ranks=cfg.nproc or model.ranks, workers=workers_for(model, cfg),
         batch_size=model.batch_size, prefetch_factor=model.prefetch_factor,
-        cpus=cfg.cpus, step_s=step - cpu_step, main_cpu_s=model.main_cpu_s + cpu_step,
+        cpus=cfg.cpus, step_s=0.0 if model.step_on_cpu else step, main_cpu_s=model.main_cpu_s + cpu_step,
         prep_cpu_s=prep_cpu_for(model, cfg) if prep is None else prep,
         read_bps=read_bps_for(model, cfg.storage_read_bps) if mode is Mode.DISK else None,
         miss_cpu_s_per_byte=model.miss_cpu_s_per_byte, read_latency_s=model.device_latency_s,
-        size_share=model.size_share, receive_s=model.receive_s)
+        size_share=model.size_share, receive_s=model.receive_s,
+        reread_share=reread_share(model, cache_bytes) if mode is Mode.DISK else 0.0)
 
 
 def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,
@@ -369,7 +413,8 @@ def simulate_run(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
         sim = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes, mode, seed,
                       cfg.nnodes)
     misses, read, sim_batches = sim
-    p = replace(_pipe(model, cfg, mode, override.pop("prep_cpu_s", None)), **override)
+    p = replace(_pipe(model, cfg, mode, override.pop("prep_cpu_s", None), cache_bytes,
+                      override.pop("held_load", 0.0)), **override)
     layout = rated_layout(layout)
     tl = pipeline.expand(pipeline.simulate(p, misses, sim_batches, read), sim_batches, layout)
     n = min(layout.iters, len(tl.iter_s))
@@ -400,6 +445,9 @@ class Rates:
     rate_sps: float  # steady window
     epoch1_sps: float | None  # cold first epoch (disk runs of two or more epochs)
     hit_rate: float | None  # byte hit rate in the steady window (disk)
+    # ln(rate without / with the step held by the outside work, `held_load`): how much of the
+    # rate rests on that law, whose size the runs measure loosely (it widens the interval)
+    held_rel: float = 0.0
 
 
 def mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
@@ -407,8 +455,17 @@ def mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
                **override: float) -> Rates:
     """Simulated steady and cold rates (and hit rate) over the layout's windows; where the
     work outside the job's cgroup takes part of its cores (`usable_cpus` at the rate
-    simulated with all of them), simulated once more on the cores left."""
-    full = _mean_rates(model, cfg, layout, mode, cache_bytes, cold_first, **override)
+    simulated with all of them), simulated once more on the cores left. A step on the CPU
+    held by that work (`held_load`) is simulated at the load of the rate without it, then
+    of the rate with it (two steps towards the fixed point, from either side)."""
+    full = free = _mean_rates(model, cfg, layout, mode, cache_bytes, cold_first, **override)
+    for _ in range(2):
+        held = held_load(model, cfg, mode, full.rate_sps)
+        if not held:
+            break
+        override = {**override, "held_load": held}
+        full = _mean_rates(model, cfg, layout, mode, cache_bytes, cold_first, **override)
+    full = replace(full, held_rel=math.log(free.rate_sps / full.rate_sps))
     cores = usable_cpus(model, cfg, mode, full.rate_sps)
     if cores >= cfg.cpus:
         return full
@@ -416,14 +473,16 @@ def mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     def at(x: float) -> Rates:
         return _mean_rates(model, cfg, layout, mode, cache_bytes, cold_first,
                            **{**override, "cpus": x})
-    rates = at(cores)
+    rates = replace(at(cores), held_rel=full.held_rel)
     # fewer cores, a lower rate, less outside work: the fixed point of
     # u = machine - per_sample * rate(u), the rate linear between the two simulations
     per_sample, machine = outside_load(model, cfg, mode) or (0.0, 0.0)
     slope = (full.rate_sps - rates.rate_sps) / (cfg.cpus - cores)
     settled = (machine - per_sample * (rates.rate_sps - slope * cores)) / (1 + per_sample * slope)
     settled = max(cfg.cpus / 2, min(float(cfg.cpus), settled))
-    return at(settled) if abs(settled - cores) > SETTINGS.settled * cores else rates
+    if abs(settled - cores) > SETTINGS.settled * cores:
+        return replace(at(settled), held_rel=full.held_rel)
+    return rates
 
 
 def _mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
@@ -439,7 +498,7 @@ def _mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
         sim = _misses(model, ranks, workers_for(model, cfg), layout, cache_bytes, mode, seed,
                       cfg.nnodes)
         misses, reads = sim[0], sim[1]
-        tl = simulate_run(model, cfg, layout, mode, sim=sim, **override)
+        tl = simulate_run(model, cfg, layout, mode, cache_bytes, sim=sim, **override)
         out.append(pipeline.window_rates(tl, rated_layout(layout), cold_first))
         if mode is Mode.DISK:
             skip = 1 if cold_first and len(misses) > 1 else 0
@@ -517,9 +576,13 @@ def rel_sigma_for(model: Model, cfg: Config) -> float:
                      + len(untested(model, cfg)) * SETTINGS.untested_sigma ** 2)
 
 
-def interval(model: Model, cfg: Config, rate_sps: float) -> tuple[float, float]:
-    """The rate's interval at the nominal level: rate x exp(-+z sigma)."""
-    k = math.exp(Z * rel_sigma_for(model, cfg))
+def interval(model: Model, cfg: Config, rate_sps: float, held_rel: float = 0.0
+             ) -> tuple[float, float]:
+    """The rate's interval at the nominal level: rate x exp(-+z sigma); a step held by the
+    outside work (`Rates.held_rel`) adds the size of that effect to sigma, in quadrature:
+    the runs measure it loosely (the scripts bench's disk runs at every core of the machine
+    were held from nil to twice as long as the law says)."""
+    k = math.exp(Z * math.hypot(rel_sigma_for(model, cfg), held_rel))
     return rate_sps / k, rate_sps * k
 
 
@@ -548,6 +611,14 @@ def _storage_assumptions(model: Model, cfg: Config) -> list[Assumption]:
         out.append(Assumption(Assume.NO_DEVICE))
     elif model.device_read_bps is not None and bps is not None and bps > model.device_read_bps:
         out.append(Assumption(Assume.ABOVE_DEVICE))
+    # a cache that holds part of the dataset: the re-reads' hits there were not measured; they
+    # matter where they move the bytes read by more than the run-to-run noise
+    cache = binding_cache(model, None if cfg.cache_bytes is None else
+                          cfg.cache_bytes + model.cache_slack_bytes)
+    uncached = uncached_share(model, cache)
+    if uncached < SETTINGS.reread_uncached and \
+            abs(model.read_amplification - 1) * uncached > SETTINGS.noise_floor:
+        out.append(Assumption(Assume.REREADS, amplification=model.read_amplification))
     return out
 
 

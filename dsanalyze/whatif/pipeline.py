@@ -15,7 +15,9 @@ as its inputs:
 - a worker handles its batches one after the other, and each sample of a batch
   as: read its missing bytes from storage while `read_overlap` of its
   `prep_cpu_s` runs (readahead streams the file to the decoder), then the
-  rest of the prep plus `miss_cpu_s_per_byte` per byte read;
+  rest of the prep plus `miss_cpu_s_per_byte` per byte read; the job's other
+  reads of the same files (a validation pass over the training files) add
+  `reread_share` of each sample's bytes to what it reads from storage;
 - the main process of a rank waits for its next batch in order, and takes it
   `receive_s` after it is ready (handing a batch over between processes is
   not free; this is where a new index is sent to a worker; the wait ends with
@@ -70,6 +72,10 @@ class Pipeline:
     prefetch_factor: int = PREFETCH_FACTOR
     size_share: float = 0.0  # share of the prep that scales with the sample's bytes (decode)
     receive_s: float = 0.0  # delay, not CPU, for the main process to take a ready batch
+    # storage bytes read beyond a sample's misses, per byte of the sample (hit or miss): the
+    # job's other reads of its files where they miss (`model.reread_share`); < 0: a loader
+    # that reads less than its files' bytes
+    reread_share: float = 0.0
 
     def __post_init__(self) -> None:
         if self.ranks < 1 or self.batch_size < 1 or self.workers < 0 or self.cpus <= 0:
@@ -211,6 +217,9 @@ class _Sim:
             raise ConfigError(f"every epoch needs {need} sample sizes")
         self.p, self.batches = p, batches
         self.miss = [np.asarray(m, dtype=float) for m in miss_bytes]
+        # each sample's bytes, hit or miss: what a re-read of it reads (its misses if not given)
+        self.read = self.miss if sample_bytes is None else \
+            [np.asarray(b, dtype=float) for b in sample_bytes]
         self.weight = None  # each sample's prep relative to the mean: the size-scaled share
         if sample_bytes is not None and p.size_share > 0:
             mean = float(np.mean(np.concatenate([np.asarray(b, float) for b in sample_bytes])))
@@ -287,7 +296,8 @@ class _Sim:
         first = t * self.chunk
         n = min(self.chunk, p.batch_size - first)
         idx = [(batch * p.batch_size + i) * p.ranks + rank for i in range(first, first + n)]
-        nbytes = float(self.miss[epoch][idx].sum())
+        nbytes = max(0.0, float(self.miss[epoch][idx].sum())
+                     + p.reread_share * float(self.read[epoch][idx].sum()))
         prep = p.prep_cpu_s * (n if self.weight is None else float(self.weight[epoch][idx].sum()))
         key = Chunk(rank, w, epoch, batch, t)
         if nbytes > 0 and p.read_bps is not None:

@@ -47,6 +47,7 @@ class Reason(str, enum.Enum):
     DEVICE_LATENCY = "device_latency"  # device_latency_s
     NO_UNTHROTTLED_RUN = "no_unthrottled_run"  # read_cpu_bps
     NO_BINDING_CACHE = "no_binding_cache"  # cache_slack_bytes
+    NO_AMPLIFICATION_RUN = "no_amplification_run"  # read_amplification
     NO_SYNTHETIC_RUN = "no_synthetic_run"  # ingest_sps
     ONE_RANK_COUNT = "one_rank_count"  # allreduce_s
     SAMPLES_PER_EPOCH = "samples_per_epoch"
@@ -218,6 +219,18 @@ class ReadCpu(Provenance):
 class ReadCpuDropped(Provenance):
     kind: ClassVar[str] = "read_cpu_dropped"
     dropped: Dropped
+
+
+@dataclass(frozen=True)
+class ReadAmplification(Provenance):
+    """Storage bytes per byte the training loader missed: the median of `runs` disk runs
+    (`low` to `high`), or dropped (`dropped`; then 1)."""
+
+    kind: ClassVar[str] = "read_amplification"
+    runs: int = 0
+    low: float = 1.0
+    high: float = 1.0
+    dropped: Dropped | None = None
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,7 @@ def check(model: Model, config: tuple[RunResult, ...], split: str) -> Check:
     del run  # from here on only the blind view, until the measured figures are read
     pred = predict_run(model, blind)
     cfg = run_config(model, blind)
-    low, high = interval(model, cfg, pred.rate_sps)
+    low, high = interval(model, cfg, pred.rate_sps, pred.held_rel)
     cache = run_cache(model, blind) if blind.mode is Mode.DISK else None
     rates = [runrate.run_rate(r) for r in config]
     return Check(run_label(model, config[0]), blind.mode.value, split,
