@@ -25,6 +25,12 @@ as its inputs:
   the cores with the workers), then the step takes `step_s` with the CPU free
   (an accelerator, or the `sim` device); ranks leave each step together (the
   gradient all-reduce);
+- a step on the CPU (`gang_step_s`, measured with `gang_threads` threads at this
+  CPU count) follows `main_cpu_s` on the cores: its threads meet at barriers, so the
+  step moves at the pace of its slowest thread, which shares its core with its share
+  of the other busy processes: alone it takes `gang_step_s`, beside k busy workers on
+  C cores its threads run 1 / (1 + ceil(k / C)) of the time and it takes that much
+  longer, and the workers have the cores it leaves;
 - `cpus` cores are shared equally by every process that wants CPU (at most one
   core each); the storage bandwidth `read_bps` is shared equally by every
   worker that is reading (None: reads cost no time: the device was not measured).
@@ -76,6 +82,8 @@ class Pipeline:
     # job's other reads of its files where they miss (`model.reread_share`); < 0: a loader
     # that reads less than its files' bytes
     reread_share: float = 0.0
+    gang_step_s: float = 0.0  # a step on the CPU: its time alone at `cpus`, in its threads
+    gang_threads: float = 1.0  # the step's threads per rank (the cores it was measured on)
 
     def __post_init__(self) -> None:
         if self.ranks < 1 or self.batch_size < 1 or self.workers < 0 or self.cpus <= 0:
@@ -150,7 +158,13 @@ class StepDone(NamedTuple):
     rank: int
 
 
-Event = ReadStarts | PartDone | ChunkDone | Taken | Received | StepDone
+class GangStarts(NamedTuple):
+    """A rank's step on the CPU starts: its threads take the cores."""
+
+    rank: int
+
+
+Event = ReadStarts | PartDone | ChunkDone | Taken | Received | StepDone | GangStarts
 
 
 class _PS:
@@ -252,7 +266,8 @@ class _Sim:
         self.handlers: dict[type, Callable[[Any], None]] = {
             ReadStarts: self._read_starts, PartDone: self._part_done,
             ChunkDone: self._chunk_done, Taken: self._taken, Received: self._received,
-            StepDone: self._step_done}
+            StepDone: self._step_done, GangStarts: self._gang_starts}
+        self.gang: dict[int, float] = {}  # rank: core-seconds left of its step on the CPU
 
     # -- scheduling helpers ------------------------------------------------------------------
     def _seq(self) -> int:
@@ -361,7 +376,8 @@ class _Sim:
         if rank == 0:  # the wait ends with the batch in hand; the loop's own work follows
             self.wait_s.append(self.now - self.iter_start[0])
             self.epoch_of.append(epoch)
-        self._cpu(self.p.main_cpu_s, Received(rank))
+        self._cpu(self.p.main_cpu_s, GangStarts(rank) if self.p.gang_step_s > 0
+                  else Received(rank))
 
     def _received(self, rank: int) -> None:
         self.arrived += 1
@@ -369,6 +385,25 @@ class _Sim:
             self.arrived = 0
             for r in range(self.p.ranks):
                 self._timer(self.p.step_s, StepDone(r))
+
+    def _gang_starts(self, rank: int) -> None:
+        self.gang[rank] = self.p.gang_step_s * self.p.gang_threads
+
+    def _gang_speed(self, others: int) -> float:
+        """Cores a step on the CPU moves at beside `others` busy processes: its threads
+        at the pace of the slowest, which shares its core with ceil(others / cpus)."""
+        t = self.p.gang_threads
+        return t / (1 + math.ceil(others / self.p.cpus)) if others else t
+
+    def _cpu_ahead(self) -> tuple[float, float, float, float]:
+        """(time until the first process ends, each process's speed, time until the first
+        step on the CPU ends, its speed): the processes share the cores the steps leave."""
+        k, gang = len(self.cpu.heap), self._gang_speed(len(self.cpu.heap))
+        dt_gang = min(self.gang.values()) / gang if self.gang else math.inf
+        if not k:
+            return math.inf, 0.0, dt_gang, gang
+        speed = min(1.0, (self.p.cpus - gang * len(self.gang)) / k)
+        return max(0.0, self.cpu.heap[0][0] - self.cpu.virtual) / speed, speed, dt_gang, gang
 
     def _step_done(self, rank: int) -> None:
         if rank == 0:
@@ -393,15 +428,22 @@ class _Sim:
             self._start_epoch(r, 0)
             self._next(r)
         while not self.done:
-            (dt_cpu, cpu_speed), (dt_io, io_speed) = self.cpu.ahead(), self.io.ahead()
+            dt_cpu, cpu_speed, dt_gang, gang_speed = self._cpu_ahead()
+            dt_io, io_speed = self.io.ahead()
             dt_timer = self.timers[0][0] - self.now if self.timers else math.inf
-            dt = min(dt_cpu, dt_io, dt_timer)
+            dt = min(dt_cpu, dt_io, dt_timer, dt_gang)
             if dt == math.inf:
                 raise ConfigError("the pipeline simulation stalled: no event left")
             self.now += max(0.0, dt)
             self.cpu.virtual += cpu_speed * dt
             self.io.virtual += io_speed * dt
-            if dt == dt_timer:
+            for r in self.gang:
+                self.gang[r] -= gang_speed * dt
+            if dt == dt_gang:
+                rank = min(self.gang, key=self.gang.__getitem__)
+                del self.gang[rank]
+                self._received(rank)
+            elif dt == dt_timer:
                 self._on(heapq.heappop(self.timers)[2])
             elif dt == dt_cpu:
                 fv, _, what = heapq.heappop(self.cpu.heap)
