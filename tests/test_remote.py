@@ -170,13 +170,17 @@ def _namespaces() -> set[str]:
     return set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
 
 
+# the owner sleeps (a signal ends a sleep at once): waiting on a threading.Event instead,
+# CPython 3.11's Ctrl-C now and then left it hung in a futex at its exit, for hours (seen
+# twice under load), which this test then took for a cleanup that did not happen
 SERVE_AND_WAIT = """
-import sys, threading
+import sys, time
 from pathlib import Path
 from dsanalyze.remote.served import Backend, ServedData
 served = ServedData.start(Path(sys.argv[1]), Backend.HTTP)
 print(served.link.netns, *(p.pid for p in served._procs), flush=True)
-threading.Event().wait()
+while True:
+    time.sleep(60)
 """
 
 
