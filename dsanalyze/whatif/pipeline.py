@@ -241,8 +241,7 @@ class _Sim:
                            for b in sample_bytes]
         self.chunk = -(-p.batch_size // SETTINGS.max_chunks)  # samples simulated as one step
         self.epochs = len(miss_bytes)
-        self.now = 0.0
-        self.seq = 0
+        self.now, self.seq = 0.0, 0
         self.cpu = _PS(p.cpus, 1.0)
         self.io = _PS(p.read_bps or 1.0, math.inf)
         self.timers: list[tuple[float, int, Event]] = []
