@@ -190,10 +190,15 @@ def main() -> None:
     p.add_argument("--only", choices=("builtin", "script"))
     p.add_argument("--script-sweeps", default="disk:4",
                    help="the user script's sweeps, MODES:J,... ('+' for ',' in MODES)")
+    p.add_argument("--script-cells", choices=("short", "full"), default="short",
+                   help="the script's --cache and --storage-bw: short (25%%,100%% at 2M) or "
+                        "full (the built-in job's 0,25%%,100%% x 2M,none)")
     p.add_argument("--parallel", type=int, default=4, help="sweeps side by side")
     p.add_argument("--check-only", action="store_true",
                    help="run nothing: check the sweeps stored under --dir")
     a = p.parse_args()
+    if a.script_cells == "full":
+        CELLS["script"] = CELLS["builtin"]
     # a shell's background job starts with SIGINT ignored, and a child inherits that: the
     # harness must see the SIGINT this bench sends
     signal.signal(signal.SIGINT, signal.default_int_handler)
