@@ -176,12 +176,13 @@ class _PS:
         self.virtual = 0.0  # work done by each job that was active all the time
         self.heap: list[tuple[float, int, Event]] = []
 
-    def ahead(self) -> tuple[float, float]:
-        """(time until the first job ends, the speed each active job progresses at)."""
+    def ahead(self, taken: float = 0.0) -> tuple[float, float]:
+        """(time until the first job ends, the speed each active job progresses at), with
+        `taken` of the capacity held by others (the cores steps on the CPU use)."""
         k = len(self.heap)
         if not k:
             return math.inf, 0.0
-        speed = min(self.per_job_cap, self.capacity / k)
+        speed = min(self.per_job_cap, (self.capacity - taken) / k)
         return max(0.0, self.heap[0][0] - self.virtual) / speed, speed
 
     def add(self, work: float, seq: int, what: Event) -> None:
@@ -397,12 +398,9 @@ class _Sim:
     def _cpu_ahead(self) -> tuple[float, float, float, float]:
         """(time until the first process ends, each process's speed, time until the first
         step on the CPU ends, its speed): the processes share the cores the steps leave."""
-        k, gang = len(self.cpu.heap), self._gang_speed(len(self.cpu.heap))
+        gang = self._gang_speed(len(self.cpu.heap))
         dt_gang = min(self.gang.values()) / gang if self.gang else math.inf
-        if not k:
-            return math.inf, 0.0, dt_gang, gang
-        speed = min(1.0, (self.p.cpus - gang * len(self.gang)) / k)
-        return max(0.0, self.cpu.heap[0][0] - self.cpu.virtual) / speed, speed, dt_gang, gang
+        return (*self.cpu.ahead(gang * len(self.gang)), dt_gang, gang)
 
     def _step_done(self, rank: int) -> None:
         if rank == 0:
