@@ -225,8 +225,7 @@ def subset_for(spec: RunSpec, ctx: LaunchContext, run_dir: Path) -> memroom.Subs
     warms (and, cached and loader runs, reads alone), listed in the run's directory."""
     if spec.mode is Mode.DISK:
         return None
-    job_memory = ctx.job_memory_seen_bytes or memroom.UNKNOWN_JOB_MEMORY_BYTES
-    return memroom.subset(ctx.dataset, memroom.page_cache_room(), job_memory,
+    return memroom.subset(ctx.dataset, memroom.page_cache_room(), ctx.job_memory_seen_bytes,
                           spec.job.cached_subset, run_dir)
 
 

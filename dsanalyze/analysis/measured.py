@@ -90,7 +90,7 @@ class NotCached(PlainJson):
     """A cached run that was not cached: its prep stall includes fetch time."""
 
     run_id: str
-    resident_pct: float  # of the bytes warmed, resident when it started
+    resident_pct: float  # of the bytes warmed, resident when it started or ended (the least)
     narrowed: bool | None = None  # False: a subset was warmed, the dataset not narrowed to it
 
 
@@ -105,12 +105,16 @@ def cached_subset(result: RunResult) -> CachedSubset | None:
 
 def not_cached(result: RunResult) -> NotCached | None:
     """Under SETTINGS.resident_share of what the harness warmed was resident when the cached run
-    started (the warm did not fit), or its dataset was not narrowed to the subset warmed."""
+    started (the warm did not fit) or when it ended (evicted during the run: other processes
+    took the memory), or its dataset was not narrowed to the subset warmed."""
     state = result.io.cache_state or {}
     if not result.ok or result.mode is not Mode.CACHED or "resident_before_bytes" not in state:
         return None
     warmed = state.get("warmed_bytes") or result.io.dataset_bytes or 0
-    share = state["resident_before_bytes"] / warmed if warmed else 1.0
+    after = result.io.resident_after_bytes
+    resident = min(state["resident_before_bytes"], state["resident_before_bytes"] if after is None
+                   else after)
+    share = resident / warmed if warmed else 1.0
     sub = cached_subset(result)
     if share < SETTINGS.resident_share or (sub is not None and not sub.narrowed):
         return NotCached(result.run_id, round(100 * share, 1), None if sub is None else

@@ -167,6 +167,6 @@ def _cache_notes(measured: MeasuredWindow) -> list[str]:
     for n in measured.not_cached:
         why = "its dataset could not be narrowed to the warmed subset (not a torchvision " \
               "DatasetFolder)" if n.narrowed is False else \
-              f"only {n.resident_pct:g}% of the files warmed were resident at its start"
+              f"only {n.resident_pct:g}% of the files warmed were resident at its start or its end"
         out.append(f"{n.run_id} was NOT cached: {why}; its prep stall includes fetch time")
     return out

@@ -14,6 +14,12 @@ DS-Analyzer's method for data larger than memory: prep is measured on a subset t
 The subset is every k-th file in the dataset's sorted order (every class kept), as many as
 fit in `SUBSET_SHARE` of the room less the job's own memory (which lives in the same
 cgroups), or what `--cached-subset` says (`40%` of the dataset, `2G`, `off`).
+On a machine with no memory limit (a shared server), the room is `MemAvailable`: other
+processes' anonymous and shared memory are left to them, their page cache is room (the kernel
+reclaims it first); the subset takes SUBSET_SHARE of what the job leaves, the rest is headroom
+for the machine's other processes and the harness. The job's memory is the largest a run of
+the sweep measured; before any did, an estimate (UNKNOWN_JOB_MEMORY_BYTES) that never takes
+more than 3/4 of the room. A measured job that leaves no room gets a one-file subset.
 
 The job's own memory is its anonymous and shared memory and its code: the resident pages of
 the files it maps (`code_bytes`). Code is page cache too, but hot: a subset that took its
@@ -100,11 +106,12 @@ def code_bytes(mapped: Iterable[str] | None, dataset_files: Iterable[str]) -> in
     return pagecache.resident_bytes(f for f in mapped if f not in data)
 
 
-def subset_bytes(total_bytes: int, room: Room, job_memory_bytes: int,
+def subset_bytes(total_bytes: int, room: Room, job_memory_bytes: int | None,
                  asked: str | None = None) -> int | None:
     """Bytes of the dataset a cached run warms: None for all of it. `asked`: `--cached-subset`
     (None or "auto": all if it fits in the room less the job's memory, else SUBSET_SHARE of
-    that; "off": all; "40%": that share of the dataset; "2G": those bytes)."""
+    that; "off": all; "40%": that share of the dataset; "2G": those bytes).
+    `job_memory_bytes`: as a run of the sweep measured it, None before any did."""
     from dsanalyze.config import CacheBudget
 
     if asked == "off":
@@ -112,12 +119,13 @@ def subset_bytes(total_bytes: int, room: Room, job_memory_bytes: int,
     if asked not in (None, "auto"):
         want = CacheBudget.parse(asked, total_bytes).cache_bytes
         return None if want is None or want >= total_bytes else int(want)
-    # the job's memory shares the cgroups; an estimate (none measured yet) never takes more
-    # than 3/4 of the room
-    free = max(room.room_bytes - job_memory_bytes, room.room_bytes // 4)
+    if job_memory_bytes is None:  # an estimate never takes more than 3/4 of the room
+        free = max(room.room_bytes - UNKNOWN_JOB_MEMORY_BYTES, room.room_bytes // 4)
+    else:  # measured: the job keeps all of it, the subset shrinks (to one file at least)
+        free = max(0, room.room_bytes - job_memory_bytes)
     if total_bytes <= SUBSET_SHARE * free:
         return None
-    return max(0, int(SUBSET_SHARE * free))
+    return int(SUBSET_SHARE * free)
 
 
 def pick_files(files: tuple[str, ...], sizes: tuple[int, ...], budget_bytes: int
@@ -149,7 +157,7 @@ class Subset:
                 "asked": self.asked}
 
 
-def subset(dataset: DatasetInfo, room: Room, job_memory_bytes: int, asked: str,
+def subset(dataset: DatasetInfo, room: Room, job_memory_bytes: int | None, asked: str,
            run_dir: Path) -> Subset | None:
     """The subset a cached run of `dataset` uses, its list written to `run_dir`; None: all."""
     budget = subset_bytes(dataset.total_bytes, room, job_memory_bytes, asked)
