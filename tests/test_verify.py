@@ -20,7 +20,7 @@ from dsanalyze.whatif.advice import Advice
 from dsanalyze.whatif.decision import Decision, DecisionKind, Option, predicted_option
 from dsanalyze.whatif.model import predict_run
 from dsanalyze.whatif.validation import spec_only
-from dsanalyze.whatif.verification import NotRun, Unrunnable, verify_plan, with_workers
+from dsanalyze.whatif.verification import REPEAT, NotRun, Unrunnable, verify_plan, with_workers
 
 PICK = Option(cpus=2, cpus_used=2, cache_spec="none", cache_bytes=None, storage_read_bps=None,
               workers=4, rate_sps=100.0, span_s=1.0, stall_pct=1.0, nproc=1)
@@ -57,9 +57,16 @@ def test_what_cannot_run_here_says_why():
     assert "2x faster" in verify_text(verify_plan(faster, Job(), 8))
     measured = Decision(DecisionKind.MEASURED, 2, 5.0, replace(PICK, measured=True,
                                                                run_id="disk-cpus2"), None)
-    assert verify_plan(measured, Job(), 8).reason == NotRun(Unrunnable.MEASURED, run_id="disk-cpus2")
-    assert verify_text(verify_plan(measured, Job(), 8)) == \
-        "Verify: not run: the recommended configuration was measured (disk-cpus2)."
+    again = verify_plan(measured, Job(), 8)  # its run is in the fit: a fresh one checks it
+    assert again.runnable and again.sub_prefix == REPEAT and again.job == Job()
+    assert again.resources.cpus == PICK.cpus_used
+    assert verify_plan(measured, Job(), 1).reason == NotRun(Unrunnable.CPUS, cpus=2,
+                                                            machine_cpus=1)
+    remote = replace(measured, choice=replace(measured.choice, net_latency_s=0.02))
+    assert verify_plan(remote, Job(), 8).reason == NotRun(Unrunnable.MEASURED, run_id="disk-cpus2")
+    assert verify_text(verify_plan(remote, Job(), 8)) == (
+        "Verify: not run: the recommended configuration was measured (disk-cpus2) over a "
+        "network: verify runs local data only.")
 
 
 def _harness(data: Path, prefix: Path, *extra: object) -> int:

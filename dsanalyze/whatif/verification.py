@@ -28,6 +28,7 @@ from dsanalyze.whatif.advice import ModelFailure
 from dsanalyze.whatif.decision import Decision, DecisionKind, Option
 
 WORKER_FLAGS = ("--workers", "-j", "--num-workers", "--num_workers")
+REPEAT = "verify-repeat"  # a measured pick run again: a fresh run the fit never saw
 
 
 class Unrunnable(enum.Enum):
@@ -35,7 +36,7 @@ class Unrunnable(enum.Enum):
 
     NO_CHOICE = "no_choice"  # no recommendation; `note`: the advice's why
     ADVICE_FAILED = "advice_failed"  # the advice itself failed; `note`: how
-    MEASURED = "measured"  # the recommended configuration was measured: `run_id`
+    MEASURED = "measured"  # a measured pick over a network: `run_id` (runs here are local)
     FASTER_STEP = "faster_step"  # a step `gpu_speedup` x faster
     NODES = "nodes"  # several nodes: each node's own harness verifies
     RANKS = "ranks"  # `nproc` ranks other than the job's
@@ -64,7 +65,7 @@ class VerifyPlan:
     choice: Option | None
     job: Job | None = None  # the job to run (its workers as recommended)
     resources: Resources | None = None
-    sub_prefix: str | None = None  # the job differs from the prefix's: runs go there
+    sub_prefix: str | None = None  # a run not of the prefix's grid goes there (`REPEAT`, ...)
     reason: NotRun | None = None  # why it cannot be run here (or there is nothing to run)
 
     @property
@@ -121,13 +122,15 @@ def verify_plan(decision: Decision | None, job: Job, machine_cpus: int,
     if decision is None or decision.choice is None:
         return VerifyPlan(None, reason=NotRun(Unrunnable.NO_CHOICE, note))
     o = decision.choice
-    if decision.kind is not DecisionKind.CHANGE:
+    if decision.kind is not DecisionKind.CHANGE and o.net_latency_s is not None:
         return VerifyPlan(o, reason=NotRun(Unrunnable.MEASURED, run_id=o.run_id))
     why = _unrunnable(o, job, machine_cpus)
     if why is not None:
         return VerifyPlan(o, reason=why)
     resources = Resources(o.cpus_used, CacheBudget(o.cache_spec, o.cache_bytes),
                           o.storage_read_bps)
+    if decision.kind is not DecisionKind.CHANGE:  # its run is in the fit: measure it again
+        return VerifyPlan(o, job, resources, sub_prefix=REPEAT)
     if decision.workers is None or o.workers in (None, decision.workers):
         return VerifyPlan(o, job, resources)
     changed = with_workers(job, o.workers)
