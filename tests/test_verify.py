@@ -155,3 +155,34 @@ def test_cli_verify_says_why_a_pick_beyond_this_machine_is_not_run(tmp_path, cap
     assert out[-1] == (f"Verify: not run: it needs {a.decision.choice.cpus_used} CPUs; the "
                        f"harness may use {cpus} here: measure it on a larger machine.")
     assert len(store.load_runs(prefix)) == len(runs)
+
+
+def test_a_run_that_others_disturbed_does_not_settle_the_check():
+    """A check is as fair as its run: the same committed disk run, once with the CPUs its
+    own (others used none of them), once with others on them beyond the threshold the
+    table's notes use: only the first is conclusive, the second says so and why."""
+    from dsanalyze.settings import SETTINGS
+    from dsanalyze.whatif.verification import verification
+
+    runs = store.load_runs(Path(__file__).parent / "data" / "whatif_prep")
+    model = whatif.fit(runs)
+    disk = next(r for r in runs if r.mode.value == "disk")
+    d = Decision(DecisionKind.MEASURED, 1, 5.0, replace(PICK, measured=True, run_id=disk.run_id),
+                 None)
+    plan = verify_plan(d, Job(), 8)
+
+    def probed(others_pct: float):
+        io = replace(disk.io, interference={**(disk.io.interference or {}), "cpus": [0],
+                                            "machine_cpus": 2, "window_s": 10.0,
+                                            "others_cpu_pct": others_pct, "others_cpu_s": 0.0,
+                                            "machine_others_cpu_s": 0.0})
+        return verification(model, d, replace(disk, io=io), REPEAT)
+
+    quiet, busy = probed(0.0), probed(SETTINGS.others_cpu_pct + 30)
+    assert quiet.conclusive and "Not conclusive" not in verify_text(plan, quiet)
+    assert not busy.conclusive and busy.measured_sps == quiet.measured_sps
+    said = verify_text(plan, busy)
+    assert f"other processes used {SETTINGS.others_cpu_pct + 30:.0f}% of its CPUs" in said
+    assert said.endswith("verify again when the machine is quiet.")
+    assert "(in verify-repeat/: measured again, a run the fit never saw)" in said
+    assert busy.to_dict()["disturbed"]["kinds"] == ["cpu"]

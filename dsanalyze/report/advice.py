@@ -19,6 +19,7 @@ from typing import Any
 
 from dsanalyze.analysis.verdict import Bound
 from dsanalyze.report.assumptions import assumption_text
+from dsanalyze.report.notes import note_text
 from dsanalyze.report.text import bandwidth_text, cache_text, number
 from dsanalyze.report.whatif_text import unmade_text
 from dsanalyze.whatif.advice import Advice, ModelFailure
@@ -263,4 +264,6 @@ def verify_text(plan: Any, result: Any = None, failed: str = "") -> str:
             f"{number(v.predicted_sps)} samples/s for the run as it ran ({v.level:.0%} interval "
             f"{number(v.low_sps)}-{number(v.high_sps)}; the advice: {number(v.advised_sps)} "
             f"steady), measured {number(v.measured_sps)}: "
-            f"{'inside' if v.inside else 'OUTSIDE'} the interval ({v.error_pct:+.1f}%).")
+            f"{'inside' if v.inside else 'OUTSIDE'} the interval ({v.error_pct:+.1f}%)."
+            + ("" if v.conclusive else f" Not conclusive: the {note_text(v.disturbed)}: "
+               "verify again when the machine is quiet."))

@@ -19,10 +19,13 @@ A faster step, other ranks or more nodes cannot be measured here.
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+from dsanalyze.analysis.notes import Disturbed, disturbed
+from dsanalyze.analysis.stalls import run_rate
 from dsanalyze.config import CacheBudget, Job, Resources
+from dsanalyze.plain import fields_to_plain
 from dsanalyze.records import RunResult
 from dsanalyze.whatif.advice import ModelFailure
 from dsanalyze.whatif.decision import Decision, DecisionKind, Option
@@ -86,17 +89,24 @@ class Verification:
     level: float
     advised_sps: float  # the advice's steady rate for the configuration
     where: str = ""  # the sub-prefix holding the run, when not the prefix itself
+    disturbed: Disturbed | None = None  # others took its CPUs or disk: the check is not fair
 
     @property
     def inside(self) -> bool:
         return self.low_sps <= self.measured_sps <= self.high_sps
 
     @property
+    def conclusive(self) -> bool:
+        """The run measured the configuration, not the other processes beside it."""
+        return self.disturbed is None
+
+    @property
     def error_pct(self) -> float:
         return 100 * (self.predicted_sps / self.measured_sps - 1)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "inside": self.inside, "error_pct": self.error_pct}
+        return {**fields_to_plain(self), "inside": self.inside, "error_pct": self.error_pct,
+                "conclusive": self.conclusive}
 
 
 def with_workers(job: Job, workers: int) -> Job | NotRun:
@@ -161,4 +171,5 @@ def verification(model: Any, decision: Decision, run: RunResult,
     o = decision.choice
     assert o is not None  # a plan runs only for a choice
     return Verification(o, run.run_id, check.predicted_sps, check.low_sps, check.high_sps,
-                        check.measured_sps, whatif.LEVEL, o.rate_sps, where)
+                        check.measured_sps, whatif.LEVEL, o.rate_sps, where,
+                        disturbed(run_rate(run)))
