@@ -285,7 +285,7 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     started, t0 = time.time(), time.perf_counter()
     ex = execute(spec, ctx, limits, env, log_path, run_dir)
     job_peak = _job_memory_peak(ex.monitor.samples)
-    _note_job_memory(ctx, job_peak, ex.mapped_files)
+    _note_job_memory(ctx, job_peak, ex.mapped_files, ex.code_pss_bytes)
     disk_after = diskstats_read_bytes(limits.device)
     link = ctx.remote.record(shape, link_before) if ctx.remote is not None and shape is not None \
         else None
@@ -341,6 +341,7 @@ class Execution:
     residency: Residency | None  # the dataset's pages, held by the cache limiter (disk)
     throttle: ThrottleStart | None  # when the throttle came on, what was read after (disk)
     stall: StallRecord | None = None  # what a stalled job was doing when it was stopped
+    code_pss_bytes: int | None = None  # the job's share of the mapped files' pages, at peak
 
 
 def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict[str, str],
@@ -385,7 +386,8 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
                 cg.kill()
     return Execution(rc, status, error, counters, interference, monitor, tuple(maps.files),
                      limiter.record() if limiter is not None else None,
-                     gate.record(counters.get("read_bytes")) if gate else None, stall)
+                     gate.record(counters.get("read_bytes")) if gate else None, stall,
+                     maps.file_pss_peak_bytes)
 
 
 def _enter_cgroup(stack: ExitStack, spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits,
@@ -497,10 +499,10 @@ def local_ranks(job: Job) -> range:
 
 
 def _note_job_memory(ctx: LaunchContext, job_peak: int | None,
-                     mapped: tuple[str, ...] | None) -> None:
+                     mapped: tuple[str, ...] | None, code_pss: int | None) -> None:
     """The largest memory of the job so far, its code's pages included (what a cached subset
     must leave room for: `memroom.code_bytes`)."""
-    job_memory = (job_peak or 0) + memroom.code_bytes(mapped, ctx.dataset.files)
+    job_memory = (job_peak or 0) + memroom.code_bytes(mapped, ctx.dataset.files, code_pss)
     ctx.job_memory_seen_bytes = max(ctx.job_memory_seen_bytes or 0, job_memory) or None
 
 

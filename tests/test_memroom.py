@@ -183,8 +183,10 @@ def test_data_larger_than_the_parent_cgroup_has_the_prep_stall_of_a_subset_that_
         inside = sweep(tmp_path / "a", tmp_path / "data", "auto", cg, 2, [])
     finally:
         _remove(cg)
-    (sub,) = inside["measured"]["subsets"]
-    assert sub["of_files"] == 1100 and 0 < sub["files"] < 1000  # a subset, that fits
+    # one a repeat: each sized from the job's largest memory measured before it
+    subsets = inside["measured"]["subsets"]
+    assert all(s["of_files"] == 1100 and 0 < s["files"] < 1000 for s in subsets)  # they fit
+    sub = subsets[0]
     assert not inside["measured"].get("not_cached")
     outside = sweep(tmp_path / "b", tmp_path / "data", str(sub["bytes"]), None, 2, [])
     assert outside["measured"]["subsets"][0]["files"] == sub["files"]  # the same subset
@@ -207,3 +209,45 @@ def test_the_jobs_code_is_its_mapped_files_resident_pages_not_the_datasets(tmp_p
     mapped = (str(code), str(data), str(cold))
     assert memroom.code_bytes(mapped, [str(data)]) == 1 << 20
     assert memroom.code_bytes(None, [str(data)]) == 0
+
+
+MAP_AND_TOUCH = """import mmap, sys
+f = open(sys.argv[1], 'rb')
+m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+print('mapped', flush=True); sys.stdin.readline()
+sum(m[i] for i in range(0, 1 << 20, 4096))  # fault in the first 1 MiB, page by page
+print('touched', flush=True); sys.stdin.readline()
+"""
+
+
+def test_the_jobs_code_is_its_share_of_the_pages_it_maps(tmp_path: Path) -> None:
+    """Two processes (a rank and its worker) map an 8 MiB library the page cache holds whole,
+    and touch its first 1 MiB: their file Pss grows by that 1 MiB, up to twice it (a page
+    mapped by both counts half in each, but a large folio mapped in part is shared by its
+    average mapcount, so since Linux 6.15 it may count whole in each), and the job's code
+    is that share, not the 8 MiB the machine keeps resident."""
+    from dsanalyze.resources import libmaps, pagecache
+
+    lib = tmp_path / "libbig.so"
+    lib.write_bytes(os.urandom(8 << 20))
+    pagecache.warm([str(lib)])
+    procs = [subprocess.Popen([sys.executable, "-c", MAP_AND_TOUCH, str(lib)], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in range(2)]
+    try:
+        pids = [p.pid for p in procs]
+        assert [p.stdout.readline().strip() for p in procs] == ["mapped"] * 2
+        before = libmaps.file_pss_bytes(pids)
+        for p in procs:
+            p.stdin.write("\n")
+            p.stdin.flush()
+        assert [p.stdout.readline().strip() for p in procs] == ["touched"] * 2
+        after = libmaps.file_pss_bytes(pids)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert before is not None and after is not None
+    # fault-around may map up to 64 KiB of cached pages past the last page touched
+    assert (1 << 20) - (16 << 10) <= after - before <= 2 * ((1 << 20) + (64 << 10))
+    assert memroom.code_bytes((str(lib),), (), after - before) == after - before
+    assert memroom.code_bytes((str(lib),), ()) == 8 << 20  # residency alone: the whole file

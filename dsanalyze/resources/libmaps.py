@@ -42,6 +42,23 @@ def mapped_files(pids: Iterable[int]) -> set[str]:
     return out
 
 
+def file_pss_bytes(pids: Iterable[int]) -> int | None:
+    """The processes' share of the file pages they map: `Pss_File` of each one's
+    `/proc/<pid>/smaps_rollup`, summed (a page mapped by k processes counts 1/k in each, so
+    once across the job, and in part where other processes map it too). None: no process
+    could be read, or the kernel has no `Pss_File` (before 5.x)."""
+    total, seen = 0, False
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("Pss_File:"):
+                total, seen = total + int(line.split()[1]) * 1024, True
+    return total if seen else None
+
+
 def warm_missing(files: Iterable[str], dataset: Iterable[str] = ()) -> tuple[int, int]:
     """Read whole every file of `files` (the dataset's left out) that is not wholly in the
     page cache; return (files, bytes) read. A library is paged in as its code runs: a
@@ -90,12 +107,14 @@ def tree_pids(root_pid: int) -> set[int]:
 
 
 class MapsRecorder:
-    """Background union of the files mapped by a run's processes."""
+    """Background union of the files mapped by a run's processes, and the peak of their
+    share of those files' pages (`file_pss_bytes`): the job's code as it holds it."""
 
     def __init__(self, pids: Callable[[], Iterable[int]], interval_s: float = INTERVAL_S) -> None:
         self._pids = pids
         self._interval_s = interval_s
         self._files: set[str] = set()
+        self.file_pss_peak_bytes: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="dsanalyze-maps", daemon=True)
 
@@ -112,7 +131,11 @@ class MapsRecorder:
         return sorted(self._files)
 
     def sample(self) -> None:
-        self._files |= mapped_files(self._pids())
+        pids = list(self._pids())
+        self._files |= mapped_files(pids)
+        pss = file_pss_bytes(pids)
+        if pss is not None:
+            self.file_pss_peak_bytes = max(self.file_pss_peak_bytes or 0, pss)
 
     def _loop(self) -> None:
         self.sample()

@@ -22,7 +22,7 @@ the sweep measured; before any did, an estimate (UNKNOWN_JOB_MEMORY_BYTES) that 
 more than 3/4 of the room. A measured job that leaves no room gets a one-file subset.
 
 The job's own memory is its anonymous and shared memory and its code: the resident pages of
-the files it maps (`code_bytes`). Code is page cache too, but hot: a subset that took its
+the files it maps, or its share of the pages it maps where less (`code_bytes`). Code is page cache too, but hot: a subset that took its
 room would have the kernel reclaim the subset's pages or the job's code during the cached
 run, and that run would measure reads from disk as prep (bench/larger_than_memory.py: a
 prep stall 26% above the same subset's with memory to spare, before code was counted).
@@ -97,13 +97,18 @@ def page_cache_room() -> Room:
     return Room(max(0, room), why)
 
 
-def code_bytes(mapped: Iterable[str] | None, dataset_files: Iterable[str]) -> int:
-    """Resident bytes of the files the job mapped, the dataset's own left out (a memory-mapped
-    dataset is data, not code): memory the job needs besides its anonymous memory."""
+def code_bytes(mapped: Iterable[str] | None, dataset_files: Iterable[str],
+               pss_bytes: int | None = None) -> int:
+    """The job's code: the resident bytes of the files it mapped, the dataset's own left out
+    (a memory-mapped dataset is data, not code), or its share of the pages it mapped
+    (`pss_bytes`, `libmaps.file_pss_bytes`) where less. Resident bytes count a whole library
+    that the machine's other processes keep in the page cache (torch's hundreds of MB, in a
+    shared venv) as the job's; its share counts the pages it maps, those it shares in part."""
     if not mapped:
         return 0
     data = set(dataset_files)
-    return pagecache.resident_bytes(f for f in mapped if f not in data)
+    resident = pagecache.resident_bytes(f for f in mapped if f not in data)
+    return resident if pss_bytes is None else min(resident, pss_bytes)
 
 
 def subset_bytes(total_bytes: int, room: Room, job_memory_bytes: int | None,
