@@ -80,6 +80,7 @@ def sweep(prefix: Path, data: Path, subset: str, cgroup: Path | None, repeats: i
         argv = [sys.executable, "-c", f"import os, sys; open({str(cgroup / 'cgroup.procs')!r}, "
                 "'w').write('0'); os.execv(sys.executable, [sys.executable] + sys.argv[1:])",
                 *argv[1:]]
+    shutil.rmtree(prefix, ignore_errors=True)  # an earlier run's: a fresh sweep each time
     subprocess.run(argv, check=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     return json.loads((prefix / "summary.json").read_text())
 
