@@ -285,7 +285,9 @@ def run_one(spec: RunSpec, ctx: LaunchContext) -> RunResult:
     started, t0 = time.time(), time.perf_counter()
     ex = execute(spec, ctx, limits, env, log_path, run_dir)
     job_peak = _job_memory_peak(ex.monitor.samples)
-    _note_job_memory(ctx, job_peak, ex.mapped_files, ex.code_pss_bytes)
+    # a disk run's code is not measured (no Pss there): the other modes' runs measure it
+    _note_job_memory(ctx, job_peak, None if spec.mode is Mode.DISK else ex.mapped_files,
+                     ex.code_pss_bytes)
     disk_after = diskstats_read_bytes(limits.device)
     link = ctx.remote.record(shape, link_before) if ctx.remote is not None and shape is not None \
         else None
@@ -362,7 +364,8 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
         line.watch_group(proc.pid)
-        maps = stack.enter_context(MapsRecorder(cg.pids if cg else lambda: tree_pids(proc.pid)))
+        maps = stack.enter_context(MapsRecorder(cg.pids if cg else lambda: tree_pids(proc.pid),
+                                                file_pss=spec.mode is not Mode.DISK))
         monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s,
                           pids=cg.pids if cg else None)
         watchdog = progress.Watchdog(Path(env[rankenv.ENV_RUN_DIR]), spec.job.stall_timeout_s,

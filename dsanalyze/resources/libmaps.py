@@ -110,8 +110,10 @@ class MapsRecorder:
     """Background union of the files mapped by a run's processes, and the peak of their
     share of those files' pages (`file_pss_bytes`): the job's code as it holds it."""
 
-    def __init__(self, pids: Callable[[], Iterable[int]], interval_s: float = INTERVAL_S) -> None:
+    def __init__(self, pids: Callable[[], Iterable[int]], interval_s: float = INTERVAL_S,
+                 file_pss: bool = True) -> None:
         self._pids = pids
+        self._file_pss = file_pss  # off: the page-table walks stay out of a throttled run
         self._interval_s = interval_s
         self._files: set[str] = set()
         self.file_pss_peak_bytes: int | None = None
@@ -133,7 +135,7 @@ class MapsRecorder:
     def sample(self) -> None:
         pids = list(self._pids())
         self._files |= mapped_files(pids)
-        pss = file_pss_bytes(pids)
+        pss = file_pss_bytes(pids) if self._file_pss else None
         if pss is not None:
             self.file_pss_peak_bytes = max(self.file_pss_peak_bytes or 0, pss)
 
