@@ -59,7 +59,7 @@ class Settings:
         "measures the read amplification: the job's other reads of a file then miss as its "
         "training reads do", "not tuned: physics (a cache holding under a tenth of the data "
         "leaves any pass over it missing); the scripts bench's cache-0 runs leave 99% (77af013)")
-    # ---- the what-if model (whatif/model.py, pipeline.py) ----
+    # ---- the what-if model (whatif/model.py, laws.py, rates.py, intervals.py, pipeline.py) ----
     cache_binds: float = _tuned(
         0.97, "", "a page cache under this share of the dataset limits the hits; at or above "
         "it, the cache holds everything", f"{ACCURACY_GRID} (ef446db)")

@@ -23,8 +23,10 @@ from dsanalyze import store
 from dsanalyze.config import Mode
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif import fit_loop
-from dsanalyze.whatif.model import HeldOut, run_config, simulate_run
+from dsanalyze.whatif.laws import run_config
+from dsanalyze.whatif.model import HeldOut
 from dsanalyze.whatif.pipeline import Pipeline, simulate
+from dsanalyze.whatif.rates import simulate_run
 
 BATCHES, BATCH = 80, 2  # many batches a worker: none runs out of work mid-run
 

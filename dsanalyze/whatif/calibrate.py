@@ -10,7 +10,7 @@ the DataLoader start-up, the CPU per byte read, one throttle efficiency for
 every throttle, the page cache runs had beyond their budget. Last, the
 residual error that sizes the intervals, over the degrees of freedom the
 fitters declare they took. Calibrations minimise the squared log error of the
-steady rates `model.predict_run` gives (`fitruns.log_error`), each run weighted
+steady rates `rates.predict_run` gives (`fitruns.log_error`), each run weighted
 by its measured uncertainty (`rate_rel_sigma`). Every parameter names its
 runs. None is solved for one configuration alone.
 """

@@ -18,16 +18,10 @@ from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import fit_prep, pipeline
 from dsanalyze.whatif.fitruns import by_mode
-from dsanalyze.whatif.model import (
-    HeldOut,
-    Model,
-    Param,
-    run_config,
-    run_layout,
-    simulate_run,
-    step_for,
-)
+from dsanalyze.whatif.laws import run_config, step_for
+from dsanalyze.whatif.model import HeldOut, Model, Param, run_layout
 from dsanalyze.whatif.provenance import Fixed, MainLoop, OutsideWork, Reason, ReceiveWait
+from dsanalyze.whatif.rates import simulate_run
 
 
 def _loop_s(run: RunResult) -> float | None:
