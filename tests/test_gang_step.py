@@ -70,10 +70,11 @@ SCRIPT_CPU = Path(__file__).parent / "data" / "script_cpu"  # examples-style, tr
 def cpu_script():
     """The CPU-trained script's runs (3 workers, batch 12, 1 and 2 CPUs) and the model fitted
     on them, with a step of 80 ms at 1 CPU and 45 ms at 2 and a prep of 4 ms a sample (the
-    fixture's own were measured under heavy load: an 8 s step at 2 CPUs)."""
+    fixture's own were measured under heavy load: an 8 s step at 2 CPUs), and no stretch
+    (one fitted on those steps would be meaningless)."""
     runs = store.load_runs(SCRIPT_CPU)
     model = replace(whatif.fit(runs), step_s_by_cpus=((1, 0.080), (2, 0.045)),
-                    prep_cpu_s=0.004, contention=0.0)
+                    prep_cpu_s=0.004, contention=0.0, cpu_stretch_by_cpus=())
     return runs, model
 
 
@@ -122,3 +123,45 @@ def test_the_fit_s_main_cpu_remakes_the_measured_loops() -> None:
         assert sum(sim >= measured for measured, sim in loops) * 2 >= len(loops)
     else:
         assert any(sim == pytest.approx(measured, rel=0.02) for measured, sim in loops)
+
+
+# ---- the stretch of a gang step's CPU work, per CPU count and workers ---------------------
+
+def _stretched_as(model, run, stretch: float):
+    """The cached run timed by the simulation of `model` with its CPU work stretched
+    `stretch` times at the run's CPU count and workers: a run whose stretch is known."""
+    cfg = run_config(model, HeldOut.of(run))
+    known = replace(model, cpu_stretch_by_cpus=((cfg.cpus, model.workers, stretch),))
+    held = HeldOut.of(run)
+    tl = simulate_run(known, cfg, held.layout, Mode.CACHED)
+    r0 = run.ranks[0]
+    return replace(run, ranks=[replace(r0, iter_s=tl.iter_s, wait_s=tl.wait_s, epoch=tl.epoch,
+                                       samples=r0.samples[:len(tl.iter_s)])])
+
+
+@settings(max_examples=6, deadline=None)
+@given(stretch=st.floats(0.7, 2.5))
+def test_the_stretch_of_a_gang_is_fitted_back_and_a_single_thread_has_none(cpu_script,
+                                                                           stretch):
+    """Cached runs timed by the simulation with the CPU work at 2 CPUs stretched S times give
+    back S there (the fixed point, within 3%); the 1-CPU run, whose one-thread step takes
+    turns with the workers as the sharing law has it, gets no stretch. The stretch leaves a
+    synthetic run (no loader beside the step) as it was, and a stretch over 1 slows the
+    prediction at 2 CPUs, one under 1 speeds it."""
+    runs, model = cpu_script
+    # no work outside the job: the prediction is then the one simulation the runs are timed by
+    model = replace(model, others_cpu_s_per_sample=0.0, others_disk_cpu_s_per_sample=0.0)
+    cached = [_stretched_as(model, r, stretch) for r in runs if r.mode is Mode.CACHED]
+    fitted, params = fit_loop.fit_stretch(model, cached)
+    ((cpus, workers, found),) = fitted.cpu_stretch_by_cpus
+    assert (cpus, workers) == (2, model.workers) and found == pytest.approx(stretch, rel=0.03)
+    assert params[0].how.cpus == 2 and params[0].how.runs == len(
+        [r for r in cached if HeldOut.of(r).cpus == 2])
+    at_two = whatif.Config.of(2)
+    plain, slowed = (whatif.predict(m, at_two).rate_sps for m in (model, fitted))
+    if abs(found - 1) > 0.05:  # more CPU work, a slower job; less, a faster one
+        assert (slowed < plain) == (found > 1)
+    synthetic = next(r for r in runs if r.mode is Mode.SYNTHETIC and HeldOut.of(r).cpus == 2)
+    from dsanalyze.whatif.rates import predict_run
+    assert predict_run(fitted, HeldOut.of(synthetic)).rate_sps == \
+        predict_run(model, HeldOut.of(synthetic)).rate_sps

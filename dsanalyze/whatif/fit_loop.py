@@ -18,10 +18,17 @@ from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import fit_prep, pipeline
 from dsanalyze.whatif.fitruns import by_mode
-from dsanalyze.whatif.laws import run_config, step_for
+from dsanalyze.whatif.laws import run_config, step_for, workers_for
 from dsanalyze.whatif.model import HeldOut, Model, Param, run_layout
-from dsanalyze.whatif.provenance import Fixed, MainLoop, OutsideWork, Reason, ReceiveWait
-from dsanalyze.whatif.rates import simulate_run
+from dsanalyze.whatif.provenance import (
+    CpuStretch,
+    Fixed,
+    MainLoop,
+    OutsideWork,
+    Reason,
+    ReceiveWait,
+)
+from dsanalyze.whatif.rates import predict_run, simulate_run
 
 
 def _loop_s(run: RunResult) -> float | None:
@@ -107,6 +114,55 @@ def fit_main_and_prep(model: Model, results: list[RunResult]) -> tuple[Model, li
         model, main = fit_main(model, results)
         model, prep = fit_prep.fit_cpu(model, results)
     return model, main + prep
+
+
+def _stretch_of(model: Model, run: RunResult) -> float:
+    """The stretch of the CPU work at `run`'s CPU count that makes its simulated rate its
+    measured one: the cached rate is about inversely proportional to it (the CPU work is the
+    whole iteration), so a fixed point from 1, each step scaled by predicted / measured."""
+    measured = runrate.run_rate(run).rate_sps or 0.0
+    (cpus, workers), s = _cores_and_workers(model, run), 1.0
+    for _ in range(SETTINGS.stretch_steps):
+        stretched = replace(model, cpu_stretch_by_cpus=((cpus, workers, s),))
+        s *= predict_run(stretched, HeldOut.of(run)).rate_sps / measured
+    return s
+
+
+def fit_stretch(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
+    """A step on the CPU beside its loader: its threads, the workers and the main process
+    share the cores in ways the gang law only averages (spinning threads, a tail of held
+    steps, the workers' restarts: docs/design.md), which the cached runs at each CPU count
+    measure. Per CPU count and worker count, the stretch of the job's CPU work (step, main
+    process, workers) that makes each cached run's simulated rate its measured one (median
+    of its runs); another worker count at a fitted CPU count takes the nearest fitted one's,
+    a CPU count with no cached run none (1), as a step off the CPU (whose sharing the law
+    has)."""
+    cached = [r for r in by_mode(results, Mode.CACHED) if runrate.run_rate(r).rate_sps
+              and _gang(model, r)]
+    if not model.step_on_cpu or model.prep_cpu_s is None or not cached:
+        return model, []
+    groups: dict[tuple[int, int], list[RunResult]] = {}
+    for r in cached:
+        groups.setdefault(_cores_and_workers(model, r), []).append(r)
+    found = {ck: [_stretch_of(model, r) for r in runs] for ck, runs in sorted(groups.items())}
+    stretch = tuple((c, k, statistics.median(v)) for (c, k), v in found.items())
+    return replace(model, cpu_stretch_by_cpus=stretch), [
+        Param(f"cpu_stretch_at_{c}_cpus_{k}_workers", s, "x",
+              tuple(r.run_id for r in groups[c, k]),
+              CpuStretch(c, k, len(found[c, k]), min(found[c, k]), max(found[c, k])))
+        for c, k, s in stretch]
+
+
+def _gang(model: Model, run: RunResult) -> bool:
+    """The run's step ran more than one thread (more CPUs than ranks): a gang beside the
+    workers. A one-thread step takes turns with them as the sharing law has it."""
+    cfg = run_config(model, HeldOut.of(run))
+    return cfg.cpus > (cfg.nproc or model.ranks)
+
+
+def _cores_and_workers(model: Model, run: RunResult) -> tuple[int, int]:
+    cfg = run_config(model, HeldOut.of(run))
+    return cfg.cpus, workers_for(model, cfg)
 
 
 def fit_startup(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:

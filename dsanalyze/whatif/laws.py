@@ -58,6 +58,19 @@ def read_bps_for(model: Model, bps: int | None) -> float | None:
     return got if model.device_read_bps is None else min(got, model.device_read_bps)
 
 
+def cpu_stretch(model: Model, cfg: Config, mode: Mode) -> float:
+    """How many times longer than the sharing law the job's CPU work takes at `cfg`'s CPU
+    count, where a step on the CPU runs beside the loader (cached and disk runs; fitted per
+    count on its cached runs, `fit_loop.fit_stretch`); 1 elsewhere."""
+    if mode not in (Mode.CACHED, Mode.DISK):
+        return 1.0
+    at = {k: s for c, k, s in model.cpu_stretch_by_cpus if c == cfg.cpus}
+    if not at:
+        return 1.0
+    k = workers_for(model, cfg)
+    return at[k] if k in at else at[min(at, key=lambda m: (abs(m - k), m))]
+
+
 def step_for(model: Model, cfg: Config) -> float:
     """t_step(n) / iteration: t_compute / k + t_allreduce * 2 (n - 1) / n."""
     if model.step_s is None:

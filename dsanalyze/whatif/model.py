@@ -173,6 +173,9 @@ class Model:
     # synthetic runs of each; it runs in the main process, on the cores the workers use
     step_on_cpu: bool = False
     step_s_by_cpus: tuple[tuple[int, float], ...] = ()
+    # such a step beside its loader: per (CPU count, workers), how many times longer the job's
+    # CPU work takes than the sharing law says, fitted on those cached runs (`fit_stretch`)
+    cpu_stretch_by_cpus: tuple[tuple[int, int, float], ...] = ()
     size_share: float = 0.0  # share of c_prep that scales with the sample's bytes (read+decode)
     fit_weights: dict[str, float] = field(default_factory=dict, compare=False)
     # each fit run's measured sigma / rate (block bootstrap): a floor on the intervals

@@ -183,6 +183,8 @@ class _PS:
         if not k:
             return math.inf, 0.0
         speed = min(self.per_job_cap, (self.capacity - taken) / k)
+        if speed <= 0:  # the steps hold every core: no job moves until one of them ends
+            return math.inf, 0.0
         return max(0.0, self.heap[0][0] - self.virtual) / speed, speed
 
     def add(self, work: float, seq: int, what: Event) -> None:

@@ -16,6 +16,7 @@ from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import cachesim, pipeline
 from dsanalyze.whatif.heldout import HeldOut
 from dsanalyze.whatif.laws import (
+    cpu_stretch,
     held_load,
     outside_load,
     prep_cpu_for,
@@ -37,14 +38,17 @@ def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None,
     the step leaves the CPU free."""
     step = 0.0 if mode is Mode.LOADER else step_for(model, cfg)
     cpu_step = step / (1 - held) if model.step_on_cpu else 0.0  # `held_load`
+    s = cpu_stretch(model, cfg, mode)
     return pipeline.Pipeline(
         ranks=cfg.nproc or model.ranks, workers=workers_for(model, cfg),
         batch_size=model.batch_size, prefetch_factor=model.prefetch_factor,
-        cpus=cfg.cpus, step_s=0.0 if model.step_on_cpu else step, main_cpu_s=model.main_cpu_s,
-        gang_step_s=cpu_step, gang_threads=cfg.cpus / (cfg.nproc or model.ranks),
-        prep_cpu_s=prep_cpu_for(model, cfg) if prep is None else prep,
+        cpus=cfg.cpus, step_s=0.0 if model.step_on_cpu else step,
+        main_cpu_s=model.main_cpu_s * s,
+        gang_step_s=cpu_step * s, gang_threads=cfg.cpus / (cfg.nproc or model.ranks),
+        prep_cpu_s=(prep_cpu_for(model, cfg) if prep is None else prep) * s,
         read_bps=read_bps_for(model, cfg.storage_read_bps) if mode is Mode.DISK else None,
-        miss_cpu_s_per_byte=model.miss_cpu_s_per_byte, read_latency_s=model.device_latency_s,
+        miss_cpu_s_per_byte=model.miss_cpu_s_per_byte * s,
+        read_latency_s=model.device_latency_s,
         size_share=model.size_share, receive_s=model.receive_s,
         reread_share=reread_share(model, cache_bytes) if mode is Mode.DISK else 0.0)
 
