@@ -76,7 +76,7 @@ class Settings:
     stretch_steps: int = _tuned(
         3, "steps", "fixed-point steps solving a CPU count's stretch of a step on the CPU "
         "(`fit_loop.fit_stretch`; the cached rate is about inversely proportional to it)",
-        "no grid recorded: the third step moves the scripts' stretches by under 1% (this commit)")
+        "no grid recorded: the third step moves the scripts' stretches by under 1% (1598aa5)")
     seeds: int = _tuned(3, "permutations", "permutations averaged per disk prediction",
                         "no grid recorded; run time against the permutations' spread (ef446db)")
     sim_samples: int = _tuned(

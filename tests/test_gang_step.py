@@ -78,12 +78,11 @@ def cpu_script():
     return runs, model
 
 
-def _timed_as(model, run, main_s: float):
-    """The cached run with its rank's iterations replaced by the simulation's of `model`
-    with the main process's CPU `main_s` per iteration: a run whose main CPU is known."""
+def _timed_by(model, run):
+    """The cached run with its rank's iterations replaced by the simulation's of `model`: a
+    run whose parameters are known."""
     held = HeldOut.of(run)
-    tl = simulate_run(replace(model, main_cpu_s=main_s), run_config(model, held), held.layout,
-                      Mode.CACHED)
+    tl = simulate_run(model, run_config(model, held), held.layout, Mode.CACHED)
     r0 = run.ranks[0]
     return replace(run, ranks=[replace(r0, iter_s=tl.iter_s, wait_s=tl.wait_s, epoch=tl.epoch,
                                        samples=r0.samples[:len(tl.iter_s)])])
@@ -99,7 +98,8 @@ def test_the_main_cpu_is_fitted_on_the_simulated_loop_not_twice_the_slowdown(cpu
     the step measured alone would take it for (at 2 CPUs, beyond M by 5% of the loop)."""
     runs, model = cpu_script
     main_s = main_ms / 1000
-    cached = [_timed_as(model, r, main_s) for r in runs if r.mode is Mode.CACHED]
+    cached = [_timed_by(replace(model, main_cpu_s=main_s), r) for r in runs
+              if r.mode is Mode.CACHED]
     fitted, params = fit_loop.fit_main(model, cached)
     assert fitted.main_cpu_s == pytest.approx(main_s, rel=0.01)
     assert (params[0].how.low_s, params[0].how.high_s) == pytest.approx((main_s, main_s),
@@ -128,15 +128,9 @@ def test_the_fit_s_main_cpu_remakes_the_measured_loops() -> None:
 # ---- the stretch of a gang step's CPU work, per CPU count and workers ---------------------
 
 def _stretched_as(model, run, stretch: float):
-    """The cached run timed by the simulation of `model` with its CPU work stretched
-    `stretch` times at the run's CPU count and workers: a run whose stretch is known."""
-    cfg = run_config(model, HeldOut.of(run))
-    known = replace(model, cpu_stretch_by_cpus=((cfg.cpus, model.workers, stretch),))
-    held = HeldOut.of(run)
-    tl = simulate_run(known, cfg, held.layout, Mode.CACHED)
-    r0 = run.ranks[0]
-    return replace(run, ranks=[replace(r0, iter_s=tl.iter_s, wait_s=tl.wait_s, epoch=tl.epoch,
-                                       samples=r0.samples[:len(tl.iter_s)])])
+    """The cached run timed with the CPU work stretched `stretch` times at its CPU count."""
+    cpus = run_config(model, HeldOut.of(run)).cpus
+    return _timed_by(replace(model, cpu_stretch_by_cpus=((cpus, model.workers, stretch),)), run)
 
 
 @settings(max_examples=6, deadline=None)
