@@ -12,6 +12,7 @@ from test_stalls import JOB, make_run
 
 from dsanalyze.config import Mode, Resources, RunSpec
 from dsanalyze.linkrecords import LinkCounts, LinkRecord, LinkShape
+from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif.network import NetModel, NetObservation, fit, observations
 
 LINKS = [(128_000, 0.0), (1_000_000, 0.0), (None, 0.02), (512_000, 0.01)]
@@ -70,6 +71,15 @@ def test_a_remote_run_and_its_cached_run_make_an_observation():
     disk = dataclasses.replace(disk, link=dataclasses.replace(disk.link, window=steady))
     (o,) = observations([cached, disk])
     assert (o.requests_per_sample, o.bytes_per_sample) == (41 / 40, 1025)
+    # a window in which the loader handed out more than the link carried (it drained what it
+    # had read ahead before) measured no rate of the link: no observation; within the
+    # setting's share of the window's samples, one
+    for fetched, kept in ((40 * (1 - 1.5 * SETTINGS.read_ahead_drift), 0),
+                          (40 * (1 - 0.5 * SETTINGS.read_ahead_drift), 1),
+                          (40 * (1 + 1.5 * SETTINGS.read_ahead_drift), 0)):
+        window = dataclasses.replace(steady, fetched_samples=fetched)
+        moved = dataclasses.replace(disk, link=dataclasses.replace(disk.link, window=window))
+        assert len(observations([cached, moved])) == kept
 
 
 # ---- the grid and the advice over a network (whatif/netgrid.py) --------------------------------

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from dsanalyze.config import Mode
 from dsanalyze.records import RankRecord, RunResult
+from dsanalyze.settings import SETTINGS
 
 
 @dataclass(frozen=True)
@@ -66,3 +67,20 @@ def steady_window(result: RunResult) -> Window | None:
     chosen = tuple(tuple(i for i in range(r.warmup, len(r.iter_s))
                          if steady_from is None or r.epoch[i] >= steady_from) for r in ranks)
     return Window(ranks, chosen, epochs, steady_from)
+
+
+def read_ahead_drift(result: RunResult) -> float | None:
+    """How far a remote run's loader's read-ahead moved over its steady window, as a share of
+    the samples the ranks consumed in it: (fetched − consumed) / consumed, the samples the
+    link carried in the window against those consumed (`LinkCounts.read_ahead_change`;
+    negative: it drained); None where the run has no window or its samples are unknown."""
+    window = result.link.window if result.link is not None else None
+    change = window.read_ahead_change if window is not None and window.samples else None
+    return change / window.samples if change is not None and window is not None else None
+
+
+def read_ahead_steady(result: RunResult) -> bool:
+    """The run's rate is the rate its link sustains, as far as its read-ahead tells: it moved
+    by at most `SETTINGS.read_ahead_drift` of the window's samples (or is not known)."""
+    drift = read_ahead_drift(result)
+    return drift is None or abs(drift) <= SETTINGS.read_ahead_drift
