@@ -63,7 +63,7 @@ class Settings:
         0.1, "", "a remote run whose loader's read-ahead grew or drained by more than this share "
         "of the samples its steady window consumed measured no steady rate: not fitted, named "
         "in the report", "not tuned: the accuracy issue 22 asks of a remote run's rate (its "
-        "rate x bytes a sample within 10% of the link) (COMMIT)")
+        "rate x bytes a sample within 10% of the link) (0ca6434)")
     # ---- the what-if model (whatif/model.py, pipeline.py) ----
     cache_binds: float = _tuned(
         0.97, "", "a page cache under this share of the dataset limits the hits; at or above "
