@@ -167,6 +167,8 @@ class LinkRecord:
     requests (None for an endpoint the harness does not serve). `window`: the counts
     over the run's steady window alone (records before it have none): the whole run's
     also hold the warm-up and what the loader read ahead and the run never consumed.
+    Its `fetched_samples` against its `samples` say whether the window's rate is the
+    link's at all (`LinkCounts`).
     """
 
     backend: str  # "s3" or "http"

@@ -3,7 +3,8 @@
 The iterations after the warm-up; for a disk run of two or more epochs, the
 epochs after the first (cold) one, which is reported on its own. Shared by the
 rate (`stalls.run_rate`) and its interval (`uncertainty.rate_interval`), so
-both count the very same iterations.
+both count the very same iterations. For a remote run, whether the window's rate is
+its link's at all: how far its loader's read-ahead moved in it (`read_ahead_drift`).
 """
 
 from __future__ import annotations

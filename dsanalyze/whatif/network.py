@@ -14,7 +14,9 @@ and then its b bytes a sample cross the link, which every stream shares:
 loop's (`loop_sps`): `streams / (think_s + link_s)` while the streams leave the
 link spare time, `1 / link_s` (the link's payload rate) once they fill it. The
 latency and the link are inputs (the proxy's counts `r` and `b` per sample the
-ranks consumed, over the steady window: `LinkRecord.steady`), never fitted: a
+ranks consumed, over the steady window: `LinkRecord.steady`; a run whose loader
+drained or filled its read-ahead in that window is no observation, its rate not
+the link's: `window.read_ahead_steady`), never fitted: a
 stream's requests wait `r × latency` a sample, `streams` of them at a time. Only what is left, `request_s`
 and `byte_s`, is fitted (`fit`), and a run held at the link's rate says
 nothing of it.
