@@ -10,8 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_stalls import JOB, make_run
 
+from dsanalyze.analysis.notes import ReadAheadMoved, budget_notes
 from dsanalyze.config import Mode, Resources, RunSpec
 from dsanalyze.linkrecords import LinkCounts, LinkRecord, LinkShape
+from dsanalyze.report.notes import WORDS
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif.network import NetModel, NetObservation, fit, observations
 
@@ -80,6 +82,12 @@ def test_a_remote_run_and_its_cached_run_make_an_observation():
         window = dataclasses.replace(steady, fetched_samples=fetched)
         moved = dataclasses.replace(disk, link=dataclasses.replace(disk.link, window=window))
         assert len(observations([cached, moved])) == kept
+        # and the report names it, with the samples the link carried and those consumed
+        notes = [n for n in budget_notes(moved) if isinstance(n, ReadAheadMoved)]
+        assert [(n.run_id, n.consumed_samples, n.fetched_samples) for n in notes] == (
+            [] if kept else [(disk.run_id, 40, fetched)])
+        assert all(f"carried {fetched:.0f} samples, the ranks consumed 40" in WORDS[type(n)](n)
+                   for n in notes)
 
 
 # ---- the grid and the advice over a network (whatif/netgrid.py) --------------------------------
