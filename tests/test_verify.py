@@ -20,7 +20,7 @@ from dsanalyze.whatif.advice import Advice
 from dsanalyze.whatif.decision import Decision, DecisionKind, Option, predicted_option
 from dsanalyze.whatif.model import predict_run
 from dsanalyze.whatif.validation import spec_only
-from dsanalyze.whatif.verification import NotRun, Unrunnable, verify_plan, with_workers
+from dsanalyze.whatif.verification import REPEAT, NotRun, Unrunnable, verify_plan, with_workers
 
 PICK = Option(cpus=2, cpus_used=2, cache_spec="none", cache_bytes=None, storage_read_bps=None,
               workers=4, rate_sps=100.0, span_s=1.0, stall_pct=1.0, nproc=1)
@@ -57,9 +57,16 @@ def test_what_cannot_run_here_says_why():
     assert "2x faster" in verify_text(verify_plan(faster, Job(), 8))
     measured = Decision(DecisionKind.MEASURED, 2, 5.0, replace(PICK, measured=True,
                                                                run_id="disk-cpus2"), None)
-    assert verify_plan(measured, Job(), 8).reason == NotRun(Unrunnable.MEASURED, run_id="disk-cpus2")
-    assert verify_text(verify_plan(measured, Job(), 8)) == \
-        "Verify: not run: the recommended configuration was measured (disk-cpus2)."
+    again = verify_plan(measured, Job(), 8)  # its run is in the fit: a fresh one checks it
+    assert again.runnable and again.sub_prefix == REPEAT and again.job == Job()
+    assert again.resources.cpus == PICK.cpus_used
+    assert verify_plan(measured, Job(), 1).reason == NotRun(Unrunnable.CPUS, cpus=2,
+                                                            machine_cpus=1)
+    remote = replace(measured, choice=replace(measured.choice, net_latency_s=0.02))
+    assert verify_plan(remote, Job(), 8).reason == NotRun(Unrunnable.MEASURED, run_id="disk-cpus2")
+    assert verify_text(verify_plan(remote, Job(), 8)) == (
+        "Verify: not run: the recommended configuration was measured (disk-cpus2) over a "
+        "network: verify runs local data only.")
 
 
 def _harness(data: Path, prefix: Path, *extra: object) -> int:
@@ -148,3 +155,34 @@ def test_cli_verify_says_why_a_pick_beyond_this_machine_is_not_run(tmp_path, cap
     assert out[-1] == (f"Verify: not run: it needs {a.decision.choice.cpus_used} CPUs; the "
                        f"harness may use {cpus} here: measure it on a larger machine.")
     assert len(store.load_runs(prefix)) == len(runs)
+
+
+def test_a_run_that_others_disturbed_does_not_settle_the_check():
+    """A check is as fair as its run: the same committed disk run, once with the CPUs its
+    own (others used none of them), once with others on them beyond the threshold the
+    table's notes use: only the first is conclusive, the second says so and why."""
+    from dsanalyze.settings import SETTINGS
+    from dsanalyze.whatif.verification import verification
+
+    runs = store.load_runs(Path(__file__).parent / "data" / "whatif_prep")
+    model = whatif.fit(runs)
+    disk = next(r for r in runs if r.mode.value == "disk")
+    d = Decision(DecisionKind.MEASURED, 1, 5.0, replace(PICK, measured=True, run_id=disk.run_id),
+                 None)
+    plan = verify_plan(d, Job(), 8)
+
+    def probed(others_pct: float):
+        io = replace(disk.io, interference={**(disk.io.interference or {}), "cpus": [0],
+                                            "machine_cpus": 2, "window_s": 10.0,
+                                            "others_cpu_pct": others_pct, "others_cpu_s": 0.0,
+                                            "machine_others_cpu_s": 0.0})
+        return verification(model, d, replace(disk, io=io), REPEAT)
+
+    quiet, busy = probed(0.0), probed(SETTINGS.others_cpu_pct + 30)
+    assert quiet.conclusive and "Not conclusive" not in verify_text(plan, quiet)
+    assert not busy.conclusive and busy.measured_sps == quiet.measured_sps
+    said = verify_text(plan, busy)
+    assert f"other processes used {SETTINGS.others_cpu_pct + 30:.0f}% of its CPUs" in said
+    assert said.endswith("verify again when the machine is quiet.")
+    assert "(in verify-repeat/: measured again, a run the fit never saw)" in said
+    assert busy.to_dict()["disturbed"]["kinds"] == ["cpu"]

@@ -19,6 +19,7 @@ from typing import Any
 
 from dsanalyze.analysis.verdict import Bound
 from dsanalyze.report.assumptions import assumption_text
+from dsanalyze.report.notes import note_text
 from dsanalyze.report.text import bandwidth_text, cache_text, number
 from dsanalyze.report.whatif_text import unmade_text
 from dsanalyze.whatif.advice import Advice, ModelFailure
@@ -30,7 +31,7 @@ from dsanalyze.whatif.decision import (
     StallReason,
     predicted_option,
 )
-from dsanalyze.whatif.verification import WORKER_FLAGS, NotRun, Unrunnable
+from dsanalyze.whatif.verification import REPEAT, WORKER_FLAGS, NotRun, Unrunnable
 
 
 def option_label(o: Option) -> str:
@@ -227,7 +228,8 @@ NOT_RUN: dict[Unrunnable, Callable[[NotRun], str]] = {
                                     + (f": {failure_text(r.note)}" if r.note else ""),
     Unrunnable.ADVICE_FAILED: lambda r: f"no recommendation to check: the advice failed "
                                         f"({failure_text(r.note) if r.note else ''})",
-    Unrunnable.MEASURED: lambda r: f"the recommended configuration was measured ({r.run_id})",
+    Unrunnable.MEASURED: lambda r: f"the recommended configuration was measured ({r.run_id}) "
+                                   "over a network: verify runs local data only",
     Unrunnable.FASTER_STEP: lambda r: f"a step {r.gpu_speedup:g}x faster cannot be measured on "
                                       "this machine",
     Unrunnable.NODES: lambda r: "several nodes: verify from the nodes' own harnesses",
@@ -254,10 +256,14 @@ def verify_text(plan: Any, result: Any = None, failed: str = "") -> str:
     if failed or result is None:
         return f"Verify: the run of the recommended configuration failed: {failed}."
     v = result
-    workers = f" workers={v.choice.workers}" if plan.sub_prefix else ""
-    where = f" (in {v.where}/: the job's workers differ)" if v.where else ""
+    again = v.where == REPEAT
+    workers = f" workers={v.choice.workers}" if plan.sub_prefix and not again else ""
+    where = (f" (in {v.where}/: measured again, a run the fit never saw)" if again else
+             f" (in {v.where}/: the job's workers differ)" if v.where else "")
     return (f"Verify: {option_label(v.choice)}{workers}, run {v.run_id}{where}: predicted "
             f"{number(v.predicted_sps)} samples/s for the run as it ran ({v.level:.0%} interval "
             f"{number(v.low_sps)}-{number(v.high_sps)}; the advice: {number(v.advised_sps)} "
             f"steady), measured {number(v.measured_sps)}: "
-            f"{'inside' if v.inside else 'OUTSIDE'} the interval ({v.error_pct:+.1f}%).")
+            f"{'inside' if v.inside else 'OUTSIDE'} the interval ({v.error_pct:+.1f}%)."
+            + ("" if v.conclusive else f" Not conclusive: the {note_text(v.disturbed)}: "
+               "verify again when the machine is quiet."))

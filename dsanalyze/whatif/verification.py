@@ -19,15 +19,19 @@ A faster step, other ranks or more nodes cannot be measured here.
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+from dsanalyze.analysis.notes import Disturbed, disturbed
+from dsanalyze.analysis.stalls import run_rate
 from dsanalyze.config import CacheBudget, Job, Resources
+from dsanalyze.plain import fields_to_plain
 from dsanalyze.records import RunResult
 from dsanalyze.whatif.advice import ModelFailure
 from dsanalyze.whatif.decision import Decision, DecisionKind, Option
 
 WORKER_FLAGS = ("--workers", "-j", "--num-workers", "--num_workers")
+REPEAT = "verify-repeat"  # a measured pick run again: a fresh run the fit never saw
 
 
 class Unrunnable(enum.Enum):
@@ -35,7 +39,7 @@ class Unrunnable(enum.Enum):
 
     NO_CHOICE = "no_choice"  # no recommendation; `note`: the advice's why
     ADVICE_FAILED = "advice_failed"  # the advice itself failed; `note`: how
-    MEASURED = "measured"  # the recommended configuration was measured: `run_id`
+    MEASURED = "measured"  # a measured pick over a network: `run_id` (runs here are local)
     FASTER_STEP = "faster_step"  # a step `gpu_speedup` x faster
     NODES = "nodes"  # several nodes: each node's own harness verifies
     RANKS = "ranks"  # `nproc` ranks other than the job's
@@ -64,7 +68,7 @@ class VerifyPlan:
     choice: Option | None
     job: Job | None = None  # the job to run (its workers as recommended)
     resources: Resources | None = None
-    sub_prefix: str | None = None  # the job differs from the prefix's: runs go there
+    sub_prefix: str | None = None  # a run not of the prefix's grid goes there (`REPEAT`, ...)
     reason: NotRun | None = None  # why it cannot be run here (or there is nothing to run)
 
     @property
@@ -85,17 +89,24 @@ class Verification:
     level: float
     advised_sps: float  # the advice's steady rate for the configuration
     where: str = ""  # the sub-prefix holding the run, when not the prefix itself
+    disturbed: Disturbed | None = None  # others took its CPUs or disk: the check is not fair
 
     @property
     def inside(self) -> bool:
         return self.low_sps <= self.measured_sps <= self.high_sps
 
     @property
+    def conclusive(self) -> bool:
+        """The run measured the configuration, not the other processes beside it."""
+        return self.disturbed is None
+
+    @property
     def error_pct(self) -> float:
         return 100 * (self.predicted_sps / self.measured_sps - 1)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "inside": self.inside, "error_pct": self.error_pct}
+        return {**fields_to_plain(self), "inside": self.inside, "error_pct": self.error_pct,
+                "conclusive": self.conclusive}
 
 
 def with_workers(job: Job, workers: int) -> Job | NotRun:
@@ -121,13 +132,15 @@ def verify_plan(decision: Decision | None, job: Job, machine_cpus: int,
     if decision is None or decision.choice is None:
         return VerifyPlan(None, reason=NotRun(Unrunnable.NO_CHOICE, note))
     o = decision.choice
-    if decision.kind is not DecisionKind.CHANGE:
+    if decision.kind is not DecisionKind.CHANGE and o.net_latency_s is not None:
         return VerifyPlan(o, reason=NotRun(Unrunnable.MEASURED, run_id=o.run_id))
     why = _unrunnable(o, job, machine_cpus)
     if why is not None:
         return VerifyPlan(o, reason=why)
     resources = Resources(o.cpus_used, CacheBudget(o.cache_spec, o.cache_bytes),
                           o.storage_read_bps)
+    if decision.kind is not DecisionKind.CHANGE:  # its run is in the fit: measure it again
+        return VerifyPlan(o, job, resources, sub_prefix=REPEAT)
     if decision.workers is None or o.workers in (None, decision.workers):
         return VerifyPlan(o, job, resources)
     changed = with_workers(job, o.workers)
@@ -158,4 +171,5 @@ def verification(model: Any, decision: Decision, run: RunResult,
     o = decision.choice
     assert o is not None  # a plan runs only for a choice
     return Verification(o, run.run_id, check.predicted_sps, check.low_sps, check.high_sps,
-                        check.measured_sps, whatif.LEVEL, o.rate_sps, where)
+                        check.measured_sps, whatif.LEVEL, o.rate_sps, where,
+                        disturbed(run_rate(run)))
