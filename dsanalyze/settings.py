@@ -59,6 +59,11 @@ class Settings:
         "measures the read amplification: the job's other reads of a file then miss as its "
         "training reads do", "not tuned: physics (a cache holding under a tenth of the data "
         "leaves any pass over it missing); the scripts bench's cache-0 runs leave 99% (77af013)")
+    read_ahead_drift: float = _tuned(
+        0.1, "", "a remote run whose loader's read-ahead grew or drained by more than this share "
+        "of the samples its steady window consumed measured no steady rate: not fitted, named "
+        "in the report", "not tuned: the accuracy issue 22 asks of a remote run's rate (its "
+        "rate x bytes a sample within 10% of the link) (0ca6434)")
     # ---- the what-if model (whatif/model.py, laws.py, rates.py, intervals.py, pipeline.py) ----
     cache_binds: float = _tuned(
         0.97, "", "a page cache under this share of the dataset limits the hits; at or above "
