@@ -44,10 +44,13 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports  # the declared layers: pyproject.toml's [tool.importlinter]
 
 # Two phases: the tests that fit a share of the CPUs on two pytest-xdist workers (each
-# pinned to its own CPUs, tests/conftest.py), then those that need every CPU, alone.
+# pinned to its own CPUs, tests/conftest.py), then those that need every CPU, alone (from
+# the files that name the mark: collecting every file again costs 10 CPU-s; none found,
+# every file).
+WHOLE_MACHINE_TESTS = $(shell grep -l whole_machine tests/test_*.py)
 test: lint
 	$(PY) -m pytest -q -ra -n 2 --dist loadscope --no-loadscope-reorder -m 'not extended and not whole_machine'
-	$(PY) -m pytest -q -ra -m 'whole_machine and not extended'
+	$(PY) -m pytest -q -ra -m 'whole_machine and not extended' $(WHOLE_MACHINE_TESTS)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -ra -m gpu tests/test_gpu.py

@@ -11,7 +11,7 @@ own, measured after the constants were set): recorded runs only, nothing is meas
   runs held out by that bench's two splits.
 
 A held-out single run's standardised error is z = log(measured / predicted) / sigma, with
-sigma = sqrt((s * rel_sigma)^2 + n * u^2) (`model.rel_sigma_for`: the fit's own sigma
+sigma = sqrt((s * rel_sigma)^2 + n * u^2) (`intervals.rel_sigma_for`: the fit's own sigma
 scaled by s = SETTINGS.fit_sigma_scale, n untested assumptions of u =
 SETTINGS.untested_sigma each).
 Well-sized 90% intervals hold 90% of the |z| under 1.645 and have a median |z| of 0.674 (a

@@ -10,20 +10,28 @@ sweeps through the real harness against a server it starts behind a shaped link
   and it decodes between them, so a link is kept busy by enough requests in flight (4
   here, each 100 KB, for at most 4M/s against a loader that reads several times that
   unshaped). `bw ratio` = rate × the dataset's bytes per sample (its files' size over
-  its samples) / BW. `wire B/sample`, the proxy's count of the server's bytes (HTTP
-  headers included) per sample the ranks consumed, is shown beside it: it counts the
-  loader's prefetched samples that the run stopped before consuming (up to workers ×
-  prefetch_factor × batch, 32 here: a fifth of a 136-sample run), so it runs that much
-  over, and so do the law's bytes and requests a sample (`network.observations`). The tbf
+  its samples) / BW. `wire B/sample`, the server's bytes (HTTP headers included) that
+  crossed the link in the run's steady window per sample the ranks consumed in it
+  (`RunResult.link.window`), is shown beside it, and `read-ahead`, how far the loader's
+  read-ahead moved over the window: the samples those bytes carried (over the served
+  data's bytes a sample) less those consumed, as a share of those consumed
+  (`window.read_ahead_drift`). A loader that drained its read-ahead in the window (the
+  epoch's fetching over, or a window short beside a deep read-ahead: webdataset's 4
+  workers each hold a shuffle buffer of 32, about 190 samples with the DataLoader's
+  prefetch) handed out more than the link carried, its rate is not the link's: beyond
+  `read_ahead_drift` (10%) the row is marked and not scored, and the what-if leaves the
+  run out (`network.observations`). The tbf
   rate is the line rate and TCP/IP and Ethernet headers take 66 of each 1514-byte frame
   (`network.PAYLOAD_SHARE`, 0.956), so `bw err` = bw ratio / 0.956 − 1, target within
   10% (a bw ratio of 0.86 or more). `link busy`: the share of the link the loader's own
   pace can fill (`fair_share_busy`: the cached run's time a sample a worker, the
   streams queueing for the link as under a fair share, the pessimistic case); a row
   under 0.95 is bound by the loader, not the link, is marked `loader binds` and is not
-  scored. The dataset (`IMAGES` samples) is larger than a run reads: a DataLoader restarts its workers each epoch and drains its
-  last batches with fewer of them, and on an epoch of a few dozen samples that idles the
-  link for a tenth of the run, a cost of the tiny epoch, not of the link.
+  scored. The dataset (`IMAGES` samples) is larger than a run reads and than webdataset
+  reads ahead (136 consumed + about 190 ahead): a DataLoader restarts its workers each
+  epoch and drains its last batches with fewer of them, and a loader whose epoch's
+  fetching ends hands out its read-ahead with the link idle, costs of a tiny epoch, not of
+  the link.
 - latency: `--net-bw none --net-latency 20ms,50ms`, 1 worker. Each request waits the
   delay, so the fetch stall (remote − cached, s per epoch) should be latency × requests
   per epoch, the requests counted by the proxy per sample the ranks consumed, both over
@@ -59,6 +67,7 @@ from conftest import write_shards  # noqa: E402
 
 from dsanalyze import store  # noqa: E402
 from dsanalyze.analysis import stalls  # noqa: E402
+from dsanalyze.analysis.window import read_ahead_drift, read_ahead_steady  # noqa: E402
 from dsanalyze.config import parse_bytes, parse_duration_s  # noqa: E402
 from dsanalyze.jobs.datasets import make_dataset  # noqa: E402
 from dsanalyze.linkrecords import LinkCounts  # noqa: E402
@@ -68,7 +77,7 @@ from dsanalyze.whatif.assumptions import NETWORK  # noqa: E402
 LOADER_BINDS = 0.95  # a link the loader keeps busier than this tests the link
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"
-IMAGES, SHARDS = 192, 96  # more than a run reads (34 batches of 4 and the prefetched)
+IMAGES, SHARDS = 480, 240  # more than a run reads (34 batches of 4) and reads ahead
 # loader -> (backend, script, its data argument, data layout)
 LOADERS = {
     "s3torch": ("s3", "train_s3torch.py", "s3://dsanalyze/", "images"),
@@ -86,7 +95,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--held-bw", default="2M", help="the bandwidth it predicts")
     p.add_argument("--latency", default="20ms", help="the latency it is fitted on")
     p.add_argument("--held-latency", default="50ms", help="the latency it predicts")
-    p.add_argument("--iters", type=int, default=30)
+    # A DataLoader hands out its workers' batches in turn and they fetch side by side, so the
+    # read-ahead at an iteration's end depends on its place in the round: a window of a whole
+    # number of rounds (the warm-up one too) has the same at both edges. At 30 iterations of
+    # 4 workers the window ended two batches into a round: every row's read-ahead +5 to +11%.
+    p.add_argument("--iters", type=int, default=32, help="a multiple of --bw-workers")
     p.add_argument("--bw-workers", type=int, default=4, help="-j of the bandwidth sweep")
     p.add_argument("-b", "--batch-size", type=int, default=4)
     p.add_argument("--reuse", action="store_true",
@@ -155,21 +168,23 @@ def bandwidth_rows(runs: list[store.RunResult], bws: list[int],
                    data_bytes: float) -> list[dict[str, Any]]:
     """Each remote run's rate × the dataset's bytes per sample against its link; `feed`:
     what the cached run's rate would ask of the link; `busy`: the share of the link the
-    loader's own pace keeps busy (below `LOADER_BINDS`: the row does not test the link)."""
+    loader's own pace keeps busy (below `LOADER_BINDS`: the row does not test the link);
+    `drift`: how far the loader's read-ahead moved over the window (beyond the setting: its
+    rate is not the link's, the row is not scored)."""
     cached = stalls.run_rate(next(r for r in runs if r.mode.value == "cached" and r.ok)).rate_sps
-    obs = network.observations(runs)
     out = []
     for bw in bws:
-        run, o = _remote_at(runs, bw, 0.0), _obs_at(obs, bw, 0.0)
-        rate = stalls.run_rate(run).rate_sps
-        wire = _steady(run).bytes_per_sample
-        busy = fair_share_busy(o.streams, o.streams / o.cached_rate_sps,
-                               network.link_s(data_bytes, bw))
+        run = _remote_at(runs, bw, 0.0)
+        rate, streams = stalls.run_rate(run).rate_sps, network.streams(run)
+        busy = fair_share_busy(streams, streams / cached, network.link_s(data_bytes, bw))
         ratio = rate * data_bytes / bw
-        out.append({"bw": bw, "rate_sps": rate, "wire_bytes": wire, "data_bytes": data_bytes,
-                    "ratio": ratio, "err": ratio / network.PAYLOAD_SHARE - 1,
-                    "feed": cached * data_bytes / bw, "busy": busy,
-                    "scored": busy >= LOADER_BINDS})
+        why = ("loader binds" if busy < LOADER_BINDS else
+               "read-ahead moved" if not read_ahead_steady(run) else None)
+        out.append({"bw": bw, "rate_sps": rate, "wire_bytes": _steady(run).bytes_per_sample,
+                    "data_bytes": data_bytes, "ratio": ratio,
+                    "err": ratio / network.PAYLOAD_SHARE - 1, "feed": cached * data_bytes / bw,
+                    "busy": busy, "drift": read_ahead_drift(run), "scored": why is None,
+                    "why": why})
     return out
 
 
@@ -185,7 +200,8 @@ def latency_row(runs: list[store.RunResult], latency_s: float) -> dict[str, Any]
     return {"latency_s": latency_s, "requests_per_sample": per_sample, "fetch_stall_s": stall,
             "fetch_low": b.fetch_stall_s_low, "fetch_high": b.fetch_stall_s_high,
             "explained_s": explained, "lat_ratio": stall / explained, "held_s": held,
-            "held_ratio": stall / held if held else float("nan")}
+            "held_ratio": stall / held if held else float("nan"),
+            "drift": read_ahead_drift(remote), "scored": read_ahead_steady(remote)}
 
 
 def _breakdown_of(runs: list[store.RunResult], remote: store.RunResult) -> Any:
@@ -196,7 +212,8 @@ def _breakdown_of(runs: list[store.RunResult], remote: store.RunResult) -> Any:
 def heldout_rows(fit_obs: list[network.NetObservation],
                  held_obs: list[network.NetObservation]) -> list[dict[str, Any]]:
     """The network law fitted on `fit_obs` predicting each of `held_obs`, with the what-if
-    grid's interval (`netgrid`)."""
+    grid's interval (`netgrid`). A run whose read-ahead moved over its window is no
+    observation (`network.observations`): it is neither fitted nor predicted."""
     net = network.fit(fit_obs)
     sigma, out_of_sample = netgrid.loo_sigma(fit_obs)
     untested = len(NETWORK) + (0 if out_of_sample else 1)
@@ -216,8 +233,9 @@ def heldout_rows(fit_obs: list[network.NetObservation],
 
 
 def _obs_at(obs: list[network.NetObservation], bw: int | None,
-            latency_s: float) -> network.NetObservation:
-    return next(o for o in obs if o.bw_bps == bw and math.isclose(o.latency_s, latency_s))
+            latency_s: float) -> list[network.NetObservation]:
+    """The observation of that link, none when the run's read-ahead moved."""
+    return [o for o in obs if o.bw_bps == bw and math.isclose(o.latency_s, latency_s)][:1]
 
 
 def figures(ns: argparse.Namespace, prefix: Path, loader: str, data: Path) -> dict[str, Any]:
@@ -229,35 +247,36 @@ def figures(ns: argparse.Namespace, prefix: Path, loader: str, data: Path) -> di
     lat_runs = sweep(ns, prefix / loader / "lat", data, loader, "none",
                      f"{ns.latency},{ns.held_latency}", 1)
     bw_obs, lat_obs = network.observations(bw_runs), network.observations(lat_runs)
-    fit_obs = [_obs_at(bw_obs, b, 0.0) for b in fit_bws] + [_obs_at(lat_obs, None, lat)]
-    held = [_obs_at(bw_obs, held_bw, 0.0), _obs_at(lat_obs, None, held_lat)]
+    fit_obs = [o for b in fit_bws for o in _obs_at(bw_obs, b, 0.0)] + _obs_at(lat_obs, None, lat)
+    held = _obs_at(bw_obs, held_bw, 0.0) + _obs_at(lat_obs, None, held_lat)
     samples = len(list((prefix / "data" / "images").glob("*/*.jpg")))
     data_bytes = sum(f.stat().st_size for f in data.rglob("*") if f.is_file()) / samples
     return {"loader": loader, "bw": bandwidth_rows(bw_runs, [*fit_bws, held_bw], data_bytes),
             "lat": [latency_row(lat_runs, x) for x in (lat, held_lat)],
-            "heldout": heldout_rows(fit_obs, held)}
+            "heldout": heldout_rows(fit_obs, held), "held_missing": 2 - len(held)}
 
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
     print(f"{'loader':<11} {'link':>8} {'rate/s':>7} {'data B/sample':>13} "
-          f"{'wire B/sample':>13} {'bw ratio':>8} {'bw err':>6} {'cached feed/link':>16} "
-          f"{'link busy':>9}")
+          f"{'wire B/sample':>13} {'read-ahead':>10} {'bw ratio':>8} {'bw err':>6} "
+          f"{'cached feed/link':>16} {'link busy':>9}")
     for r in rows:
         for b in r["bw"]:
             print(f"{r['loader']:<11} {b['bw'] >> 10:>6}K/s {b['rate_sps']:>7.1f} "
-                  f"{b['data_bytes']:>13.0f} {b['wire_bytes']:>13.0f} {b['ratio']:>8.2f} "
-                  f"{b['err']:>+6.0%} "
-                  f"{b['feed']:>16.2f} {b['busy']:>9.2f}"
-                  + ("" if b["scored"] else "  loader binds: not scored"))
-    print(f"\n{'loader':<11} {'latency':>7} {'req/sample':>10} {'fetch stall s [interval]':>26} "
-          f"{'explained s':>11} {'lat ratio':>9} {'held s':>7} {'held ratio':>10}")
+                  f"{b['data_bytes']:>13.0f} {b['wire_bytes']:>13.0f} {_pct(b['drift']):>10} "
+                  f"{b['ratio']:>8.2f} {b['err']:>+6.0%} {b['feed']:>16.2f} {b['busy']:>9.2f}"
+                  + ("" if b["scored"] else f"  {b['why']}: not scored"))
+    print(f"\n{'loader':<11} {'latency':>7} {'req/sample':>10} {'read-ahead':>10} "
+          f"{'fetch stall s [interval]':>26} {'explained s':>11} {'lat ratio':>9} {'held s':>7} "
+          f"{'held ratio':>10}")
     for r in rows:
         for x in r["lat"]:
             interval = f"{x['fetch_stall_s']:.2f} [{x['fetch_low']:.2f}, {x['fetch_high']:.2f}]"
             print(f"{r['loader']:<11} {x['latency_s'] * 1000:>5g}ms "
-                  f"{x['requests_per_sample']:>10.2f} "
+                  f"{x['requests_per_sample']:>10.2f} {_pct(x['drift']):>10} "
                   f"{interval:>26} {x['explained_s']:>11.2f} {x['lat_ratio']:>9.2f} "
-                  f"{x['held_s']:>7.2f} {x['held_ratio']:>10.2f}")
+                  f"{x['held_s']:>7.2f} {x['held_ratio']:>10.2f}"
+                  + ("" if x["scored"] else "  read-ahead moved: not scored"))
     print(f"\n{'loader':<11} {'held-out link':>18} {'measured/s':>10} {'predicted/s [90%]':>24} "
           f"{'pred err':>8}  the law fitted on the other links")
     for r in rows:
@@ -265,6 +284,10 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
             pred = f"{h['predicted']:.1f} [{h['low']:.1f}, {h['high']:.1f}]"
             print(f"{r['loader']:<11} {h['link']:>18} {h['measured']:>10.1f} {pred:>24} "
                   f"{h['err']:>+8.0%}  {h['fit']}")
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{share:+.0%}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,14 +298,17 @@ def main(argv: list[str] | None = None) -> int:
     print_rows(rows)
     scored = [b for r in rows for b in r["bw"] if b["scored"]]
     worst_bw = max((abs(b["err"]) for b in scored), default=math.nan)
-    worst_lat = max(abs(r["lat"][0]["lat_ratio"] - 1) for r in rows)
+    worst_lat = max((abs(r["lat"][0]["lat_ratio"] - 1) for r in rows if r["lat"][0]["scored"]),
+                    default=math.nan)
     held = [h for r in rows for h in r["heldout"]]
-    worst_pred = max(abs(h["err"]) for h in held)
+    worst_pred = max((abs(h["err"]) for h in held), default=math.nan)
     covered = sum(h["covered"] for h in held)
+    missing = sum(r["held_missing"] for r in rows)
     print(f"worst bandwidth error {worst_bw:.0%} of the payload rate over {len(scored)} "
           f"bandwidth-bound rows (target 10%), worst latency error "
           f"{worst_lat:.0%} (target 15%), worst held-out what-if error {worst_pred:.0%} "
-          f"(target 10%), coverage {covered}/{len(held)} (90% nominal)")
+          f"(target 10%), coverage {covered}/{len(held)} (90% nominal)"
+          + (f", {missing} held-out runs whose read-ahead moved not predicted" if missing else ""))
     return 0
 
 

@@ -8,7 +8,7 @@
    with 1 and with 4 workers: modes cached and disk (no cache, no throttle),
    1 and 2 CPUs. About 4 minutes on 2 CPUs.
 2. Fits the model on the whole 2-worker grid and predicts every 1- and
-   4-worker run from its CPUs and worker count alone (`model.predict_run`).
+   4-worker run from its CPUs and worker count alone (`rates.predict_run`).
 3. Prints measured vs predicted per run, then the median and maximum
    absolute error last.
 """
@@ -29,7 +29,8 @@ from dsanalyze import store  # noqa: E402
 from dsanalyze.analysis.stalls import run_rate  # noqa: E402
 from dsanalyze.dataset import scan_dataset  # noqa: E402
 from dsanalyze.whatif import api as whatif  # noqa: E402
-from dsanalyze.whatif.model import HeldOut, predict_run  # noqa: E402
+from dsanalyze.whatif.model import HeldOut  # noqa: E402
+from dsanalyze.whatif.rates import predict_run  # noqa: E402
 
 WORKERS = (1, 4)
 JOB_ARGS = ["-b", "8", "--epochs", "3", "--warmup", "2", "--sim-step-ms", "60", "--cpus", "1,2",

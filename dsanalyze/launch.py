@@ -55,7 +55,7 @@ from dsanalyze.records import (
     ThrottleStart,
 )
 from dsanalyze.remote.runlink import RemoteData
-from dsanalyze.resources import cgroups, libmaps, memroom, pagecache, storage
+from dsanalyze.resources import cgroups, interrupts, libmaps, memroom, pagecache, storage
 from dsanalyze.resources.cacheproc import LimiterProcess
 from dsanalyze.resources.libmaps import MapsRecorder, tree_pids
 from dsanalyze.resources.lifeline import Lifeline
@@ -67,6 +67,7 @@ UNTIL_CI_MAX_ITERS = 1000  # the built-in job's most iterations with --until-ci 
 BUILTIN_ITERS = 50  # the built-in job's measured iterations when neither --iters nor --epochs
 NO_BLOCK_DEVICE = "the dataset is on a filesystem with no block device (overlay, tmpfs, NFS or FUSE)"
 BOOTSTRAP = "dsanalyze.instrument.bootstrap"
+WAIT_POLL_S = 0.5  # the wait on the job checks for a stop signal, an abort, a stall this often
 
 
 @dataclass
@@ -472,28 +473,28 @@ def _environment(spec: RunSpec, ctx: LaunchContext, ex: Execution, threads: dict
 
 def _wait_job(proc: subprocess.Popen, timeout_s: float,
               should_abort: Callable[[], str | None] | None,
-              stalled: Callable[[], str | None] | None = None
+              stalled: Callable[[], str | None] | None = None, poll_s: float = WAIT_POLL_S
               ) -> tuple[int | None, str, str | None]:
     """Wait for the job: (exit status, run status, error). Polls `should_abort` and `stalled`
-    (the progress watchdog) every 0.5 s if given."""
+    (the progress watchdog) every `poll_s`. Ctrl-C or SIGTERM meanwhile is raised between two
+    waits, never inside `Popen.wait` (`resources/interrupts.py`: the lock it would leave held
+    would hang the job's stop)."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        step = max(0.0, deadline - time.monotonic())
-        if should_abort is not None or stalled is not None:
-            step = min(step, 0.5)
-        try:
-            return proc.wait(timeout=step), Status.OK, None
-        except subprocess.TimeoutExpired:
-            pass
-        if time.monotonic() >= deadline:
-            return None, Status.TIMEOUT, (f"timed out after {timeout_s:.0f} s: "
-                                          "raise timeout_s or lower --iters")
-        reason = should_abort() if should_abort is not None else None
-        if reason is not None:
-            return None, Status.FAILED, reason
-        reason = stalled() if stalled is not None else None
-        if reason is not None:
-            return None, Status.STALLED, reason
+    with interrupts.deferred():
+        while True:
+            interrupts.check()
+            try:
+                return proc.wait(timeout=min(poll_s, max(0.0, deadline - time.monotonic()))), \
+                    Status.OK, None
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() >= deadline:
+                return None, Status.TIMEOUT, (f"timed out after {timeout_s:.0f} s: "
+                                              "raise timeout_s or lower --iters")
+            for why, status in ((should_abort, Status.FAILED), (stalled, Status.STALLED)):
+                reason = why() if why is not None else None
+                if reason is not None:
+                    return None, status, reason
 
 
 def local_ranks(job: Job) -> range:

@@ -108,14 +108,23 @@ class LocalCacheState:
 @dataclass(frozen=True)
 class LinkCounts:
     """What crossed the link for `samples` consumed samples: requests, response bytes and
-    the time the proxy held them. `span_unix_s`: the run's steady window (the requests
-    that began in it), None for the whole run."""
+    the time the proxy held them. `span_unix_s`: the run's steady window, None for the whole
+    run; over a window, the requests (and their hold) are those that began in it and the
+    bytes those that crossed in it.
+
+    `fetched_samples`: the samples' worth of data those bytes carried (the bytes over the
+    served data's bytes a sample, `remote/datasamples.py`; None where that is unknown). A
+    loader's read-ahead (its prefetched batches, a shuffle buffer) that is as full at the
+    window's end as at its start has fetched in it what it consumed; one that drained
+    handed out, beside what the link carried, what it had fetched before the window, and
+    its consumed rate is then not the rate the link sustains."""
 
     samples: int
     requests: int
     bytes_down: int
     held_s: float = 0.0
     span_unix_s: tuple[float, float] | None = None
+    fetched_samples: float | None = None
 
     @property
     def requests_per_sample(self) -> float:
@@ -129,16 +138,24 @@ class LinkCounts:
     def held_s_per_sample(self) -> float:
         return self.held_s / self.samples
 
+    @property
+    def read_ahead_change(self) -> float | None:
+        """Samples the loader's read-ahead grew by over the counts' span: fetched − consumed
+        (negative: it drained); None where the fetched samples are unknown."""
+        return None if self.fetched_samples is None else self.fetched_samples - self.samples
+
     def to_dict(self) -> dict[str, Any]:
         return {"samples": self.samples, "requests": self.requests,
                 "bytes_down": self.bytes_down, "held_s": self.held_s,
-                "span_unix_s": list(self.span_unix_s) if self.span_unix_s else None}
+                "span_unix_s": list(self.span_unix_s) if self.span_unix_s else None,
+                "fetched_samples": self.fetched_samples}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LinkCounts:
-        span = d.get("span_unix_s")
+        span, fetched = d.get("span_unix_s"), d.get("fetched_samples")
         return cls(int(d["samples"]), int(d["requests"]), int(d["bytes_down"]),
-                   float(d.get("held_s", 0.0)), (float(span[0]), float(span[1])) if span else None)
+                   float(d.get("held_s", 0.0)), (float(span[0]), float(span[1])) if span else None,
+                   float(fetched) if fetched is not None else None)
 
 
 @dataclass(frozen=True)
@@ -150,6 +167,8 @@ class LinkRecord:
     requests (None for an endpoint the harness does not serve). `window`: the counts
     over the run's steady window alone (records before it have none): the whole run's
     also hold the warm-up and what the loader read ahead and the run never consumed.
+    Its `fetched_samples` against its `samples` say whether the window's rate is the
+    link's at all (`LinkCounts`).
     """
 
     backend: str  # "s3" or "http"

@@ -59,7 +59,12 @@ class Settings:
         "measures the read amplification: the job's other reads of a file then miss as its "
         "training reads do", "not tuned: physics (a cache holding under a tenth of the data "
         "leaves any pass over it missing); the scripts bench's cache-0 runs leave 99% (77af013)")
-    # ---- the what-if model (whatif/model.py, pipeline.py) ----
+    read_ahead_drift: float = _tuned(
+        0.1, "", "a remote run whose loader's read-ahead grew or drained by more than this share "
+        "of the samples its steady window consumed measured no steady rate: not fitted, named "
+        "in the report", "not tuned: the accuracy issue 22 asks of a remote run's rate (its "
+        "rate x bytes a sample within 10% of the link) (0ca6434)")
+    # ---- the what-if model (whatif/model.py, laws.py, rates.py, intervals.py, pipeline.py) ----
     cache_binds: float = _tuned(
         0.97, "", "a page cache under this share of the dataset limits the hits; at or above "
         "it, the cache holds everything", f"{ACCURACY_GRID} (ef446db)")
@@ -73,6 +78,10 @@ class Settings:
     settled: float = _tuned(
         0.01, "", "cores left to the job, found within this share, are simulated no further",
         "no grid recorded: the simulation's own noise (ec56db1)")
+    stretch_steps: int = _tuned(
+        3, "steps", "fixed-point steps solving a CPU count's stretch of a step on the CPU "
+        "(`fit_loop.fit_stretch`; the cached rate is about inversely proportional to it)",
+        "no grid recorded: the third step moves the scripts' stretches by under 1% (1598aa5)")
     seeds: int = _tuned(3, "permutations", "permutations averaged per disk prediction",
                         "no grid recorded; run time against the permutations' spread (ef446db)")
     sim_samples: int = _tuned(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +31,6 @@ from dsanalyze.errors import (
     DatasetError,
     DsAnalyzeError,
     FailureKind,
-    Interrupted,
     NodeLost,
     ResourceError,
     RunFailed,
@@ -41,7 +39,7 @@ from dsanalyze.fingerprint import Fingerprint, check_resumable, check_unchanged
 from dsanalyze.records import CpuScaling, RunResult, Status
 from dsanalyze.remote.runlink import RemoteData
 from dsanalyze.report.notes import short_text
-from dsanalyze.resources import cgroups, cpuscale
+from dsanalyze.resources import cgroups, cpuscale, interrupts
 from dsanalyze.resources.datalock import DataLock
 
 if TYPE_CHECKING:  # the adaptive search fits the what-if: imported only when asked for
@@ -106,10 +104,6 @@ def set_aside_stale_repeats(prefix: Path, specs: list[RunSpec]) -> tuple[list[st
     return [r.run_id for r in stale], folder
 
 
-def _sigterm(signum: int, frame: Any) -> None:
-    raise Interrupted()
-
-
 def check_data(prefix: Path, sweep: Sweep, specs: list[RunSpec], fp: Fingerprint) -> list[str]:
     """Refuse to mix runs over other data; return the unreadable run files, to measure again."""
     if not store.runs_dir(prefix).is_dir():
@@ -161,31 +155,32 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
     dataset = dataset or before_meeting(sweep, lambda: find_dataset(sweep))
     specs = real_loader_first(before_meeting(sweep, lambda: _specs(sweep, dataset)))
     group = nodes.NodeGroup.join(sweep.job, specs) if sweep.job.nnodes > 1 else None
-    old = signal.signal(signal.SIGTERM, _sigterm)
     lock = None
     stack = contextlib.ExitStack()
-    try:
+    # Ctrl-C and SIGTERM raise KeyboardInterrupt and Interrupted (cli: exit 130, 143), never
+    # inside a wait on the job, and the teardown below is bounded (resources/interrupts.py)
+    with interrupts.handled():
         try:
+            try:
+                if group is not None:
+                    group.meet(dataset.root, sweep.job.timeout_s)
+                measuring, lock = _prepare(sweep, specs, dataset, lock_wait_s, group)
+                # served data: its servers start (and a user's endpoint is checked) before any run
+                measuring.ctx.remote = stack.enter_context(RemoteData.open(sweep, dataset))
+            except DsAnalyzeError as e:
+                if group is not None:
+                    group.fail(str(e))
+                raise
+            if sweep.adaptive:
+                measuring.outcome.adaptive = _search(sweep, specs, measuring, dataset, progress)
+            else:
+                _measure_all(sweep, specs, measuring, progress)
+        finally:
             if group is not None:
-                group.meet(dataset.root, sweep.job.timeout_s)
-            measuring, lock = _prepare(sweep, specs, dataset, lock_wait_s, group)
-            # served data: its servers start (and a user's endpoint is checked) before any run
-            measuring.ctx.remote = stack.enter_context(RemoteData.open(sweep, dataset))
-        except DsAnalyzeError as e:
-            if group is not None:
-                group.fail(str(e))
-            raise
-        if sweep.adaptive:
-            measuring.outcome.adaptive = _search(sweep, specs, measuring, dataset, progress)
-        else:
-            _measure_all(sweep, specs, measuring, progress)
-    finally:
-        if group is not None:
-            group.close()
-        stack.close()  # the servers of served data stop, their namespace goes
-        signal.signal(signal.SIGTERM, old)
-        if lock is not None:
-            lock.release()
+                group.close()
+            stack.close()  # the servers of served data stop, their namespace goes
+            if lock is not None:
+                lock.release()
     return measuring.outcome
 
 

@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dsanalyze import store
+from dsanalyze.config import Mode
+from dsanalyze.whatif import api as whatif
+from dsanalyze.whatif import fit_loop
+from dsanalyze.whatif.laws import run_config
+from dsanalyze.whatif.model import HeldOut
 from dsanalyze.whatif.pipeline import Pipeline, simulate
+from dsanalyze.whatif.rates import simulate_run
 
 BATCHES, BATCH = 80, 2  # many batches a worker: none runs out of work mid-run
 
@@ -50,3 +59,103 @@ def test_alone_the_step_takes_its_measured_time(cpus, step_s):
     # the step's 1000 (at most 1% slower), then idle
     times = step_times(cpus, 1, step_s, prep_s=step_s / 1000)
     assert statistics.median(times) == pytest.approx(step_s, rel=0.01)
+
+
+# ---- the main process's CPU, fitted beside the gang step ---------------------------------
+
+SCRIPT_CPU = Path(__file__).parent / "data" / "script_cpu"  # examples-style, trained on the CPU
+
+
+@pytest.fixture(scope="module")
+def cpu_script():
+    """The CPU-trained script's runs (3 workers, batch 12, 1 and 2 CPUs) and the model fitted
+    on them, with a step of 80 ms at 1 CPU and 45 ms at 2 and a prep of 4 ms a sample (the
+    fixture's own were measured under heavy load: an 8 s step at 2 CPUs), and no stretch
+    (one fitted on those steps would be meaningless)."""
+    runs = store.load_runs(SCRIPT_CPU)
+    model = replace(whatif.fit(runs), step_s_by_cpus=((1, 0.080), (2, 0.045)),
+                    prep_cpu_s=0.004, contention=0.0, cpu_stretch_by_cpus=())
+    return runs, model
+
+
+def _timed_by(model, run):
+    """The cached run with its rank's iterations replaced by the simulation's of `model`: a
+    run whose parameters are known."""
+    held = HeldOut.of(run)
+    tl = simulate_run(model, run_config(model, held), held.layout, Mode.CACHED)
+    r0 = run.ranks[0]
+    return replace(run, ranks=[replace(r0, iter_s=tl.iter_s, wait_s=tl.wait_s, epoch=tl.epoch,
+                                       samples=r0.samples[:len(tl.iter_s)])])
+
+
+@settings(max_examples=8, deadline=None)
+@given(main_ms=st.floats(1.0, 30.0))
+def test_the_main_cpu_is_fitted_on_the_simulated_loop_not_twice_the_slowdown(cpu_script,
+                                                                            main_ms):
+    """Cached runs whose loops are what the simulation gives with a main-process CPU of M
+    (the step beside the busy workers by the gang law) give back M on each run: the loop's
+    gang slowdown is the simulation's, not the main process's own work, which the loop less
+    the step measured alone would take it for (at 2 CPUs, beyond M by 5% of the loop)."""
+    runs, model = cpu_script
+    main_s = main_ms / 1000
+    cached = [_timed_by(replace(model, main_cpu_s=main_s), r) for r in runs
+              if r.mode is Mode.CACHED]
+    fitted, params = fit_loop.fit_main(model, cached)
+    assert fitted.main_cpu_s == pytest.approx(main_s, rel=0.01)
+    assert (params[0].how.low_s, params[0].how.high_s) == pytest.approx((main_s, main_s),
+                                                                         rel=0.01)
+    alone = {c: s for c, s in model.step_s_by_cpus}
+    at_two = next(r for r in cached if HeldOut.of(r).cpus == 2)
+    loop = fit_loop._loop_s(at_two)
+    assert loop - alone[2] > main_s + 0.05 * loop
+
+
+def test_the_fit_s_main_cpu_remakes_the_measured_loops() -> None:
+    """On the script's own cached runs, fitted as they are: the simulated loop of some run
+    is the measured one (within 2%) with the fitted main CPU, or none needs any (the step
+    beside the workers already takes the loop of at least half of them)."""
+    runs = store.load_runs(SCRIPT_CPU)
+    model = whatif.fit(runs)
+    loops = [(fit_loop._loop_s(r), fit_loop._simulated_loop_s(model, r))
+             for r in runs if r.mode is Mode.CACHED]
+    assert model.step_on_cpu and model.prep_cpu_s is not None
+    if model.main_cpu_s == 0:
+        assert sum(sim >= measured for measured, sim in loops) * 2 >= len(loops)
+    else:
+        assert any(sim == pytest.approx(measured, rel=0.02) for measured, sim in loops)
+
+
+# ---- the stretch of a gang step's CPU work, per CPU count and workers ---------------------
+
+def _stretched_as(model, run, stretch: float):
+    """The cached run timed with the CPU work stretched `stretch` times at its CPU count."""
+    cpus = run_config(model, HeldOut.of(run)).cpus
+    return _timed_by(replace(model, cpu_stretch_by_cpus=((cpus, model.workers, stretch),)), run)
+
+
+@settings(max_examples=6, deadline=None)
+@given(stretch=st.floats(0.7, 2.5))
+def test_the_stretch_of_a_gang_is_fitted_back_and_a_single_thread_has_none(cpu_script,
+                                                                           stretch):
+    """Cached runs timed by the simulation with the CPU work at 2 CPUs stretched S times give
+    back S there (the fixed point, within 3%); the 1-CPU run, whose one-thread step takes
+    turns with the workers as the sharing law has it, gets no stretch. The stretch leaves a
+    synthetic run (no loader beside the step) as it was, and a stretch over 1 slows the
+    prediction at 2 CPUs, one under 1 speeds it."""
+    runs, model = cpu_script
+    # no work outside the job: the prediction is then the one simulation the runs are timed by
+    model = replace(model, others_cpu_s_per_sample=0.0, others_disk_cpu_s_per_sample=0.0)
+    cached = [_stretched_as(model, r, stretch) for r in runs if r.mode is Mode.CACHED]
+    fitted, params = fit_loop.fit_stretch(model, cached)
+    ((cpus, workers, found),) = fitted.cpu_stretch_by_cpus
+    assert (cpus, workers) == (2, model.workers) and found == pytest.approx(stretch, rel=0.03)
+    assert params[0].how.cpus == 2 and params[0].how.runs == len(
+        [r for r in cached if HeldOut.of(r).cpus == 2])
+    at_two = whatif.Config.of(2)
+    plain, slowed = (whatif.predict(m, at_two).rate_sps for m in (model, fitted))
+    if abs(found - 1) > 0.05:  # more CPU work, a slower job; less, a faster one
+        assert (slowed < plain) == (found > 1)
+    synthetic = next(r for r in runs if r.mode is Mode.SYNTHETIC and HeldOut.of(r).cpus == 2)
+    from dsanalyze.whatif.rates import predict_run
+    assert predict_run(fitted, HeldOut.of(synthetic)).rate_sps == \
+        predict_run(model, HeldOut.of(synthetic)).rate_sps

@@ -18,7 +18,9 @@ import pytest
 from dsanalyze import store
 from dsanalyze.config import Mode
 from dsanalyze.whatif import api as whatif
-from dsanalyze.whatif.model import Z, held_load, rel_sigma_for
+from dsanalyze.whatif.intervals import rel_sigma_for
+from dsanalyze.whatif.laws import held_load
+from dsanalyze.whatif.model import Z
 
 DATA = Path(__file__).parent / "data" / "script_cpu"
 EXTRA_S = 2e-3

@@ -15,7 +15,9 @@ import pytest
 from dsanalyze import store
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif.assumptions import Assume
-from dsanalyze.whatif.model import HeldOut, predict_run, run_config
+from dsanalyze.whatif.laws import run_config
+from dsanalyze.whatif.model import HeldOut
+from dsanalyze.whatif.rates import predict_run
 
 DATA = Path(__file__).parent / "data"
 PREDICTED = ("predicted_sps", "low_sps", "high_sps", "predicted_epoch1_sps", "cache_bytes",

@@ -21,7 +21,9 @@ from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif import pipeline
 from dsanalyze.whatif.advice import advise
 from dsanalyze.whatif.heldout import HeldOut
-from dsanalyze.whatif.model import _misses, mean_rates, run_config, run_layout
+from dsanalyze.whatif.laws import run_config
+from dsanalyze.whatif.model import run_layout
+from dsanalyze.whatif.rates import _misses, mean_rates
 
 DATA = Path(__file__).parent / "data"
 

@@ -24,7 +24,7 @@ from dsanalyze.records import CpuScaling
 from dsanalyze.resources import cpuscale
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif.assumptions import Law
-from dsanalyze.whatif.model import usable_cpus
+from dsanalyze.whatif.laws import usable_cpus
 from dsanalyze.whatif.provenance import Fixed, ProbedContention, Reason
 
 DATA = Path(__file__).parent / "data"

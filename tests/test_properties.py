@@ -27,6 +27,7 @@ from dsanalyze.analysis.notes import (
     Disturbed,
     EvictionIncomplete,
     InvertedStall,
+    ReadAheadMoved,
     RunNotOk,
     Said,
     StuckPages,
@@ -219,7 +220,7 @@ notes = st.one_of(
               maybe, maybe),
     st.builds(InvertedStall, stall_kinds, modes, modes, finite, finite),
     st.builds(CacheUnbound, words, ints, ints), st.builds(EvictionIncomplete, words, ints, ints),
-    st.builds(StuckPages, words, ints))
+    st.builds(StuckPages, words, ints), st.builds(ReadAheadMoved, words, ints, finite))
 configs = st.builds(ConfigSummary, words, st.none() | st.integers(1, 64), words,
                     st.none() | ints, st.none() | ints, st.none() | ints,
                     st.dictionaries(st.sampled_from([m.value for m in Mode]), mode_rates, max_size=3),

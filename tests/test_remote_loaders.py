@@ -90,6 +90,11 @@ def check_window(remote: store.RunResult, requests_per_sample: int) -> None:
     assert remote.link.requests > consumed * requests_per_sample
     assert window.requests_per_sample == pytest.approx(requests_per_sample, rel=0.05)
     assert window.bytes_down < remote.link.bytes_down * window.samples / consumed * 1.05
+    # The bytes that crossed in the window carried what the ranks consumed in it: it begins
+    # at an epoch's start, where a DataLoader holds nothing ahead, and ends with at most the
+    # link-bound worker's batch under way (and the responses' headers: under 2 samples' worth)
+    assert window.fetched_samples is not None
+    assert -1 <= window.read_ahead_change <= BATCH + 2
 
 
 @pytest.fixture(scope="module")

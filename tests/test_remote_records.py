@@ -43,7 +43,8 @@ links = st.builds(LinkRecord, st.sampled_from(["s3", "http"]), st.text(), st.boo
                   st.none() | st.builds(LinkCounts, st.integers(1, 10**9), st.integers(0, 10**9),
                                         st.integers(0, 10**12), st.floats(0, 1e6),
                                         st.none() | st.tuples(st.floats(0, 2e9),
-                                                              st.floats(0, 2e9))))
+                                                              st.floats(0, 2e9)),
+                                        st.none() | st.floats(0, 1e9)))
 
 
 @given(links)

@@ -169,7 +169,11 @@ def _burn_while_loading(mode: str, burners: Burners) -> threading.Thread:
     pytest.param(False, marks=[pytest.mark.extended, pytest.mark.timing(
         reason="two repeats within ±8% need a machine quieter than the job's own 100 ms step "
                "noise; under load a third repeat is the right answer")]),
-    True], ids=["steady", "noisy"])
+    pytest.param(True, marks=pytest.mark.timing(
+        reason="a third repeat needs the burners' run to be the only disturbed one: when "
+               "outside load disturbs the runs it is compared with as well, the two repeats "
+               "can agree, and the stop is held to their own measured interval instead"))],
+    ids=["steady", "noisy"])
 def test_target_ci_stops_early_on_a_steady_job_and_repeats_a_noisy_one(small_dataset, tmp_path,
                                                                        noisy):
     """One image per 100 ms step: one worker keeps up, so cached and synthetic agree
@@ -177,9 +181,11 @@ def test_target_ci_stops_early_on_a_steady_job_and_repeats_a_noisy_one(small_dat
     burners on the run's CPU while the first cached run's loader works (not during the
     job's start-up, which they would slow 13-fold) starve it, so the first cached run
     stalls far more than the second: the interval stays wider than ±8% and a third
-    repeat is run (the most --max-repeats allows). `make test` runs the noisy sweep (the
-    stop after two repeats is also checked on committed runs, above); the steady sweep is
-    in `make test-extended`."""
+    repeat is run (the most --max-repeats allows). On a loaded machine the runs it is
+    compared with can be disturbed too (their own interference records say so), and two
+    repeats may then agree: the stop is held to the interval of those two repeats. `make
+    test` runs the noisy sweep (the stop after two repeats is also checked on committed
+    runs, above); the steady sweep is in `make test-extended`."""
     argv = ["--data", small_dataset, "--modes", "synthetic,cached", "--cpus", 1, "-b", 1,
             "-j", 1, "--iters", 24, "--warmup", 3, "--sim-step-ms", 100, "--no-plots",
             "--target-ci", "8%", "--max-repeats", 3]
@@ -197,10 +203,19 @@ def test_target_ci_stops_early_on_a_steady_job_and_repeats_a_noisy_one(small_dat
     finally:
         burners.__exit__()
         stopper.join()
-    assert _repeats(prefix) == 3
-    wide = json.loads((prefix / "summary.json").read_text())["configs"][0]
-    assert (wide["prep_stall_pct_high"] - wide["prep_stall_pct_low"]) / 2 > 8
+    rates = {(r.spec.mode, r.spec.repeat): stalls.run_rate(r) for r in store.load_runs(prefix)}
     # the monitor saw the burners: the first cached run was disturbed on its CPU (during its
     # loading, about half of its wall time)
-    first = stalls.run_rate(store.read_run(store.run_path(prefix, "cached-cpus1")))
+    first = rates[(Mode.CACHED, 1)]
     assert "cpu" in first.disturbed and first.others_cpu_pct > 30
+    compared = [k for k, r in rates.items() if k != (Mode.CACHED, 1) and k[1] <= 2
+                and "cpu" in r.disturbed]
+    if not compared:  # the burners' run alone was disturbed: it stands out, a third is run
+        assert _repeats(prefix) == 3
+        wide = json.loads((prefix / "summary.json").read_text())["configs"][0]
+        assert (wide["prep_stall_pct_high"] - wide["prep_stall_pct_low"]) / 2 > 8
+        return
+    # outside load disturbed the runs it is compared with too (make test on a loaded
+    # machine): the stop follows the interval of the first two repeats, as measured
+    (two,) = stalls.breakdowns([r for r in store.load_runs(prefix) if r.spec.repeat <= 2])
+    assert _repeats(prefix) == (3 if two.widest_pct() > 8 else 2), (compared, two.widest_pct())

@@ -18,7 +18,7 @@ from dsanalyze.report.advice import not_run_text, verify_text
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif.advice import Advice
 from dsanalyze.whatif.decision import Decision, DecisionKind, Option, predicted_option
-from dsanalyze.whatif.model import predict_run
+from dsanalyze.whatif.rates import predict_run
 from dsanalyze.whatif.validation import spec_only
 from dsanalyze.whatif.verification import REPEAT, NotRun, Unrunnable, verify_plan, with_workers
 

@@ -40,8 +40,10 @@ from dsanalyze.whatif.advice import Advice
 from dsanalyze.whatif.assumptions import Assume, Assumption
 from dsanalyze.whatif.decision import DecisionKind
 from dsanalyze.whatif.documents import Unmade, UnmadeWhy
-from dsanalyze.whatif.model import HeldOut, predict_run, run_config, run_layout, simulate_run
+from dsanalyze.whatif.laws import run_config
+from dsanalyze.whatif.model import HeldOut, run_layout
 from dsanalyze.whatif.provenance import Contention, Fixed, MainLoop, Reason, Sizes
+from dsanalyze.whatif.rates import predict_run, simulate_run
 
 DATA = Path(__file__).parent / "data"
 
@@ -551,7 +553,7 @@ def test_page_cache_the_run_had_excludes_shared_memory() -> None:
     """DataLoader batches in /dev/shm count in the cgroup's file cache (v1 `cache`, v2
     `file`); the page cache a run had is that less `shmem_bytes`."""
     from dsanalyze.analysis.window import steady_window
-    from dsanalyze.whatif.model import effective_cache
+    from dsanalyze.whatif.runsizes import effective_cache
 
     run = next(r for r in runs_of("fetch") if r.run_id == "disk-cpus2-cachenone-bwnone")
     lo, hi = steady_window(run).span_unix_s()

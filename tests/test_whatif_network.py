@@ -10,8 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_stalls import JOB, make_run
 
+from dsanalyze.analysis.notes import ReadAheadMoved, budget_notes
 from dsanalyze.config import Mode, Resources, RunSpec
 from dsanalyze.linkrecords import LinkCounts, LinkRecord, LinkShape
+from dsanalyze.report.notes import WORDS
+from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif.network import NetModel, NetObservation, fit, observations
 
 LINKS = [(128_000, 0.0), (1_000_000, 0.0), (None, 0.02), (512_000, 0.01)]
@@ -70,6 +73,21 @@ def test_a_remote_run_and_its_cached_run_make_an_observation():
     disk = dataclasses.replace(disk, link=dataclasses.replace(disk.link, window=steady))
     (o,) = observations([cached, disk])
     assert (o.requests_per_sample, o.bytes_per_sample) == (41 / 40, 1025)
+    # a window in which the loader handed out more than the link carried (it drained what it
+    # had read ahead before) measured no rate of the link: no observation; within the
+    # setting's share of the window's samples, one
+    for fetched, kept in ((40 * (1 - 1.5 * SETTINGS.read_ahead_drift), 0),
+                          (40 * (1 - 0.5 * SETTINGS.read_ahead_drift), 1),
+                          (40 * (1 + 1.5 * SETTINGS.read_ahead_drift), 0)):
+        window = dataclasses.replace(steady, fetched_samples=fetched)
+        moved = dataclasses.replace(disk, link=dataclasses.replace(disk.link, window=window))
+        assert len(observations([cached, moved])) == kept
+        # and the report names it, with the samples the link carried and those consumed
+        notes = [n for n in budget_notes(moved) if isinstance(n, ReadAheadMoved)]
+        assert [(n.run_id, n.consumed_samples, n.fetched_samples) for n in notes] == (
+            [] if kept else [(disk.run_id, 40, fetched)])
+        assert all(f"carried {fetched:.0f} samples, the ranks consumed 40" in WORDS[type(n)](n)
+                   for n in notes)
 
 
 # ---- the grid and the advice over a network (whatif/netgrid.py) --------------------------------

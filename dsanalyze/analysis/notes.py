@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from dsanalyze.analysis.interference import Interference
 from dsanalyze.analysis.runrate import RunRate
 from dsanalyze.analysis.uncertainty import Significance, StallInterval
+from dsanalyze.analysis.window import read_ahead_steady
 from dsanalyze.config import Mode
 from dsanalyze.plain import Tagged
 from dsanalyze.records import CacheAction, RunResult
@@ -145,6 +146,18 @@ class StuckPages(Note):
     stuck_bytes: int
 
 
+@dataclass(frozen=True)
+class ReadAheadMoved(Note):
+    """The remote run's loader fetched `fetched_samples` in its steady window and handed out
+    `consumed_samples` (`window.read_ahead_drift` beyond its setting): it drained (or filled)
+    its read-ahead, and its rate is not the rate its link sustains."""
+
+    kind: ClassVar[str] = "read_ahead_moved"
+    run_id: str
+    consumed_samples: int
+    fetched_samples: float
+
+
 def _busy_pct(r: RunRate) -> float | None:
     shares = [p for p in (r.others_outside_pct, r.others_cpu_pct) if p is not None]
     return max(shares) if shares else None
@@ -196,7 +209,8 @@ def config_notes(anchor: RunResult, rates: dict[Mode, list[RunRate]],
 
 def budget_notes(disk: RunResult) -> list[Note]:
     """A cache budget that cannot bind (the dataset fits in it, plus the memory-limit margin
-    of runs from before the dataset-only budget), and dataset pages that eviction left."""
+    of runs from before the dataset-only budget), dataset pages that eviction left, and a
+    remote run whose loader's read-ahead moved over its steady window."""
     if disk.mode is not Mode.DISK:
         return []
     budget = disk.spec.resources.cache.cache_bytes
@@ -212,6 +226,9 @@ def budget_notes(disk: RunResult) -> list[Note]:
     stuck = disk.io.residency.stuck_bytes if disk.io.residency else 0
     if stuck:
         out.append(StuckPages(disk.run_id, stuck))
+    window = disk.link.window if disk.link is not None else None
+    if window is not None and window.fetched_samples is not None and not read_ahead_steady(disk):
+        out.append(ReadAheadMoved(disk.run_id, window.samples, window.fetched_samples))
     return out
 
 

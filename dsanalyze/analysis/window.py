@@ -3,7 +3,8 @@
 The iterations after the warm-up; for a disk run of two or more epochs, the
 epochs after the first (cold) one, which is reported on its own. Shared by the
 rate (`stalls.run_rate`) and its interval (`uncertainty.rate_interval`), so
-both count the very same iterations.
+both count the very same iterations. For a remote run, whether the window's rate is
+its link's at all: how far its loader's read-ahead moved in it (`read_ahead_drift`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 from dsanalyze.config import Mode
 from dsanalyze.records import RankRecord, RunResult
+from dsanalyze.settings import SETTINGS
 
 
 @dataclass(frozen=True)
@@ -66,3 +68,20 @@ def steady_window(result: RunResult) -> Window | None:
     chosen = tuple(tuple(i for i in range(r.warmup, len(r.iter_s))
                          if steady_from is None or r.epoch[i] >= steady_from) for r in ranks)
     return Window(ranks, chosen, epochs, steady_from)
+
+
+def read_ahead_drift(result: RunResult) -> float | None:
+    """How far a remote run's loader's read-ahead moved over its steady window, as a share of
+    the samples the ranks consumed in it: (fetched − consumed) / consumed, the samples the
+    link carried in the window against those consumed (`LinkCounts.read_ahead_change`;
+    negative: it drained); None where the run has no window or its samples are unknown."""
+    window = result.link.window if result.link is not None else None
+    change = window.read_ahead_change if window is not None and window.samples else None
+    return change / window.samples if change is not None and window is not None else None
+
+
+def read_ahead_steady(result: RunResult) -> bool:
+    """The run's rate is the rate its link sustains, as far as its read-ahead tells: it moved
+    by at most `SETTINGS.read_ahead_drift` of the window's samples (or is not known)."""
+    drift = read_ahead_drift(result)
+    return drift is None or abs(drift) <= SETTINGS.read_ahead_drift

@@ -35,14 +35,16 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torchvision
 from PIL import Image
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
-from torchvision import transforms
 
 import dsanalyze
 from dsanalyze.errors import CorruptSampleError, DatasetError
 from dsanalyze.instrument import rank as rankenv
+from dsanalyze.jobs.vision_import import import_torchvision
+
+torchvision = import_torchvision()  # without torch._dynamo, which the sim device never needs
+transforms = torchvision.transforms
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 

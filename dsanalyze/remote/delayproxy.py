@@ -9,10 +9,13 @@ input, one a line, and exits at end-of-file (its parent is gone):
 - `stats`: print one JSON line `{"connections", "requests", "bytes_up", "bytes_down",
   "held_s"}`, counted since the start; `held_s` is the time requests were actually held
   (the event loop wakes late on a busy machine: more than requests × delay);
-- `window <start_unix_s> <end_unix_s>`: print one JSON line `{"requests", "bytes_down",
-  "held_s", "complete"}` over the requests that began in that wall-clock span, each with
-  every byte of its response; `complete` is false when the log (the last `LOG_REQUESTS`
-  requests, each its start, response bytes and time held) no longer reaches back to it.
+- `window <start_unix_s> <end_unix_s>`: print one JSON line `{"requests", "held_s",
+  "bytes_down", "complete"}`: the requests that began in that wall-clock span and the time
+  they were held, and the response bytes that crossed in it (each response's bytes spread
+  evenly from its first byte to its last: a response under way at an edge counts its share,
+  as the link carried it); `complete` is false when the log (the last `LOG_REQUESTS`
+  requests, each its start, its first and last response byte's time, its bytes and time
+  held) no longer reaches back to it.
 
 A request is what the client sends after the server last spoke (or after it
 connected): HTTP/1.1 is turn by turn, so each request on a kept-alive
@@ -39,11 +42,25 @@ LOG_REQUESTS = 1 << 17  # about 13 MiB of log, many runs' worth
 
 @dataclass
 class Request:
-    """One request in the log: when it began (wall clock), its response's bytes, its hold."""
+    """One request in the log: when it began and when its response's first and last bytes
+    came (wall clock), its response's bytes, its hold."""
 
     start_unix_s: float
     bytes_down: int = 0
     held_s: float = 0.0
+    first_byte_unix_s: float = 0.0
+    last_byte_unix_s: float = 0.0
+
+    def bytes_in(self, start_unix_s: float, end_unix_s: float) -> float:
+        """Its response's bytes that crossed in [start, end), spread evenly over the time from
+        its first byte to its last (a response in one read: whole, where that read fell)."""
+        first, last = self.first_byte_unix_s, self.last_byte_unix_s
+        if not self.bytes_down:
+            return 0.0
+        if last <= first:
+            return float(self.bytes_down) if start_unix_s <= first < end_unix_s else 0.0
+        overlap_s = min(last, end_unix_s) - max(first, start_unix_s)
+        return self.bytes_down * max(0.0, overlap_s) / (last - first)
 
 
 @dataclass
@@ -110,8 +127,11 @@ class DelayProxy:
         while data := await reader.read(CHUNK_BYTES):
             turn.server_spoke = True
             self.counts.bytes_down += len(data)
-            if turn.current is not None:
-                turn.current.bytes_down += len(data)
+            if (current := turn.current) is not None:
+                now = time.time()
+                current.first_byte_unix_s = current.first_byte_unix_s or now
+                current.last_byte_unix_s = now
+                current.bytes_down += len(data)
             writer.write(data)
             await writer.drain()
 
@@ -128,11 +148,13 @@ class DelayProxy:
         return None
 
     def window(self, start_unix_s: float, end_unix_s: float) -> dict[str, float | int | bool]:
-        """The logged requests that began in [start, end): their count, bytes and hold."""
+        """The logged requests that began in [start, end) (their count and hold) and the
+        response bytes that crossed in it (`Request.bytes_in`)."""
         inside = [r for r in self.log if start_unix_s <= r.start_unix_s < end_unix_s]
         reaches = len(self.log) < LOG_REQUESTS or self.log[0].start_unix_s < start_unix_s
-        return {"requests": len(inside), "bytes_down": sum(r.bytes_down for r in inside),
-                "held_s": sum(r.held_s for r in inside), "complete": reaches}
+        crossed = sum(r.bytes_in(start_unix_s, end_unix_s) for r in self.log)
+        return {"requests": len(inside), "held_s": sum(r.held_s for r in inside),
+                "bytes_down": round(crossed), "complete": reaches}
 
 
 def _addr(text: str) -> tuple[str, int]:

@@ -39,7 +39,7 @@ from dsanalyze.linkrecords import (
     LinkShape,
     LocalCacheState,
 )
-from dsanalyze.remote import localcache, netlink, s3server
+from dsanalyze.remote import datasamples, localcache, netlink, s3server
 from dsanalyze.remote.endpoint import Endpoint
 from dsanalyze.remote.probe import probe
 from dsanalyze.remote.served import Backend, ServedData
@@ -66,6 +66,7 @@ class RemoteData:
     probes: dict[LinkShape, EndpointProbe] = field(default_factory=dict)
     local_cache: localcache.LocalCache | None = None
     cache_state: LocalCacheState | None = None  # as `prepare` left it for the run
+    data_bytes_per_sample: float | None = None  # the served files' (`datasamples`)
 
     @classmethod
     @contextlib.contextmanager
@@ -104,7 +105,8 @@ class RemoteData:
             endpoint = Endpoint.parse(names[0])
         with _environment(served.job_env()):
             endpoint.check()
-        return cls(endpoint, budget_bytes, served, names)
+        return cls(endpoint, budget_bytes, served, names,
+                   data_bytes_per_sample=datasamples.bytes_per_sample(files))
 
     def prepare(self, spec: RunSpec) -> LinkShape:
         """Shape the link for the run; probe a remote shape the first time it is set."""
@@ -146,15 +148,18 @@ class RemoteData:
     def windowed(self, link: LinkRecord, span_unix_s: tuple[float, float],
                  samples: int) -> LinkRecord:
         """`link` with the proxy's counts over the run's steady window (`samples` consumed in
-        it), asked before the next run; unchanged when the harness serves nothing or the
-        proxy's log no longer reaches back to the window's start."""
+        it, and the samples the bytes that crossed in it carried), asked before the next run;
+        unchanged when the harness serves nothing or the proxy's log no longer reaches back
+        to the window's start."""
         if self.served is None or samples <= 0:
             return link
         got = self.served.window(*span_unix_s)
         if not got["complete"]:
             return link
+        per_sample = self.data_bytes_per_sample
         counts = LinkCounts(samples, int(got["requests"]), int(got["bytes_down"]),
-                            float(got["held_s"]), span_unix_s)
+                            float(got["held_s"]), span_unix_s,
+                            got["bytes_down"] / per_sample if per_sample else None)
         return dataclasses.replace(link, window=counts)
 
 

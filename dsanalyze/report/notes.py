@@ -22,6 +22,7 @@ from dsanalyze.analysis.notes import (
     EvictionIncomplete,
     InvertedStall,
     Note,
+    ReadAheadMoved,
     RunNotOk,
     Said,
     StuckPages,
@@ -88,6 +89,14 @@ def _eviction(n: EvictionIncomplete) -> str:
             f"process, in {n.files_left} files): its first epoch read less from storage")
 
 
+def _read_ahead(n: ReadAheadMoved) -> str:
+    moved = "drained" if n.fetched_samples < n.consumed_samples else "filled"
+    return (f"remote run {n.run_id}: its loader {moved} its read-ahead in the measured window "
+            f"(the link carried {n.fetched_samples:.0f} samples, the ranks consumed "
+            f"{n.consumed_samples}): its rate is not the link's, and the what-if leaves it out; "
+            f"measure more iterations (--iters) on data larger than the loader reads ahead")
+
+
 WORDS: dict[type[Note], Callable[[Any], str]] = {
     Said: lambda n: n.text,
     WideSpread: lambda n: f"{n.mode}: iteration times spread widely (IQR {n.iqr_pct:.0f}% of "
@@ -98,6 +107,7 @@ WORDS: dict[type[Note], Callable[[Any], str]] = {
     InvertedStall: _inverted,
     CacheUnbound: _unbound,
     EvictionIncomplete: _eviction,
+    ReadAheadMoved: _read_ahead,
     StuckPages: lambda n: f"disk run {n.run_id}: {_mib(n.stuck_bytes, '{:.1f}')} MiB of the "
                           "dataset could not be evicted during the run (mapped by a process): "
                           "the budget held the rest",

@@ -15,6 +15,7 @@ from dsanalyze.config import format_bytes
 from dsanalyze.whatif.provenance import (
     Contention,
     CpuStep,
+    CpuStretch,
     DeviceProbe,
     Dropped,
     Fixed,
@@ -207,10 +208,14 @@ WORDS: dict[type[Provenance], Callable[[Any], str]] = {
     ProbedContention: _probed,
     PrepLaw: _prep_law,
     PrepUnfitted: _prep_unfitted,
-    MainLoop: lambda h: (f"measured: each cached run's loop time beyond its step (iteration - "
-                         "wait - step, median of its steady iterations) times the core share of "
-                         f"its main process among the job's processes; median of {h.runs}: "
+    MainLoop: lambda h: (f"measured: each cached run's loop time (iteration - wait, median of "
+                         "its steady iterations) beyond its step, as the simulation shares the "
+                         f"cores among the job's processes; median of {h.runs}: "
                          f"{_ms_range(h.low_s, h.high_s)}"),
+    CpuStretch: lambda h: (f"calibrated: a step on the CPU beside its loader; at {h.cpus} CPU(s) "
+                           f"and {h.workers} worker(s) the job's CPU work stretched so that each cached run's simulated "
+                           f"rate is its measured one; median of {h.runs}: {h.low:.2f}x to "
+                           f"{h.high:.2f}x"),
     ReceiveWait: lambda h: (f"measured: median wait for a batch in the {h.runs} compute-bound "
                             f"cached run(s), whose loader is ahead: "
                             f"{_ms_range(h.low_s, h.high_s)}"),

@@ -9,7 +9,7 @@ A prediction is the steady state of a disk run of whole epochs (the epochs
 after the first, at least two; the cold first epoch is predicted on its own),
 split as in the differential table: compute N / G, prep stall N / X_cached -
 N / G, fetch stall N / X - N / X_cached. Every rate carries an interval:
-rate x exp(+-z sigma), sigma the model's relative error (`model.rel_sigma_for`),
+rate x exp(+-z sigma), sigma the model's relative error (`intervals.rel_sigma_for`),
 z for the nominal level `LEVEL`; the stalls' intervals follow from it.
 `untested` names each assumption of a prediction that no fit run tested.
 `bound_sps` is docs/design.md's min(G, P, B / ((1 - h) s)), the rate if every stage
@@ -32,28 +32,21 @@ from dsanalyze.whatif import fit_reads
 from dsanalyze.whatif.assumptions import Assumption
 from dsanalyze.whatif.calibrate import fit
 from dsanalyze.whatif.documents import GridRow
-from dsanalyze.whatif.model import (
-    LEVEL,
-    Config,
-    HeldOut,
-    Model,
-    Rates,
+from dsanalyze.whatif.intervals import interval, untested
+from dsanalyze.whatif.laws import (
     binding_cache,
-    interval,
     job_ranks,
     layout_for,
-    mean_rates,
     prep_cpu_for,
     read_bps_for,
     reread_share,
     run_cache,
     run_config,
-    run_cpus,
-    run_layout,
     step_for,
-    untested,
     workers_for,
 )
+from dsanalyze.whatif.model import LEVEL, Config, HeldOut, Model, run_cpus, run_layout
+from dsanalyze.whatif.rates import Rates, mean_rates
 
 __all__ = ["Check", "Config", "Model", "Prediction", "Split", "Validation", "cache_check",
            "configs", "configurations", "fit", "grid", "grid_rows", "predict", "run_cpus",

@@ -1,6 +1,6 @@
 """An assumption a prediction rests on that no fit run tested, typed: its kind and the
-numbers its words quote (`report/assumptions.py` words it). `model.untested` lists a
-configuration's; each widens the prediction's interval (`model.rel_sigma_for`).
+numbers its words quote (`report/assumptions.py` words it). `intervals.untested` lists a
+configuration's; each widens the prediction's interval (`intervals.rel_sigma_for`).
 
 Stored in `whatif.json` and `validation.json` as its fields; a document written before the
 assumptions were typed holds sentences, read back as `Assumption(Assume.SAID, said=...)`.

@@ -24,7 +24,7 @@ which is what the storage sees. File sizes are rounded up to whole pages, as
 the page cache holds them. `simulate` replays given read orders
 (`epoch_order`) and reports each epoch; `miss_bytes` gives the bytes each read
 takes from storage, what the what-if model's pipeline simulation consumes
-(`whatif/model.py` simulates large datasets on a uniform sample of their
+(`whatif/rates.py` simulates large datasets on a uniform sample of their
 files with the cache scaled by the sampled share of the bytes).
 """
 

@@ -3,13 +3,14 @@
 `fit` picks the base job (the fewest ranks, then the slowest sim step),
 builds its model (`jobfit.job_model`: layout, file sizes, the step law), then
 applies the registry of fitters (`fitters.FITTERS`) in order, each to the runs
-it declares: the storage device, the work outside the job's cgroup, the main
-process, the size-following share of the prep, c_prep and its contention law,
+it declares: the storage device, the work outside the job's cgroup, the
+size-following share of the prep, the main process with c_prep and its
+contention law (fitted together: each needs the other),
 the DataLoader start-up, the CPU per byte read, one throttle efficiency for
 every throttle, the page cache runs had beyond their budget. Last, the
 residual error that sizes the intervals, over the degrees of freedom the
 fitters declare they took. Calibrations minimise the squared log error of the
-steady rates `model.predict_run` gives (`fitruns.log_error`), each run weighted
+steady rates `rates.predict_run` gives (`fitruns.log_error`), each run weighted
 by its measured uncertainty (`rate_rel_sigma`). Every parameter names its
 runs. None is solved for one configuration alone.
 """

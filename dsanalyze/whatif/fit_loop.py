@@ -16,17 +16,19 @@ from dsanalyze.analysis import interference, runrate
 from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
+from dsanalyze.whatif import fit_prep, pipeline
 from dsanalyze.whatif.fitruns import by_mode
-from dsanalyze.whatif.model import (
-    HeldOut,
-    Model,
-    Param,
-    run_config,
-    run_layout,
-    simulate_run,
-    step_for,
+from dsanalyze.whatif.laws import run_config, step_for, workers_for
+from dsanalyze.whatif.model import HeldOut, Model, Param, run_layout
+from dsanalyze.whatif.provenance import (
+    CpuStretch,
+    Fixed,
+    MainLoop,
+    OutsideWork,
+    Reason,
+    ReceiveWait,
 )
-from dsanalyze.whatif.provenance import Fixed, MainLoop, OutsideWork, Reason, ReceiveWait
+from dsanalyze.whatif.rates import predict_run, simulate_run
 
 
 def _loop_s(run: RunResult) -> float | None:
@@ -45,35 +47,122 @@ def _compute_bound(model: Model, run: RunResult) -> bool:
     return (runrate.run_rate(run).rate_sps or 0.0) >= SETTINGS.prep_bound * g
 
 
+def _loop_share(model: Model, run: RunResult) -> float:
+    """The main process's CPU per iteration on a cached run in closed form: (iteration -
+    wait) less the step, times the share of a core it gets among the job's busy processes
+    (processor sharing); a step on the CPU taken as slowed by the workers as the loop's own
+    work is (the seed of `_solve_main`, which the gang law then corrects)."""
+    cfg = run_config(model, HeldOut.of(run))
+    procs = (cfg.nproc or model.ranks) * (max(0, cfg.workers or 0) + 1)
+    share = min(1.0, cfg.cpus / procs)
+    loop, step = _loop_s(run) or 0.0, step_for(model, cfg)
+    return max(0.0, loop * share - step if model.step_on_cpu else (loop - step) * share)
+
+
+def _simulated_loop_s(model: Model, run: RunResult) -> float:
+    """The median (iteration - wait) over the steady iterations of the cached run simulated."""
+    held = HeldOut.of(run)
+    tl = simulate_run(model, run_config(model, held), held.layout, Mode.CACHED)
+    w = held.layout.warmup
+    return statistics.median(t - x for t, x in zip(tl.iter_s[w:], tl.wait_s[w:]))
+
+
+def _solve_main(model: Model, run: RunResult) -> float:
+    """The main process's CPU per iteration that makes the simulated cached run's loop
+    (iteration - wait, the step beside the workers by the gang law) the measured one."""
+    target = _loop_s(run) or 0.0
+    if _simulated_loop_s(replace(model, main_cpu_s=0.0), run) >= target:
+        return 0.0  # the step beside the workers takes the whole loop
+    return pipeline.solve(lambda x: -_simulated_loop_s(replace(model, main_cpu_s=x), run),
+                          -target, 1e-6, target)
+
+
 def fit_main(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
-    """The main process, measured on the cached runs' timelines: its CPU per iteration,
-    (iteration - wait) less the step (synthetic runs), times the share of a core it gets
-    among the job's busy processes (processor sharing, as simulated); and the delay to take
-    a ready batch, the median wait of the compute-bound ones (their loader is ahead)."""
+    """The main process, measured on the cached runs' timelines: the delay to take a ready
+    batch, the median wait of the compute-bound ones (their loader is ahead); and its CPU
+    per iteration, median over the runs: in closed form (`_loop_share`), or where the step
+    runs on the CPU and c_prep is known, solved on each run's simulated loop (`_solve_main`:
+    the cached loop holds the step slowed by the workers, which the simulation has)."""
     cached = [r for r in by_mode(results, Mode.CACHED) if _loop_s(r) is not None]
     if model.step_s is None or not cached:
         why = Fixed(Reason.MAIN_UNMEASURED)
         return model, [Param("main_cpu_s_per_iter", 0.0, "s", (), why),
                        Param("receive_s", 0.0, "s", (), why)]
-    points = []
-    for r in cached:
-        cfg = run_config(model, HeldOut.of(r))
-        procs = (cfg.nproc or model.ranks) * (max(0, cfg.workers or 0) + 1)
-        share = min(1.0, cfg.cpus / procs)
-        loop, step = _loop_s(r) or 0.0, step_for(model, cfg)
-        # a step on the CPU is slowed by the workers as the loop's own work is
-        points.append(max(0.0, loop * share - step if model.step_on_cpu else
-                          (loop - step) * share))
-    main = statistics.median(points)
     ahead = [r for r in cached if _compute_bound(model, r)]
     waits = [statistics.median(r.ranks[0].wait_s[r.ranks[0].warmup:]) for r in ahead]
-    receive = statistics.median(waits) if waits else 0.0
-    return replace(model, main_cpu_s=main, receive_s=receive), [
-        Param("main_cpu_s_per_iter", main, "s", tuple(r.run_id for r in cached),
+    model = replace(model, receive_s=statistics.median(waits) if waits else 0.0)
+    simulated = model.step_on_cpu and model.prep_cpu_s is not None
+    points = [_solve_main(model, r) if simulated else _loop_share(model, r) for r in cached]
+    model = replace(model, main_cpu_s=statistics.median(points))
+    return model, [
+        Param("main_cpu_s_per_iter", model.main_cpu_s, "s", tuple(r.run_id for r in cached),
               MainLoop(len(points), min(points), max(points))),
-        Param("receive_s", receive, "s", tuple(r.run_id for r in ahead),
+        Param("receive_s", model.receive_s, "s", tuple(r.run_id for r in ahead),
               ReceiveWait(len(ahead), min(waits), max(waits)) if waits else
               Fixed(Reason.NO_COMPUTE_BOUND_RUN))]
+
+
+def fit_main_and_prep(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
+    """The main process and c_prep with its law (`fit_prep.fit_cpu`), fitted together: a
+    prep-bound cached run's rate gives c_prep given the main process's CPU, and where the
+    step runs on the CPU its loop gives the main process's CPU given c_prep (the workers
+    that slow the step). The main process in closed form first, c_prep given it; then,
+    for a step on the CPU, the main process simulated given c_prep, and c_prep again."""
+    model, main = fit_main(model, results)
+    model, prep = fit_prep.fit_cpu(model, results)
+    if model.step_on_cpu and model.prep_cpu_s is not None:
+        model, main = fit_main(model, results)
+        model, prep = fit_prep.fit_cpu(model, results)
+    return model, main + prep
+
+
+def _stretch_of(model: Model, run: RunResult) -> float:
+    """The stretch of the CPU work at `run`'s CPU count that makes its simulated rate its
+    measured one: the cached rate is about inversely proportional to it (the CPU work is the
+    whole iteration), so a fixed point from 1, each step scaled by predicted / measured."""
+    measured = runrate.run_rate(run).rate_sps or 0.0
+    (cpus, workers), s = _cores_and_workers(model, run), 1.0
+    for _ in range(SETTINGS.stretch_steps):
+        stretched = replace(model, cpu_stretch_by_cpus=((cpus, workers, s),))
+        s *= predict_run(stretched, HeldOut.of(run)).rate_sps / measured
+    return s
+
+
+def fit_stretch(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
+    """A step on the CPU beside its loader: its threads, the workers and the main process
+    share the cores in ways the gang law only averages (spinning threads, a tail of held
+    steps, the workers' restarts: docs/design.md), which the cached runs at each CPU count
+    measure. Per CPU count and worker count, the stretch of the job's CPU work (step, main
+    process, workers) that makes each cached run's simulated rate its measured one (median
+    of its runs); another worker count at a fitted CPU count takes the nearest fitted one's,
+    a CPU count with no cached run none (1), as a step off the CPU (whose sharing the law
+    has)."""
+    cached = [r for r in by_mode(results, Mode.CACHED) if runrate.run_rate(r).rate_sps
+              and _gang(model, r)]
+    if not model.step_on_cpu or model.prep_cpu_s is None or not cached:
+        return model, []
+    groups: dict[tuple[int, int], list[RunResult]] = {}
+    for r in cached:
+        groups.setdefault(_cores_and_workers(model, r), []).append(r)
+    found = {ck: [_stretch_of(model, r) for r in runs] for ck, runs in sorted(groups.items())}
+    stretch = tuple((c, k, statistics.median(v)) for (c, k), v in found.items())
+    return replace(model, cpu_stretch_by_cpus=stretch), [
+        Param(f"cpu_stretch_at_{c}_cpus_{k}_workers", s, "x",
+              tuple(r.run_id for r in groups[c, k]),
+              CpuStretch(c, k, len(found[c, k]), min(found[c, k]), max(found[c, k])))
+        for c, k, s in stretch]
+
+
+def _gang(model: Model, run: RunResult) -> bool:
+    """The run's step ran more than one thread (more CPUs than ranks): a gang beside the
+    workers. A one-thread step takes turns with them as the sharing law has it."""
+    cfg = run_config(model, HeldOut.of(run))
+    return cfg.cpus > (cfg.nproc or model.ranks)
+
+
+def _cores_and_workers(model: Model, run: RunResult) -> tuple[int, int]:
+    cfg = run_config(model, HeldOut.of(run))
+    return cfg.cpus, workers_for(model, cfg)
 
 
 def fit_startup(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:

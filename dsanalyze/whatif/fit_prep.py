@@ -22,16 +22,8 @@ from dsanalyze.records import LOADER_STAGE, CpuScaling, RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import bounds, pipeline
 from dsanalyze.whatif.fitruns import by_mode, job_key
-from dsanalyze.whatif.model import (
-    HeldOut,
-    Model,
-    Param,
-    mean_rates,
-    run_config,
-    run_cpus,
-    run_layout,
-    step_for,
-)
+from dsanalyze.whatif.laws import run_config, step_for
+from dsanalyze.whatif.model import HeldOut, Model, Param, run_cpus, run_layout
 from dsanalyze.whatif.provenance import (
     Contention,
     Dropped,
@@ -42,6 +34,7 @@ from dsanalyze.whatif.provenance import (
     Reason,
     SizeShare,
 )
+from dsanalyze.whatif.rates import mean_rates
 
 
 def _solve_prep(model: Model, run: RunResult, mode: Mode) -> float:

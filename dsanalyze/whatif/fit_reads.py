@@ -12,7 +12,7 @@ amplification a, measured (no rate is fitted to it) on the disk runs whose
 cache holds under `1 - SETTINGS.reread_uncached` of the dataset: there the job's
 other reads miss as its training reads do. At a cache that holds part of the
 dataset the re-reads are taken to hit in the share it holds
-(`model.reread_share`), which no such run tested.
+(`laws.reread_share`), which no such run tested.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import numpy as np
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import bounds, cachesim
-from dsanalyze.whatif.model import HeldOut, Model, Param, run_cache, run_layout, uncached_share
+from dsanalyze.whatif.laws import run_cache, uncached_share
+from dsanalyze.whatif.model import HeldOut, Model, Param, run_layout
 from dsanalyze.whatif.provenance import Fixed, ReadAmplification, Reason
 
 

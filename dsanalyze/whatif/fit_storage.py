@@ -18,18 +18,8 @@ from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import bounds, pipeline
 from dsanalyze.whatif.fitruns import log_error, residual
-from dsanalyze.whatif.model import (
-    HeldOut,
-    Model,
-    Param,
-    effective_cache,
-    mean_rates,
-    reread_share,
-    run_cache,
-    run_config,
-    run_cpus,
-    run_layout,
-)
+from dsanalyze.whatif.laws import reread_share, run_cache, run_config
+from dsanalyze.whatif.model import HeldOut, Model, Param, run_cpus, run_layout
 from dsanalyze.whatif.provenance import (
     DeviceProbe,
     Fixed,
@@ -39,6 +29,8 @@ from dsanalyze.whatif.provenance import (
     Slack,
     Throttle,
 )
+from dsanalyze.whatif.rates import mean_rates
+from dsanalyze.whatif.runsizes import effective_cache
 
 
 def fit_device(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:

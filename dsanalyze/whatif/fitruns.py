@@ -2,7 +2,7 @@
 
 `base_runs` picks the base job (the fewest ranks, then the slowest sim step);
 `by_mode` the completed runs of one mode; `residual` a run's log error of the
-steady rate `model.predict_run` gives, and `log_error` their weighted sum of
+steady rate `rates.predict_run` gives, and `log_error` their weighted sum of
 squares, which every calibration minimises.
 """
 
@@ -14,7 +14,8 @@ from dsanalyze.analysis import runrate
 from dsanalyze.analysis.jobrun import job_as_run
 from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
-from dsanalyze.whatif.model import HeldOut, Model, predict_run
+from dsanalyze.whatif.model import HeldOut, Model
+from dsanalyze.whatif.rates import predict_run
 
 
 def by_mode(results: list[RunResult], mode: Mode) -> list[RunResult]:

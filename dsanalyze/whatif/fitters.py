@@ -92,11 +92,15 @@ FITTERS = (
            (bounds.READ_AMPLIFICATION,)),
     # every mode: the machine's CPU count and its decode probe may come with any run
     Fitter("others", Runs.ALL, EVERY_MODE, fit_loop.fit_others, measured),
-    Fitter("main", Runs.ALL, (Mode.CACHED,), fit_loop.fit_main, measured),
     Fitter("size_share", Runs.BASE, (Mode.LOADER, Mode.CACHED), fit_prep.fit_size_share,
            measured),
-    Fitter("cpu", Runs.ALL, EVERY_MODE, fit_prep.fit_cpu, _prep_dof,
+    # the main process (its cached runs' loops, measured) and c_prep (calibrated) together:
+    # each run's rate gives c_prep given the main, a step on the CPU's loop the main given c_prep
+    Fitter("main_cpu", Runs.ALL, EVERY_MODE, fit_loop.fit_main_and_prep, _prep_dof,
            (bounds.CONTENTION, bounds.PREP_CPU_S)),
+    # a step on the CPU: per CPU count, one number calibrated on that count's cached runs
+    Fitter("cpu_stretch", Runs.ALL, (Mode.CACHED,), fit_loop.fit_stretch,
+           lambda model, params: len(params)),
     Fitter("startup", Runs.BASE, (Mode.LOADER, Mode.CACHED), fit_loop.fit_startup, _one),
     Fitter("read_cpu", Runs.BASE_DISK, (Mode.DISK,), fit_storage.fit_read_cpu, _read_dof,
            (bounds.READ_CPU_BPS,), needs_prep=True),
@@ -105,7 +109,7 @@ FITTERS = (
     Fitter("slack", Runs.BASE_DISK, (Mode.DISK,), fit_storage.fit_slack, _slack_dof),
 )
 # "step" and "layout": the job's model (`jobfit`); "sigma": the intervals
-SHOWN = ("step", "main", "size_share", "cpu", "others", "layout", "startup", "device",
+SHOWN = ("step", "size_share", "main_cpu", "cpu_stretch", "others", "layout", "startup", "device",
          "reads", "read_cpu", "throttle", "slack", "sigma")
 
 

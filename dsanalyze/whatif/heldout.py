@@ -6,7 +6,7 @@ measured. `HeldOut` holds exactly that: the spec, the iteration layout (how
 many epochs, batches and iterations, not how long they took), the CPU count
 resolved at sweep time (`--cpus all` is the machine's count when the run
 ran), and the job as the script ran it (`analysis/jobrun.py`: its workers,
-batch size, device). `model.predict_run` accepts only this type, so that a
+batch size, device). `rates.predict_run` accepts only this type, so that a
 leak of a measured timing into a prediction is a type error, not a test to
 remember.
 """

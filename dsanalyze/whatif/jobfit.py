@@ -21,8 +21,9 @@ from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import pipeline
 from dsanalyze.whatif.fitruns import by_mode, job_key, per_iter
-from dsanalyze.whatif.model import Model, Param, file_sizes, run_cpus, run_layout
+from dsanalyze.whatif.model import Model, Param, run_cpus, run_layout
 from dsanalyze.whatif.provenance import CpuStep, Fixed, Reason, RingLaw, StepMedian
+from dsanalyze.whatif.runsizes import file_sizes
 
 
 def _fit_step(results: list[RunResult], base: tuple[int, float | None]

@@ -33,7 +33,8 @@ from dsanalyze.whatif import network
 from dsanalyze.whatif.api import Prediction, predict
 from dsanalyze.whatif.assumptions import NETWORK, Assume, Assumption
 from dsanalyze.whatif.heldout import run_cpus
-from dsanalyze.whatif.model import Config, Model, Z, job_ranks, layout_for
+from dsanalyze.whatif.laws import job_ranks, layout_for
+from dsanalyze.whatif.model import Config, Model, Z
 
 MIN_SIGMA = 0.02  # a fit that explains its runs exactly still has the runs' own noise
 

@@ -14,7 +14,9 @@ and then its b bytes a sample cross the link, which every stream shares:
 loop's (`loop_sps`): `streams / (think_s + link_s)` while the streams leave the
 link spare time, `1 / link_s` (the link's payload rate) once they fill it. The
 latency and the link are inputs (the proxy's counts `r` and `b` per sample the
-ranks consumed, over the steady window: `LinkRecord.steady`), never fitted: a
+ranks consumed, over the steady window: `LinkRecord.steady`; a run whose loader
+drained or filled its read-ahead in that window is no observation, its rate not
+the link's: `window.read_ahead_steady`), never fitted: a
 stream's requests wait `r × latency` a sample, `streams` of them at a time. Only what is left, `request_s`
 and `byte_s`, is fitted (`fit`), and a run held at the link's rate says
 nothing of it.
@@ -42,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from dsanalyze.analysis.runrate import run_rate
+from dsanalyze.analysis.window import read_ahead_steady
 from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
@@ -155,7 +158,9 @@ def fit(observations: list[NetObservation]) -> NetModel:
 
 
 def observations(results: list[RunResult]) -> list[NetObservation]:
-    """Every completed remote run with a link record and a cached run of its CPU count."""
+    """Every completed remote run with a link record and a cached run of its CPU count, but
+    one whose loader drained or filled its read-ahead over its steady window (its rate is not
+    the link's: `window.read_ahead_steady`)."""
     cached = {r.spec.resources.cpus: run_rate(r).rate_sps for r in results
               if r.ok and r.mode is Mode.CACHED}
     out = []
@@ -163,7 +168,8 @@ def observations(results: list[RunResult]) -> list[NetObservation]:
         res, link = r.spec.resources, r.link
         rate, base = run_rate(r).rate_sps if r.ok else None, cached.get(res.cpus)
         counts = link.steady(sum(sum(k.samples) for k in r.ranks)) if link else None
-        if r.mode is not Mode.DISK or not res.remote or counts is None or not rate or not base:
+        if (r.mode is not Mode.DISK or not res.remote or counts is None or not rate or not base
+                or not read_ahead_steady(r)):
             continue
         out.append(NetObservation(res.net_bw_bps, res.net_latency_s or 0.0, streams(r),
                                   counts.requests_per_sample, counts.bytes_per_sample,

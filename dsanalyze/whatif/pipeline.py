@@ -79,7 +79,7 @@ class Pipeline:
     size_share: float = 0.0  # share of the prep that scales with the sample's bytes (decode)
     receive_s: float = 0.0  # delay, not CPU, for the main process to take a ready batch
     # storage bytes read beyond a sample's misses, per byte of the sample (hit or miss): the
-    # job's other reads of its files where they miss (`model.reread_share`); < 0: a loader
+    # job's other reads of its files where they miss (`laws.reread_share`); < 0: a loader
     # that reads less than its files' bytes
     reread_share: float = 0.0
     gang_step_s: float = 0.0  # a step on the CPU: its time alone at `cpus`, in its threads
@@ -183,6 +183,8 @@ class _PS:
         if not k:
             return math.inf, 0.0
         speed = min(self.per_job_cap, (self.capacity - taken) / k)
+        if speed <= 0:  # the steps hold every core: no job moves until one of them ends
+            return math.inf, 0.0
         return max(0.0, self.heap[0][0] - self.virtual) / speed, speed
 
     def add(self, work: float, seq: int, what: Event) -> None:

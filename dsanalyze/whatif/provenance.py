@@ -177,6 +177,20 @@ class MainLoop(Provenance):
 
 
 @dataclass(frozen=True)
+class CpuStretch(Provenance):
+    """A step on the CPU beside its loader: at `cpus` CPUs and `workers` workers, the stretch
+    of the job's CPU work that makes each of `runs` cached runs' simulated rate its measured
+    one (median used)."""
+
+    kind: ClassVar[str] = "cpu_stretch"
+    cpus: int
+    workers: int
+    runs: int
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
 class ReceiveWait(Provenance):
     kind: ClassVar[str] = "receive_wait"
     runs: int

@@ -36,7 +36,8 @@ from dsanalyze.whatif.decision import (
 )
 from dsanalyze.whatif.decision import cost as decision_cost
 from dsanalyze.whatif.documents import ValidationDoc
-from dsanalyze.whatif.model import Config, HeldOut, Model, run_config, run_cpus
+from dsanalyze.whatif.laws import run_config
+from dsanalyze.whatif.model import Config, HeldOut, Model, run_cpus
 
 WORKER_CHOICES = (1, 2, 4, 8, 16)
 

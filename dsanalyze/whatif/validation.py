@@ -29,17 +29,10 @@ from dsanalyze.whatif import cachesim
 from dsanalyze.whatif.assumptions import Assumption
 from dsanalyze.whatif.calibrate import base_runs, fit
 from dsanalyze.whatif.documents import SplitFigures, Unmade, UnmadeWhy, ValidationDoc
-from dsanalyze.whatif.model import (
-    LEVEL,
-    HeldOut,
-    Model,
-    interval,
-    predict_run,
-    run_cache,
-    run_config,
-    run_cpus,
-    untested,
-)
+from dsanalyze.whatif.intervals import interval, untested
+from dsanalyze.whatif.laws import run_cache, run_config
+from dsanalyze.whatif.model import LEVEL, HeldOut, Model, run_cpus
+from dsanalyze.whatif.rates import predict_run
 
 LOO = "leave-one-out"
 EXTRAPOLATION = "extrapolation"

@@ -1,0 +1,187 @@
+"""The model's numbers for one configuration: the cores, the prep, the step, the
+bandwidth, the workers and the page cache a `Config` gets (each law of `model.py`'s
+list), and a stored run's configuration as a `Config`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from dsanalyze.config import Mode
+from dsanalyze.errors import ConfigError
+from dsanalyze.settings import SETTINGS
+from dsanalyze.whatif import pipeline
+from dsanalyze.whatif.heldout import HeldOut
+from dsanalyze.whatif.model import Config, Model
+
+
+def busy_cores(model: Model, cfg: Config) -> int:
+    """Cores the workers can keep busy: min(CPUs, ranks * workers)."""
+    return max(1, min(cfg.cpus, (cfg.nproc or model.ranks) * max(1, workers_for(model, cfg))))
+
+
+def outside_load(model: Model, cfg: Config, mode: Mode) -> tuple[float, float] | None:
+    """(CPU seconds per sample outside the job's cgroup, cores of the machine) for `cfg`, or
+    None where not measured. A configuration with more CPUs than this machine is taken to
+    have a machine of its own size."""
+    per_sample = model.others_disk_cpu_s_per_sample if mode is Mode.DISK else \
+        model.others_cpu_s_per_sample
+    if not per_sample or not model.machine_cpus:
+        return None
+    return per_sample, float(max(model.machine_cpus, cfg.cpus))
+
+
+def usable_cpus(model: Model, cfg: Config, mode: Mode, rate_sps: float) -> float:
+    """Cores the job's processes get in `cfg` at a rate of `rate_sps` (one node's, as
+    simulated): its CPUs, less the work outside its cgroup (others' CPU per sample x the
+    rate) beyond the cores of the machine it leaves free: min(CPUs, machine - others)."""
+    load = outside_load(model, cfg, mode)
+    if load is None or not math.isfinite(rate_sps):
+        return float(cfg.cpus)
+    per_sample, machine = load
+    return max(cfg.cpus / 2, min(float(cfg.cpus), machine - per_sample * rate_sps))
+
+
+def prep_cpu_for(model: Model, cfg: Config) -> float:
+    """Worker CPU seconds per sample in `cfg`: the contention law."""
+    if model.prep_cpu_s is None:
+        raise ConfigError("the prep rate was not measured: run harness.py with --modes loader "
+                          "(or a prep-bound cached run)")
+    return model.prep_cpu_s * (1 + model.contention * (busy_cores(model, cfg) - 1))
+
+
+def read_bps_for(model: Model, bps: int | None) -> float | None:
+    """The bandwidth the job gets: the device, or min(throttle * efficiency, device)."""
+    if bps is None:
+        return model.device_read_bps
+    got = bps * model.throttle_efficiency
+    return got if model.device_read_bps is None else min(got, model.device_read_bps)
+
+
+def cpu_stretch(model: Model, cfg: Config, mode: Mode) -> float:
+    """How many times longer than the sharing law the job's CPU work takes at `cfg`'s CPU
+    count, where a step on the CPU runs beside the loader (cached and disk runs; fitted per
+    count on its cached runs, `fit_loop.fit_stretch`); 1 elsewhere."""
+    if mode not in (Mode.CACHED, Mode.DISK):
+        return 1.0
+    at = {k: s for c, k, s in model.cpu_stretch_by_cpus if c == cfg.cpus}
+    if not at:
+        return 1.0
+    k = workers_for(model, cfg)
+    return at[k] if k in at else at[min(at, key=lambda m: (abs(m - k), m))]
+
+
+def step_for(model: Model, cfg: Config) -> float:
+    """t_step(n) / iteration: t_compute / k + t_allreduce * 2 (n - 1) / n."""
+    if model.step_s is None:
+        raise ConfigError("the compute rate G was not measured: run harness.py with --modes "
+                          "synthetic,cached,disk")
+    ring = lambda n: 2 * (n - 1) / n  # noqa: E731
+    compute = _base_step(model, cfg) - model.allreduce_s * ring(model.ranks)
+    return compute / cfg.gpu_speedup + model.allreduce_s * ring(job_ranks(model, cfg))
+
+
+def _base_step(model: Model, cfg: Config) -> float:
+    """t_step at the base ranks: one number, or (a step on the CPU) the one measured at
+    `cfg`'s CPU count; a CPU count without a synthetic run is refused."""
+    if not model.step_on_cpu:
+        return float(model.step_s or 0.0)
+    by = dict(model.step_s_by_cpus)
+    if cfg.cpus not in by:
+        raise ConfigError(
+            f"the script's step runs on the CPU and was measured at {sorted(by)} CPU(s) only: "
+            f"its time at {cfg.cpus} CPUs is not known (it shares the cores with the loader); "
+            f"measure it: harness.py --cpus {cfg.cpus} --modes synthetic,cached,disk")
+    return by[cfg.cpus]
+
+
+def job_ranks(model: Model, cfg: Config) -> int:
+    """Ranks of the whole job: ranks per node x nodes."""
+    return (cfg.nproc or model.ranks) * cfg.nnodes
+
+
+def workers_for(model: Model, cfg: Config) -> int:
+    """DataLoader workers per rank in `cfg`: as measured unless it says otherwise.
+
+    A worker's CPU per sample is taken as independent of the worker count; more
+    workers than cores share them (the pipeline simulation's CPU budget).
+    """
+    return model.workers if cfg.workers is None else cfg.workers
+
+
+def uncached_share(model: Model, cache_bytes: float | None) -> float:
+    """The share of the dataset a page cache of `cache_bytes` (None: no limit) cannot hold."""
+    if cache_bytes is None or not model.dataset_bytes:
+        return 0.0
+    return max(0.0, 1.0 - cache_bytes / model.dataset_bytes)
+
+
+def reread_share(model: Model, cache_bytes: float | None) -> float:
+    """Storage bytes a sample reads beyond its misses, per byte of it: (a - 1) x the share
+    of the dataset the cache cannot hold. The job's other reads of a file (a validation
+    pass) are taken to hit where the cache holds the dataset's bytes, as a pass over the
+    files in another order would (a cached share C / D), and to miss elsewhere: measured
+    where the cache holds almost nothing (`fit_reads`), untested in between."""
+    return (model.read_amplification - 1.0) * uncached_share(model, cache_bytes)
+
+
+def held_load(model: Model, cfg: Config, mode: Mode, rate_sps: float) -> float:
+    """The share of time a step on the CPU is held by the work outside the job's cgroup
+    (the kernel's reads, the harness's monitor and limiter), at a rate of `rate_sps`: a step
+    whose threads take every core of the machine waits at its barriers for a thread that
+    work preempted while its other threads spin, so the outside load L (cores) holds the
+    whole step L of its time: it takes step / (1 - L). L is the disk runs' outside CPU per
+    sample beyond the cached runs' (whose loop time, where the main process's CPU is
+    measured, holds theirs) x the rate, at most half. With fewer CPUs than the machine the
+    outside work runs on the cores the job leaves free: 0."""
+    if not model.step_on_cpu or mode is not Mode.DISK or not model.machine_cpus \
+            or cfg.cpus < model.machine_cpus or not math.isfinite(rate_sps):
+        return 0.0
+    extra = max(0.0, model.others_disk_cpu_s_per_sample - model.others_cpu_s_per_sample)
+    return min(0.5, extra * rate_sps)
+
+
+def run_cache(model: Model, run: HeldOut) -> float | None:
+    """Page cache a disk run is predicted with: its budget plus the fitted slack (None:
+    no limit, or the whole dataset fits). Read from the spec only."""
+    budget = run.spec.resources.cache.cache_bytes
+    if budget is None:
+        return None
+    return binding_cache(model, budget + model.cache_slack_bytes)
+
+
+def binding_cache(model: Model, cache: float | None) -> float | None:
+    """The page cache a prediction simulates: None (every file a hit after the first read)
+    when there is no limit or it holds the dataset (`SETTINGS.cache_binds`), else the cache."""
+    return None if cache is None or cache >= SETTINGS.cache_binds * model.dataset_bytes else cache
+
+
+def run_config(model: Model, run: HeldOut) -> Config:
+    """A stored run's configuration as a what-if Config: its spec, its CPUs as resolved at
+    sweep time and its workers as the script ran them.
+
+    Another sim step time is a GPU speed-up of base step / its step; other rank
+    counts and worker counts are the Config's own knobs.
+    """
+    res, job = run.spec.resources, run.spec.job
+    speedup = model.step_ms / job.sim_step_ms if model.step_ms and run.job.device == "sim" \
+        else 1.0
+    return Config(replace(res, cpus=run.cpus), gpu_speedup=speedup, nproc=job.world_size,
+                  workers=run.job.workers)
+
+
+def layout_for(model: Model, ranks: int, layout: pipeline.Layout | None = None
+               ) -> tuple[pipeline.Layout, int]:
+    """A layout for another rank count (the dataset split in more shards), and the samples
+    of one epoch."""
+    layout = layout or model.layout
+    if ranks == model.ranks:
+        return layout, model.samples_per_epoch
+    samples = max(len(model.file_bytes), model.samples_per_epoch)  # shards: many per file
+    batches = samples // ranks // model.batch_size
+    if batches < 1:
+        raise ConfigError(f"{ranks} ranks of {model.batch_size} samples need more files than "
+                          f"the dataset's {len(model.file_bytes)}")
+    iters = min(layout.iters, layout.epochs * batches)
+    return (replace(layout, batches=batches, iters=iters, warmup=min(layout.warmup, batches - 1)),
+            batches * model.batch_size * ranks)
