@@ -1,7 +1,9 @@
 """Remote data: does a remote run measure the link it was given, and does the network what-if
 predict a link it was not fitted on? Three figures per loader.
 
-For each loader of tests/scripts (s3torchconnector, s3fs, webdataset over HTTP), two
+For each loader of tests/scripts (s3torchconnector, s3fs, webdataset over HTTP; and
+mosaicml-streaming's StreamingDataset over MDS shards with `--loaders streaming`, whose
+imports take about a minute a run, so it is not in the default set), two
 sweeps through the real harness against a server it starts behind a shaped link
 (`--serve`), each with one cached run (the link unshaped) and several remote runs:
 
@@ -79,18 +81,24 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"
 IMAGES, SHARDS = 480, 240  # more than a run reads (34 batches of 4) and reads ahead
 # loader -> (backend, script, its data argument, data layout)
-LOADERS = {
-    "s3torch": ("s3", "train_s3torch.py", "s3://dsanalyze/", "images"),
-    "s3fs": ("s3", "train_s3fs.py", "s3://dsanalyze/", "images"),
+LOADERS = {  # name: (server, script, its arguments ({local}: a cache dir), the data served)
+    "s3torch": ("s3", "train_s3torch.py", ("s3://dsanalyze/",), "images"),
+    "s3fs": ("s3", "train_s3fs.py", ("s3://dsanalyze/",), "images"),
     "webdataset": ("http", "train_webdataset.py",
-                   f"{{endpoint}}/shard-{{000000..{SHARDS - 1:06d}}}.tar", "shards"),
+                   (f"{{endpoint}}/shard-{{000000..{SHARDS - 1:06d}}}.tar",), "shards"),
+    # mosaicml-streaming: the harness fills its --local cache for cached runs, empties it for
+    # remote ones; its imports take about a minute a run, so it is asked for by name
+    "streaming": ("s3", "train_streaming.py",
+                  ("--remote", "s3://dsanalyze/", "--local", "{local}"), "mds"),
 }
+DEFAULT_LOADERS = "s3torch,s3fs,webdataset"
+MDS_SHARD_BYTES = 512 << 10  # about 5 samples a shard: a request fetches a shard
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--prefix", default="results/bench-remote")
-    p.add_argument("--loaders", default=",".join(LOADERS))
+    p.add_argument("--loaders", default=DEFAULT_LOADERS, help=f"of {','.join(LOADERS)}")
     p.add_argument("--bws", default="1M,4M", help="the bandwidths the what-if is fitted on")
     p.add_argument("--held-bw", default="2M", help="the bandwidth it predicts")
     p.add_argument("--latency", default="20ms", help="the latency it is fitted on")
@@ -120,20 +128,35 @@ def datasets(prefix: Path, size: str) -> dict[str, Path]:
     if not shards.is_dir():
         shards.mkdir(parents=True)
         write_shards(images, shards, n=SHARDS)
-    return {"images": images, "shards": shards}
+    mds = prefix / "data" / "mds"
+    if not mds.is_dir():
+        write_mds(images, mds)
+    return {"images": images, "shards": shards, "mds": mds}
+
+
+def write_mds(images: Path, out: Path) -> None:
+    """The JPEGs as mosaicml-streaming MDS shards of `MDS_SHARD_BYTES`, with index.json."""
+    from streaming import MDSWriter
+
+    classes = sorted(p.name for p in images.iterdir())
+    with MDSWriter(out=str(out), columns={"image": "bytes", "label": "int"},
+                   size_limit=MDS_SHARD_BYTES) as writer:
+        for f in sorted(images.glob("*/*.jpg")):
+            writer.write({"image": f.read_bytes(), "label": classes.index(f.parent.name)})
 
 
 def sweep(ns: argparse.Namespace, out: Path, data: Path, loader: str, bws: str,
           latencies: str, workers: int) -> list[store.RunResult]:
     """One harness sweep: its cached run and a remote run at each link of bws x latencies."""
-    backend, script, arg, _ = LOADERS[loader]
+    backend, script, args, _ = LOADERS[loader]
     if ns.reuse:
         return store.load_runs(out)
     shutil.rmtree(out, ignore_errors=True)
     argv = [sys.executable, str(ROOT / "harness.py"), "--data", str(data), "--serve", backend,
             "--net-bw", bws, "--net-latency", latencies, "--probe-budget", "64K",
             "--modes", "cached,remote", "--iters", str(ns.iters), "--warmup", "4",
-            "--prefix", str(out), "--no-plots", "--no-advice", str(SCRIPTS / script), arg,
+            "--prefix", str(out), "--no-plots", "--no-advice", str(SCRIPTS / script),
+            *(a.replace("{local}", str(out.parent / f"{out.name}-local")) for a in args),
             "-b", str(ns.batch_size), "-j", str(workers)]
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
     return store.load_runs(out)

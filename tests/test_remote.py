@@ -184,10 +184,13 @@ def _namespaces() -> set[str]:
 # the owner sleeps (a signal ends a sleep at once): waiting on a threading.Event instead,
 # CPython 3.11's Ctrl-C now and then left it hung in a futex at its exit, for hours (seen
 # twice under load), which this test then took for a cleanup that did not happen
+# Ctrl-C's own disposition: a process started in the background by a shell without job
+# control (`make test &` from a script) inherits SIGINT ignored, and would sleep through it
 SERVE_AND_WAIT = """
-import sys, time
+import signal, sys, time
 from pathlib import Path
 from dsanalyze.remote.served import Backend, ServedData
+signal.signal(signal.SIGINT, signal.default_int_handler)
 served = ServedData.start(Path(sys.argv[1]), Backend.HTTP)
 print(served.link.netns, *(p.pid for p in served._procs), flush=True)
 while True:
