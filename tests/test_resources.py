@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -87,19 +88,24 @@ def test_signal_leaves_no_cgroup(small_dataset, tmp_path, sig, code, word):
 
 
 def test_resume_reruns_only_what_was_missing(small_dataset, tmp_path):
+    # a dataset of its own: the suite's shared one may still be locked by a job of an earlier
+    # test that its lifeline is reaping (the lock is not what this test is about)
+    data = Path(shutil.copytree(small_dataset, tmp_path / "data"))
     prefix = tmp_path / "r"
-    argv = [sys.executable, str(ROOT / "harness.py"), "--data", str(small_dataset), "--prefix",
+    argv = [sys.executable, str(ROOT / "harness.py"), "--data", str(data), "--prefix",
             str(prefix), "--modes", "synthetic,cached", "--cpus", "1,2", "-b", "8", "-j", "1",
             "--iters", "6", "--warmup", "1", "--sim-step-ms", "20", "--no-plots"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    runs = prefix / "runs"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(list(runs.glob("*.json"))) < 2:
-        time.sleep(0.1)
-    proc.kill()  # no cleanup at all: the next start must clean up after it
-    proc.wait()
+    with open(tmp_path / "first.err", "w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+        runs = prefix / "runs"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(list(runs.glob("*.json"))) < 2 and \
+                proc.poll() is None:
+            time.sleep(0.1)
+        proc.kill()  # no cleanup at all: the next start must clean up after it
+        proc.wait()
     before = {p.name: p.stat().st_mtime_ns for p in runs.glob("*.json")}
-    assert 2 <= len(before) < 4
+    assert 2 <= len(before) < 4, (tmp_path / "first.err").read_text()[-2000:]
     out = subprocess.run(argv + ["--resume"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert f"resumed: {len(before)} run(s) already complete" in out.stdout
