@@ -164,9 +164,11 @@ def test_equivalent_rivals_could_beat_the_pick_only_within_its_measured_noise(
         return  # the rival ranked first, or a pick under the limit: no noise margin applies
     if d.verdict is Verdict.EQUIVALENT:
         assert d.equivalent == ("r",) and pick.half_width_pct() > 100 * TOLERANCE
-        assert tie >= SETTINGS.chance_min > beyond and d.margin_pct == pick.half_width_pct()
+        assert tie >= SETTINGS.chance_min > beyond
+        assert d.margin_pct == pytest.approx(pick.half_width_pct(), rel=1e-12)  # a float sum
     if pick.half_width_pct() <= 100 * TOLERANCE:
-        assert d.verdict is not Verdict.EQUIVALENT and d.margin_pct == 100 * TOLERANCE
+        assert d.verdict is not Verdict.EQUIVALENT
+        assert d.margin_pct == pytest.approx(100 * TOLERANCE, rel=1e-12)
     if max(tie, stall_chance(rival, 5.0, 1)) >= SETTINGS.chance_min and \
             not nextrun.cannot_beat(rival, pick, 1):
         assert d.verdict in (Verdict.MEASURE, Verdict.EQUIVALENT)
