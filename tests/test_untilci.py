@@ -109,16 +109,27 @@ def test_a_run_stops_near_the_rate_it_runs_at_when_it_stops(until, slower, every
                                                              seed):
     """Whatever transient the run starts with: where the rule stops, the window's rate lies
     within twice the target of the rate the job runs at there (the transient's, if it has
-    not ended: the rule cannot foresee its end), a stall's share per period aside."""
+    not ended: the rule cannot foresee its end; between the two, if it ended within the
+    window's last third), a stall's share per period aside."""
     x = transient(3000, until, slower, every, stall, noise, seed)
     stop = first_stop(x)
     if stop is None:
         return  # still moving at 3000 steps: right, not a miss
-    step = 0.04 * (1 + slower) if stop <= until else 0.04
-    local = 1 / (step * np.exp(noise ** 2 / 2) + stall / every)
-    share = stall / every * local
+    def local(step: float) -> float:
+        return 1 / (step * np.exp(noise ** 2 / 2) + stall / every)
+
+    before, after = local(0.04 * (1 + slower)), local(0.04)
     rate = estimate(x[:stop], np.ones(stop), 2.0, 30).rate_sps
-    assert abs(rate / local - 1) <= 0.04 + share * every / stop
+    if until < stop <= until + stop / 3:
+        # the transient ended inside the window's last third, the span the drift guard
+        # compares with the whole: a change that young is not yet seen, so the window's
+        # rate lies between the two (the example hypothesis found: until 29, 25% slower)
+        lo, hi = sorted((before, after))
+        assert lo * (1 - 0.04) <= rate <= hi * (1 + 0.04)
+        return
+    at_stop = before if stop <= until else after
+    share = stall / every * at_stop
+    assert abs(rate / at_stop - 1) <= 0.04 + share * every / stop
 
 
 def test_stall_period_is_the_longest_gap_between_stalls():
