@@ -137,9 +137,11 @@ def fit_stretch(model: Model, results: list[RunResult]) -> tuple[Model, list[Par
     of its runs); another worker count at a fitted CPU count takes the nearest fitted one's,
     a CPU count with no cached run none (1), as a step off the CPU (whose sharing the law
     has)."""
+    if not model.step_on_cpu or model.prep_cpu_s is None:
+        return model, []
     cached = [r for r in by_mode(results, Mode.CACHED) if runrate.run_rate(r).rate_sps
               and _gang(model, r)]
-    if not model.step_on_cpu or model.prep_cpu_s is None or not cached:
+    if not cached:
         return model, []
     groups: dict[tuple[int, int], list[RunResult]] = {}
     for r in cached:
