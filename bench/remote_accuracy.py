@@ -255,7 +255,8 @@ def heldout_rows(fit_obs: list[network.NetObservation],
                      "low": pred / k, "high": pred * k,
                      "covered": pred / k <= o.rate_sps <= pred * k,
                      "fit": f"request {net.request_s * 1e3:.1f} ms, byte {net.byte_s * 1e9:.0f} "
-                            f"ns, sigma {sigma:.3f}" + ("" if out_of_sample else " in sample")})
+                            f"ns, delay share {net.delay_share:.2f}, sigma {sigma:.3f}"
+                            + ("" if out_of_sample else " in sample")})
     return rows
 
 
