@@ -173,3 +173,19 @@ def cgroups_writable() -> tuple[bool, str]:
 
 _CG_OK, _CG_WHY = cgroups_writable()
 needs_cgroups = pytest.mark.skipif(not _CG_OK, reason=_CG_WHY or "cgroups writable")
+
+
+def timed_by(model, run):
+    """A cached run with its rank's iterations replaced by the simulation's of the what-if
+    `model`: a run whose parameters are known."""
+    from dataclasses import replace
+
+    from dsanalyze.config import Mode
+    from dsanalyze.whatif.laws import run_config
+    from dsanalyze.whatif.model import HeldOut
+    from dsanalyze.whatif.rates import simulate_run
+    held = HeldOut.of(run)
+    tl = simulate_run(model, run_config(model, held), held.layout, Mode.CACHED)
+    r0 = run.ranks[0]
+    return replace(run, ranks=[replace(r0, iter_s=tl.iter_s, wait_s=tl.wait_s, epoch=tl.epoch,
+                                       samples=r0.samples[:len(tl.iter_s)])])

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import timed_by
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +27,6 @@ from dsanalyze.whatif import fit_loop
 from dsanalyze.whatif.laws import run_config
 from dsanalyze.whatif.model import HeldOut
 from dsanalyze.whatif.pipeline import Pipeline, simulate
-from dsanalyze.whatif.rates import simulate_run
 
 BATCHES, BATCH = 80, 2  # many batches a worker: none runs out of work mid-run
 
@@ -78,16 +78,6 @@ def cpu_script():
     return runs, model
 
 
-def _timed_by(model, run):
-    """The cached run with its rank's iterations replaced by the simulation's of `model`: a
-    run whose parameters are known."""
-    held = HeldOut.of(run)
-    tl = simulate_run(model, run_config(model, held), held.layout, Mode.CACHED)
-    r0 = run.ranks[0]
-    return replace(run, ranks=[replace(r0, iter_s=tl.iter_s, wait_s=tl.wait_s, epoch=tl.epoch,
-                                       samples=r0.samples[:len(tl.iter_s)])])
-
-
 @settings(max_examples=8, deadline=None)
 @given(main_ms=st.floats(1.0, 30.0))
 def test_the_main_cpu_is_fitted_on_the_simulated_loop_not_twice_the_slowdown(cpu_script,
@@ -98,7 +88,7 @@ def test_the_main_cpu_is_fitted_on_the_simulated_loop_not_twice_the_slowdown(cpu
     the step measured alone would take it for (at 2 CPUs, beyond M by 5% of the loop)."""
     runs, model = cpu_script
     main_s = main_ms / 1000
-    cached = [_timed_by(replace(model, main_cpu_s=main_s), r) for r in runs
+    cached = [timed_by(replace(model, main_cpu_s=main_s), r) for r in runs
               if r.mode is Mode.CACHED]
     fitted, params = fit_loop.fit_main(model, cached)
     assert fitted.main_cpu_s == pytest.approx(main_s, rel=0.01)
@@ -130,7 +120,7 @@ def test_the_fit_s_main_cpu_remakes_the_measured_loops() -> None:
 def _stretched_as(model, run, stretch: float):
     """The cached run timed with the CPU work stretched `stretch` times at its CPU count."""
     cpus = run_config(model, HeldOut.of(run)).cpus
-    return _timed_by(replace(model, cpu_stretch_by_cpus=((cpus, model.workers, stretch),)), run)
+    return timed_by(replace(model, cpu_stretch_by_cpus=((cpus, model.workers, stretch),)), run)
 
 
 @settings(max_examples=6, deadline=None)

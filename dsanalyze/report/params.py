@@ -40,6 +40,7 @@ from dsanalyze.whatif.provenance import (
     Slack,
     StepMedian,
     Throttle,
+    WorkerRestart,
 )
 
 REASONS = {
@@ -54,6 +55,10 @@ REASONS = {
     Reason.NO_STARTUP_RUN: "not measured: no cached or loader run",
     Reason.STARTUP_WAIT: "first iteration's wait beyond the simulated one (DataLoader worker "
                          "start-up)",
+    Reason.WORKERS_KEPT: "none: the workers are persistent (or there are none), so they do not "
+                         "start again at each epoch",
+    Reason.NO_RESTART_RUN: "not measured: no cached run of two epochs or more; workers taken to "
+                           "start again at no cost",
     Reason.OTHERS_PREDATE: "not measured: the runs predate the machine-wide CPU samples; work "
                            "outside the job's cgroup taken to take none of its cores",
     Reason.OTHERS_FROM_CACHED: "not measured on these runs: the loader and cached runs' figure",
@@ -84,6 +89,9 @@ BOUND_WHY = {
                           "loader missed, the page cache held more than its budget; over "
                           "10x, the counter saw another process's reads",
     "contention": "above 1 each extra busy core would lower the loader's total rate",
+    "restart_cpu_s": "a worker starting again copies at most the main process's memory, "
+                     "seconds of a core; a value at the solver's limits means the waits did not "
+                     "determine it",
     "prep_cpu_s_per_sample": "no sample's read, decode and collation takes under 10 us or over "
                              "5 s of a core; a value at the solver's limits means the runs did "
                              "not determine it",
@@ -216,6 +224,14 @@ WORDS: dict[type[Provenance], Callable[[Any], str]] = {
                            f"and {h.workers} worker(s) the job's CPU work stretched so that each cached run's simulated "
                            f"rate is its measured one; median of {h.runs}: {h.low:.2f}x to "
                            f"{h.high:.2f}x"),
+    WorkerRestart: lambda h: ("not measured: workers taken to start again at no cost; "
+                              + dropped_text(h.dropped) if h.dropped else
+                              "calibrated: each worker's CPU at every epoch start after the "
+                              "first (a worker forked again touches the main process's grown "
+                              "heap) that makes a cached run's simulated first waits of its "
+                              "steady epochs its measured ones, less its first epoch's start "
+                              f"beyond the simulated one; median of {h.runs}: "
+                              f"{_ms_range(h.low_s, h.high_s)}"),
     ReceiveWait: lambda h: (f"measured: median wait for a batch in the {h.runs} compute-bound "
                             f"cached run(s), whose loader is ahead: "
                             f"{_ms_range(h.low_s, h.high_s)}"),

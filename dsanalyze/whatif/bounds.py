@@ -40,3 +40,4 @@ READ_CPU_BPS = Bound("read_cpu_bps", 0.0, SETTINGS.memory_bps)  # a read copies 
 READ_AMPLIFICATION = Bound("read_amplification", 0.5, 10.0)
 CONTENTION = Bound("contention", 0.0, 1.0)
 PREP_CPU_S = Bound("prep_cpu_s_per_sample", 1e-5, 5.0)
+RESTART_CPU_S = Bound("restart_cpu_s", 0.0, 5.0)

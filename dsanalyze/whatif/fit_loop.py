@@ -16,7 +16,7 @@ from dsanalyze.analysis import interference, runrate
 from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
-from dsanalyze.whatif import fit_prep, pipeline
+from dsanalyze.whatif import fit_prep, fit_restart, pipeline
 from dsanalyze.whatif.fitruns import by_mode
 from dsanalyze.whatif.laws import run_config, step_for, workers_for
 from dsanalyze.whatif.model import HeldOut, Model, Param, run_layout
@@ -107,13 +107,19 @@ def fit_main_and_prep(model: Model, results: list[RunResult]) -> tuple[Model, li
     prep-bound cached run's rate gives c_prep given the main process's CPU, and where the
     step runs on the CPU its loop gives the main process's CPU given c_prep (the workers
     that slow the step). The main process in closed form first, c_prep given it; then,
-    for a step on the CPU, the main process simulated given c_prep, and c_prep again."""
+    for a step on the CPU, the main process simulated given c_prep, and c_prep again.
+    Workers that start again at every epoch: their restart CPU (`fit_restart`, on the
+    waits, given the start-up) and then both again, which the rates had taken for c_prep."""
     model, main = fit_main(model, results)
     model, prep = fit_prep.fit_cpu(model, results)
     if model.step_on_cpu and model.prep_cpu_s is not None:
         model, main = fit_main(model, results)
         model, prep = fit_prep.fit_cpu(model, results)
-    return model, main + prep
+    model, restart = fit_restart.fit(model, results)
+    if model.restart_cpu_s:
+        model, main = fit_main(model, results)
+        model, prep = fit_prep.fit_cpu(model, results)
+    return model, main + prep + restart
 
 
 def _stretch_of(model: Model, run: RunResult) -> float:

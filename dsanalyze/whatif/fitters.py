@@ -63,8 +63,10 @@ def measured(model: Model, params: list[Param]) -> int:
 
 
 def _prep_dof(model: Model, params: list[Param]) -> int:
-    # c_prep, and the contention where the runs (not the machine's probe) fitted it
-    return 1 + int(model.contention > 0 and not model.contention_probed)
+    # c_prep, the contention where the runs (not the machine's probe) fitted it, and the
+    # workers' restart where the waits gave one
+    return 1 + int(model.contention > 0 and not model.contention_probed) + \
+        int(model.restart_cpu_s > 0)
 
 
 def _one(model: Model, params: list[Param]) -> int:

@@ -151,6 +151,8 @@ class Model:
     throttle_measured: bool = False  # fitted on throttled runs (else taken at face value)
     cache_slack_bytes: float = 0.0  # effective page cache - budget, in the fit runs
     startup_s: float = 0.0  # first iteration's extra wait (worker start-up)
+    # CPU of each worker that is not persistent at each epoch start after the first
+    restart_cpu_s: float = 0.0
     params: tuple[Param, ...] = ()
     contention: float = 0.0  # c(k) = c_prep * (1 + contention * (k - 1))
     contention_probed: bool = False  # contention from the machine's probe, not the job's runs

@@ -31,6 +31,9 @@ as its inputs:
   of the other busy processes: alone it takes `gang_step_s`, beside k busy workers on
   C cores its threads run 1 / (1 + ceil(k / C)) of the time and it takes that much
   longer, and the workers have the cores it leaves;
+- workers that are not persistent start again at every epoch; from the second epoch on,
+  each spends `restart_cpu_s` of CPU before its first batch (the re-forked worker copying the
+  pages of the main process's grown heap it touches), on the cores like any other work;
 - `cpus` cores are shared equally by every process that wants CPU (at most one
   core each); the storage bandwidth `read_bps` is shared equally by every
   worker that is reading (None: reads cost no time: the device was not measured).
@@ -84,6 +87,7 @@ class Pipeline:
     reread_share: float = 0.0
     gang_step_s: float = 0.0  # a step on the CPU: its time alone at `cpus`, in its threads
     gang_threads: float = 1.0  # the step's threads per rank (the cores it was measured on)
+    restart_cpu_s: float = 0.0  # CPU of each worker at each epoch start after the first
 
     def __post_init__(self) -> None:
         if self.ranks < 1 or self.batch_size < 1 or self.workers < 0 or self.cpus <= 0:
@@ -164,7 +168,13 @@ class GangStarts(NamedTuple):
     rank: int
 
 
-Event = ReadStarts | PartDone | ChunkDone | Taken | Received | StepDone | GangStarts
+class Restarted(NamedTuple):
+    """A worker (rank, worker) started again at an epoch start: it takes its batches."""
+
+    worker: tuple[int, int]
+
+
+Event = ReadStarts | PartDone | ChunkDone | Taken | Received | StepDone | GangStarts | Restarted
 
 
 class _PS:
@@ -268,7 +278,7 @@ class _Sim:
         self.handlers: dict[type, Callable[[Any], None]] = {
             ReadStarts: self._read_starts, PartDone: self._part_done,
             ChunkDone: self._chunk_done, Taken: self._taken, Received: self._received,
-            StepDone: self._step_done, GangStarts: self._gang_starts}
+            StepDone: self._step_done, GangStarts: self._gang_starts, Restarted: self._restarted}
         self.gang: dict[int, float] = {}  # rank: core-seconds left of its step on the CPU
 
     # -- scheduling helpers ------------------------------------------------------------------
@@ -419,8 +429,15 @@ class _Sim:
         self._next(rank)
 
     def _start_epoch(self, rank: int, epoch: int) -> None:
+        if epoch and self.p.restart_cpu_s > 0:  # the workers start again: busy until restarted
+            for w in range(self.p.workers):
+                self.busy[rank][w] = True
+                self._cpu(self.p.restart_cpu_s, Restarted((rank, w)))
         for b in range(min(self.batches, self.depth)):
             self._dispatch(rank, epoch, b)
+
+    def _restarted(self, worker: tuple[int, int]) -> None:
+        self._next_task(*worker)
 
     def run(self) -> Timeline:
         for r in range(self.p.ranks):

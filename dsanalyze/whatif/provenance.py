@@ -41,6 +41,8 @@ class Reason(str, enum.Enum):
     NO_COMPUTE_BOUND_RUN = "no_compute_bound_run"  # receive_s
     NO_STARTUP_RUN = "no_startup_run"  # startup_s
     STARTUP_WAIT = "startup_wait"  # startup_s
+    WORKERS_KEPT = "workers_kept"  # restart_cpu_s: persistent workers, or none
+    NO_RESTART_RUN = "no_restart_run"  # restart_cpu_s: no cached run of two epochs or more
     OTHERS_PREDATE = "others_predate"  # others_cpu_s_per_sample: no machine-wide samples
     OTHERS_FROM_CACHED = "others_from_cached"  # the disk figure taken from the cached runs'
     DEVICE_PREDATES_PROBE = "device_predates_probe"  # device_read_bps
@@ -188,6 +190,18 @@ class CpuStretch(Provenance):
     runs: int
     low: float
     high: float
+
+
+@dataclass(frozen=True)
+class WorkerRestart(Provenance):
+    """Workers that start again at every epoch: each worker's CPU at each epoch start after
+    the first that makes each of `runs` runs' simulated waits its measured ones (median used)."""
+
+    kind: ClassVar[str] = "worker_restart"
+    runs: int
+    low_s: float
+    high_s: float
+    dropped: Dropped | None = None  # the median at the solver's limit: taken as 0
 
 
 @dataclass(frozen=True)

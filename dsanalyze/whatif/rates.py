@@ -50,7 +50,9 @@ def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None,
         miss_cpu_s_per_byte=model.miss_cpu_s_per_byte * s,
         read_latency_s=model.device_latency_s,
         size_share=model.size_share, receive_s=model.receive_s,
-        reread_share=reread_share(model, cache_bytes) if mode is Mode.DISK else 0.0)
+        reread_share=reread_share(model, cache_bytes) if mode is Mode.DISK else 0.0,
+        restart_cpu_s=0.0 if model.persistent_workers or mode is Mode.SYNTHETIC
+        else model.restart_cpu_s * s)
 
 
 def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,

@@ -1,0 +1,91 @@
+"""Workers that start again at every epoch: the CPU each spends at each epoch start after
+the first, fitted on the first waits of the cached runs' epochs.
+
+A DataLoader without persistent workers forks its workers again at every epoch. Once
+training has started the main process's heap has grown, and a worker forked from it
+copies the pages it touches: on the scripts bench (`train_examples.py`, 1 CPU) each
+worker forked after the first epoch took about 0.2 s of a core and 26 000 page faults,
+against 5 000 in the first epoch, whatever its share of the samples. The main process
+waits for it in order: the third epoch's first wait was 250-350 ms with 1 worker and
+490-760 ms with 2 (every mode, four sweeps), 255-340 ms with either at 2 CPUs. Per worker
+and epoch, not per sample: the rates alone take it for prep CPU, which a throttle hides
+behind its reads (docs/design.md, "What is implemented").
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import replace
+
+from dsanalyze.config import Mode
+from dsanalyze.records import RunResult
+from dsanalyze.whatif import bounds, pipeline
+from dsanalyze.whatif.fitruns import by_mode
+from dsanalyze.whatif.laws import run_config, workers_for
+from dsanalyze.whatif.model import HeldOut, Model, Param
+from dsanalyze.whatif.provenance import Fixed, Reason, WorkerRestart
+from dsanalyze.whatif.rates import simulate_run
+
+
+def _restarts(model: Model, run: RunResult) -> bool:
+    """The run's workers start again inside its steady window: workers, and an epoch start
+    after the first beyond the warm-up."""
+    held = HeldOut.of(run)
+    return workers_for(model, run_config(model, held)) > 0 and held.layout.epochs >= 2 \
+        and held.layout.iters > held.layout.batches > held.layout.warmup
+
+
+def _start_waits_s(wait_s: Sequence[float], epoch: Sequence[int], warmup: int) -> float:
+    """The first waits of the epochs after the first, in the steady window, summed."""
+    return sum(w for i, (w, e) in enumerate(zip(wait_s, epoch))
+               if i >= warmup and i and e != epoch[i - 1])
+
+
+def _simulated(model: Model, run: RunResult) -> pipeline.Timeline:
+    held = HeldOut.of(run)
+    return simulate_run(model, run_config(model, held), held.layout, run.mode)
+
+
+def _solve(model: Model, run: RunResult) -> float:
+    """The restart CPU that makes the run's simulated first waits of its steady epochs its
+    measured ones, each less the first epoch's own start beyond the simulated one (the
+    workers' start-up, which every epoch pays); 0 where the simulation waits as long."""
+    r0, warmup = run.ranks[0], HeldOut.of(run).layout.warmup
+    bare = replace(model, startup_s=0.0, restart_cpu_s=0.0)
+    first = _simulated(bare, run)
+    starts = sum(1 for i in range(max(1, warmup), len(r0.epoch))
+                 if r0.epoch[i] != r0.epoch[i - 1])
+    target = _start_waits_s(r0.wait_s, r0.epoch, warmup) - \
+        starts * (r0.wait_s[0] - first.wait_s[0])
+
+    def at(x: float) -> float:
+        tl = first if x == 0 else _simulated(replace(bare, restart_cpu_s=x), run)
+        return _start_waits_s(tl.wait_s, tl.epoch, warmup)
+    if at(0.0) >= target:
+        return 0.0
+    return pipeline.solve(lambda x: -at(x), -target, 1e-4, bounds.RESTART_CPU_S.high)
+
+
+def fit(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
+    """Each worker's CPU at each epoch start after the first, median over the loader and
+    cached runs whose workers start again in their steady window, given c_prep and the
+    main process (the caller fits those again with it); 0 for persistent workers."""
+    if model.persistent_workers or model.prep_cpu_s is None:
+        reason = Reason.WORKERS_KEPT if model.persistent_workers else Reason.NO_RESTART_RUN
+        return replace(model, restart_cpu_s=0.0), [
+            Param("restart_cpu_s", 0.0, "s", (), Fixed(reason))]
+    runs = [r for r in by_mode(results, Mode.LOADER) + by_mode(results, Mode.CACHED)
+            if _restarts(model, r)]
+    if not runs:
+        return replace(model, restart_cpu_s=0.0), [
+            Param("restart_cpu_s", 0.0, "s", (), Fixed(Reason.NO_RESTART_RUN))]
+    found = [_solve(model, r) for r in runs]
+    value = statistics.median(found)
+    ids = tuple(r.run_id for r in runs)
+    if value >= bounds.RESTART_CPU_S.high:
+        return replace(model, restart_cpu_s=0.0), [Param(
+            "restart_cpu_s", 0.0, "s", ids, WorkerRestart(
+                len(found), min(found), max(found), bounds.RESTART_CPU_S.dropped(value, ids)))]
+    return replace(model, restart_cpu_s=value), [Param(
+        "restart_cpu_s", value, "s", ids, WorkerRestart(len(found), min(found), max(found)))]
