@@ -95,14 +95,16 @@ def test_a_cpu_step_at_an_unmeasured_cpu_count_is_refused_with_the_reason(runs) 
 
 def test_the_cpu_step_competes_with_the_workers(runs) -> None:
     """At 1 CPU, on a quiet machine (the fit's outside load set to 0), the step and the
-    workers share the one core: a sample costs its share of the step plus its prep, in
-    series (within 10%: the receive delay and the epoch ends add a little), not the slower
-    of the two as with a step that leaves the CPU free."""
+    workers share the one core: a sample costs its share of the step plus its prep, and its
+    share of the workers' restarts at each epoch start (not persistent), in series (within
+    10%: the receive delay and the epoch ends add a little), not the slower of the two as
+    with a step that leaves the CPU free."""
     model = whatif.fit(runs)
     quiet = replace(model, others_cpu_s_per_sample=0.0, others_disk_cpu_s_per_sample=0.0)
     one = whatif.predict(quiet, whatif.Config.of(1))
     step_per_sample = dict(model.step_s_by_cpus)[1] / 12
-    serial = step_per_sample + model.prep_cpu_s + model.main_cpu_s / 12
+    restarts = model.workers * model.restart_cpu_s / model.samples_per_epoch
+    serial = step_per_sample + model.prep_cpu_s + model.main_cpu_s / 12 + restarts
     assert 1 / one.rate_sps == pytest.approx(serial, rel=0.10)
     assert 1 / one.rate_sps > 1.3 * max(step_per_sample, model.prep_cpu_s)
     # the machine's other load, measured with the runs, never gives the job more
@@ -179,7 +181,8 @@ def _slower(run, factor: float):
 
 def test_workers_that_do_not_persist_start_again_at_every_epoch(runs) -> None:
     """The script's DataLoader has no persistent workers (recorded): each steady epoch pays
-    the workers' start-up again, which a loader keeping them does not."""
+    the workers' start-up again, and their restart CPU (its W workers share the C cores
+    while nothing else runs: W X / min(W, C)), which a loader keeping them does not."""
     model = whatif.fit(runs)
     assert not model.persistent_workers and model.startup_s > 0
     kept = replace(model, persistent_workers=True)
@@ -187,4 +190,5 @@ def test_workers_that_do_not_persist_start_again_at_every_epoch(runs) -> None:
     cfg = whatif.Config.of(1)
     again = whatif.predict(replace(model, **quiet), cfg).epoch_s
     once = whatif.predict(replace(kept, **quiet), cfg).epoch_s
-    assert again - once == pytest.approx(model.startup_s, rel=0.1)
+    restart = model.restart_cpu_s * model.workers / min(model.workers, cfg.cpus)
+    assert again - once == pytest.approx(model.startup_s + restart, rel=0.1)
