@@ -22,7 +22,7 @@ from dsanalyze.records import RunResult
 from dsanalyze.report.advice import advice_text, failure_text, option_label, why_not_validated
 from dsanalyze.report.verdicts import verdict_text
 from dsanalyze.whatif import recommend
-from dsanalyze.whatif.advice import Advice, ModelFailure, advise
+from dsanalyze.whatif.advice import Advice, ModelFailure, advise, within
 from dsanalyze.whatif.assumptions import Assume, Assumption, Law
 from dsanalyze.whatif.decision import (
     Decision,
@@ -153,6 +153,21 @@ def test_a_cpu_trained_pick_at_unmeasured_cpus_and_workers_is_refused_naming_the
                                              (pick.cpus_used, pick.workers)))
     given = decide(summary, [d.prediction], measured, a.validation)
     assert given.kind is DecisionKind.CHANGE and given.choice == pick
+
+
+@pytest.mark.parametrize("name,cpus", [("whatif_prep", 2), ("script_cpu_w1", 1)])
+def test_the_advice_confined_to_a_machine_never_asks_for_more_cpus(name, cpus):
+    """What `--verify` checks in place of a pick beyond this machine: the same decision with
+    every configuration, measured or predicted, at most `cpus` CPUs; the measured one it
+    weighs against is the fastest of the table's at those CPUs."""
+    runs = store.load_runs(DATA / name)
+    a = advise(runs)
+    assert a.decision.choice.cpus_used > cpus  # the advice itself asks for more
+    d = within(a, runs, cpus)
+    assert d.choice.cpus_used <= cpus and d.best_measured.cpus_used <= cpus
+    assert d.prediction is None or d.prediction.config.cpus <= cpus
+    at = [o for o in measured_options(summarize(runs), Facts(d.epochs)) if o.cpus_used <= cpus]
+    assert d.best_measured.run_id == min(at, key=lambda o: o.span_s).run_id
 
 
 def test_keep_and_no_model_in_words():

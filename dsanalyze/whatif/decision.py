@@ -11,6 +11,9 @@ Every configuration is judged over a job of `epochs` epochs, the first cold
 (`coldepoch.job_s`): a measured one by its measured numbers and the table's
 stalls, a prediction only where no run measured its configuration.
 
+With `Facts.max_cpus`, every configuration, measured or predicted, has at most
+that many CPUs: the decision a machine of that size can check (`--verify`).
+
 1. A measured configuration meets the budget when its job stalls at most
    `max_stall_pct` and no stall interval of the table reaches above it: one
    the table calls prep- or fetch-bound (or within noise) at the default 5%
@@ -151,6 +154,7 @@ class Facts:
     tolerance: float = TOLERANCE
     # a step on the CPU: the (CPUs, workers per rank) its cached runs had; None: off the CPU
     cpu_step_runs: tuple[tuple[int, int], ...] | None = None
+    max_cpus: int | None = None  # the decision confined to a machine of this many CPUs
 
 
 @dataclass(frozen=True)
@@ -319,6 +323,8 @@ def decide(summary: Summary, candidates: Sequence[Any], facts: Facts,
     model's predictions `candidates` and the validation document."""
     measured = measured_options(summary, facts)
     cfgs = {o.run_id: c for o, c in zip(measured, _measured(summary))}
+    measured = [o for o in measured if facts.max_cpus is None or o.cpus_used is None
+                or o.cpus_used <= facts.max_cpus]
     best = min(measured, key=lambda o: o.span_s, default=None)
     common = dict(epochs=facts.epochs, max_stall_pct=facts.max_stall_pct, workers=facts.workers,
                   loader=facts.loader, best_measured=best)

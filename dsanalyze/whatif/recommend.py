@@ -114,8 +114,8 @@ def recommend(model: Model, preds: Sequence[Prediction], results: Sequence[RunRe
     cands = [*preds, *(p for p in (software(model, results, preds) if local else [])
                        if all(p.config != q.config for q in preds))]
     cands = [p for p in cands if max_cpus is None or p.config.cpus <= max_cpus]
-    return decide(summary, cands, facts(model, results, summary, max_stall_pct, epochs),
-                  validation)
+    known = replace(facts(model, results, summary, max_stall_pct, epochs), max_cpus=max_cpus)
+    return decide(summary, cands, known, validation)
 
 
 def pick_of(d: Decision | None) -> Config | None:
