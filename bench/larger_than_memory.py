@@ -67,6 +67,8 @@ def make_data(root: Path, files: int) -> None:
         with open(d / f"s{i:05d}.bin", "wb") as f:
             f.write(i.to_bytes(8, "little") + os.urandom(56))
             f.write(pool[at + 64:at + MiB])
+            f.flush()
+            os.fsync(f.fileno())  # written back now, not by the kernel during A's first runs
 
 
 def sweep(prefix: Path, data: Path, subset: str, cgroup: Path | None, repeats: int,
