@@ -21,7 +21,7 @@ from dsanalyze.dataset import scan_dataset
 from dsanalyze.records import RunResult
 from dsanalyze.report.advice import advice_text, failure_text, option_label, why_not_validated
 from dsanalyze.report.verdicts import verdict_text
-from dsanalyze.whatif import recommend
+from dsanalyze.whatif import fit_restart, recommend
 from dsanalyze.whatif.advice import Advice, ModelFailure, advise, within
 from dsanalyze.whatif.assumptions import Assume, Assumption, Law
 from dsanalyze.whatif.decision import (
@@ -121,15 +121,21 @@ def test_a_pick_the_model_s_own_check_rejects_is_refused_with_the_reason():
     assert decide(summary, [a.decision.prediction], facts, None).kind is DecisionKind.CHANGE
 
 
-def test_a_cpu_trained_pick_at_unmeasured_cpus_and_workers_is_refused_naming_the_run(tmp_path):
+def test_a_cpu_trained_pick_at_unmeasured_cpus_and_workers_is_refused_naming_the_run(
+        tmp_path, monkeypatch):
     """tests/data/script_cpu_w1: a pytorch/examples-style script trained on the CPU, its
     cached runs at 1 and 2 CPUs with 1 worker (bench/scripts_accuracy.py's sweep; its advice,
-    2 workers at 2 CPUs, measured 22% under its prediction, outside its interval). No cached
-    run had the pick's CPUs and workers: it is refused, the line says why and which run
-    settles it, and `verify` would measure that pick. The same decision with a cached run at
-    the pick's CPUs and workers gives it."""
+    2 workers at 2 CPUs, measured 22% under its prediction, outside its interval). With the
+    workers' restarts at each epoch (`fit_restart`: its workers do not persist) no option is
+    predicted faster than the fastest measured: it is kept. Without them (the model that
+    made that pick) no cached run had the pick's CPUs and workers: it is refused, the line
+    says why and which run settles it, and `verify` would measure that pick. The same
+    decision with a cached run at the pick's CPUs and workers gives it."""
     prefix = copy_of("script_cpu_w1", tmp_path)
     runs = store.load_runs(prefix)
+    assert app.advise(prefix, runs).advice.decision.kind is DecisionKind.KEEP
+    monkeypatch.setattr(fit_restart, "fit", lambda model, results: (
+        replace(model, restart_cpu_s=0.0), []))
     cached = {(r.spec.resources.cpus, job_as_run(r).workers) for r in runs
               if r.mode is Mode.CACHED}
     a = app.advise(prefix, runs).advice
