@@ -1,0 +1,87 @@
+"""The prediction interval follows what sets the rate (`whatif/intervals.py`).
+
+tests/data/whatif_prep holds real runs of the built-in job at 1 CPU, prep-bound (its
+workers' CPU sets the rate). The model below is the fitted one with its two sigmas set
+(the fit's, about the loop's costs, and the storage's) as a hypothesis draws them, and
+its throttle taken as measured: the law says which one a prediction carries, not how
+large they are. A throttle of a fraction of the bytes the job reads per second unthrottled
+sets the rate by itself (the loop could go faster); no throttle, or a loose one, leaves
+the rate to the CPU. No page cache: every epoch reads its files.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dsanalyze import store
+from dsanalyze.config import CacheBudget
+from dsanalyze.settings import SETTINGS
+from dsanalyze.whatif import api as whatif
+from dsanalyze.whatif.model import Z
+
+DATA = Path(__file__).parent / "data" / "whatif_prep"
+
+
+@pytest.fixture(scope="module")
+def fitted() -> whatif.Model:
+    return whatif.fit(store.load_runs(DATA))
+
+
+def _sigma(p: whatif.Prediction) -> float:
+    """The prediction's relative sigma, read off its interval (and it holds the rate)."""
+    assert p.rate_sps_low < p.rate_sps < p.rate_sps_high
+    low, high = math.log(p.rate_sps / p.rate_sps_low), math.log(p.rate_sps_high / p.rate_sps)
+    assert low == pytest.approx(high)
+    return high / Z
+
+
+def _throttle(model: whatif.Model, rate_sps: float, share: float) -> int:
+    """A throttle of `share` of the bytes the job reads per second at `rate_sps`."""
+    return int(share * rate_sps * model.dataset_bytes / len(model.file_bytes))
+
+
+def _cfg(model: whatif.Model, cpus: int, bps: int | None = None) -> whatif.Config:
+    """No page cache: every epoch reads its files (the steady epochs the rate is of too)."""
+    return whatif.Config.of(cpus, CacheBudget.parse("0", model.dataset_bytes), bps)
+
+
+SIGMAS = dict(fit=st.floats(0.05, 0.5), storage=st.floats(0.01, 0.1))
+
+
+@settings(max_examples=12, deadline=None)
+@given(**SIGMAS, share=st.floats(0.05, 0.3), cpus=st.sampled_from([1, 2]))
+def test_a_rate_the_throttle_sets_carries_the_storage_sigma_not_the_fit(
+        fitted, fit, storage, share, cpus) -> None:
+    model = replace(fitted, rel_sigma=fit, storage_rel_sigma=storage, throttle_measured=True)
+    free = whatif.predict(model, _cfg(model, cpus))
+    bps = _throttle(model, free.rate_sps, share)
+    held = whatif.predict(model, _cfg(model, cpus, bps))
+    # the throttle sets the rate: what it gives over the bytes a sample reads
+    assert held.rate_sps == pytest.approx(free.rate_sps * share * model.throttle_efficiency,
+                                          rel=0.1)
+    scaled = SETTINGS.fit_sigma_scale * fit
+    # the CPU sets the free rate: the fit's sigma at least (untested CPU counts add to it)
+    assert _sigma(free) >= scaled * (1 - 1e-9)
+    # the throttle's: the storage's sigma, and of the fit's at most a twentieth (the secant
+    # at the fit's interval's end sees the loop only where it is that close to binding)
+    assert abs(_sigma(held) - storage) <= 0.05 * scaled + 1e-9
+    if storage < 0.9 * scaled:
+        assert _sigma(held) < _sigma(free)
+
+
+@settings(max_examples=12, deadline=None)
+@given(**SIGMAS, costlier=st.floats(1.0, 4.0), loose=st.floats(3.0, 20.0))
+def test_costlier_cpu_work_never_narrows_a_cpu_bound_interval_below_the_fits(
+        fitted, fit, storage, costlier, loose) -> None:
+    model = replace(fitted, rel_sigma=fit, storage_rel_sigma=storage, throttle_measured=True)
+    bps = _throttle(model, whatif.predict(model, _cfg(model, 1)).rate_sps, loose)
+    slower = replace(model, prep_cpu_s=model.prep_cpu_s * costlier,
+                     main_cpu_s=model.main_cpu_s * costlier)
+    for cfg in (_cfg(model, 1), _cfg(model, 1, bps)):
+        assert _sigma(whatif.predict(slower, cfg)) >= SETTINGS.fit_sigma_scale * fit * (1 - 1e-9)
