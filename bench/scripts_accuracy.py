@@ -36,9 +36,11 @@ Tuning grid against scoring grid: the model's rules and constants (PREP_BOUND, B
 NOISE_FLOOR, the physical bounds) were tuned on bench/whatif_accuracy.py's grid, the
 built-in job on the sim device; the interval width rule (SETTINGS.fit_sigma_scale, .untested_sigma)
 on bench/interval_tuning.py's grid: recorded sweeps of the built-in job and an earlier
-run of this bench (examples and timm, 1 CPU, unlimited cache, 4 MB/s). This bench's runs
-(measured afresh under DIR: lightning besides, 2 CPUs, cache 0, other bandwidths) are the
-scoring grid: nothing was tuned on them.
+run of this bench (examples and timm, 1 CPU, unlimited cache, 4 MB/s), and, for the
+propagated intervals (sigma by what sets the rate), four earlier directories of this bench
+(/tmp/dsa-scripts-bench{,2,3,4}). This bench's runs measured afresh under another DIR
+(lightning besides, 2 CPUs, cache 0, other bandwidths) are the scoring grid: nothing was
+tuned on them.
 
 Runtime: 3 scripts x 2 CPU counts x (synthetic, cached, 2 disk runs at the fewest workers;
 cached, 2 disk at the others: the step is measured once), 42 runs, then the fits (two
