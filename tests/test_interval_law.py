@@ -85,3 +85,22 @@ def test_costlier_cpu_work_never_narrows_a_cpu_bound_interval_below_the_fits(
                      main_cpu_s=model.main_cpu_s * costlier)
     for cfg in (_cfg(model, 1), _cfg(model, 1, bps)):
         assert _sigma(whatif.predict(slower, cfg)) >= SETTINGS.fit_sigma_scale * fit * (1 - 1e-9)
+
+
+@settings(max_examples=15, deadline=None)
+@given(**SIGMAS, cpus=st.integers(1, 4), workers=st.integers(1, 4),
+       share=st.one_of(st.none(), st.floats(0.05, 5.0)), cache=st.sampled_from(["0", "none"]))
+def test_every_interval_holds_its_rate_between_the_sides_sigmas(
+        fitted, fit, storage, cpus, workers, share, cache) -> None:
+    model = replace(fitted, rel_sigma=fit, storage_rel_sigma=storage, throttle_measured=True)
+    free = whatif.predict(model, _cfg(model, 1))
+    bps = None if share is None else _throttle(model, free.rate_sps, share)
+    cfg = replace(whatif.Config.of(cpus, CacheBudget.parse(cache, model.dataset_bytes), bps),
+                  workers=workers)
+    p = whatif.predict(model, cfg)
+    a, b = SETTINGS.fit_sigma_scale * fit, storage
+    # sigma^2 = (a L)^2 + (b (1 - L))^2 + the untested parts, the loop's share L in [0, 1],
+    # each untested assumption weighing at most 1
+    assert a * b / math.hypot(a, b) * (1 - 1e-9) <= _sigma(p)
+    assert _sigma(p) <= math.sqrt(a * a + b * b + len(p.untested) * SETTINGS.untested_sigma ** 2
+                                  ) * (1 + 1e-9)
