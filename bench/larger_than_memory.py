@@ -67,13 +67,15 @@ def make_data(root: Path, files: int) -> None:
         with open(d / f"s{i:05d}.bin", "wb") as f:
             f.write(i.to_bytes(8, "little") + os.urandom(56))
             f.write(pool[at + 64:at + MiB])
+            f.flush()
+            os.fsync(f.fileno())  # written back now, not by the kernel during A's first runs
 
 
 def sweep(prefix: Path, data: Path, subset: str, cgroup: Path | None, repeats: int,
-          disk: list[str]) -> dict:
+          disk: list[str], iters: int = 40) -> dict:
     modes = "synthetic,cached,disk" if disk else "synthetic,cached"
     argv = [sys.executable, str(ROOT / "harness.py"), "--prefix", str(prefix), "--data",
-            str(data), "--modes", modes, *disk, "--iters", "40", "--warmup", "3",
+            str(data), "--modes", modes, *disk, "--iters", str(iters), "--warmup", "3",
             "-b", "4", "-j", "2", "--cached-subset", subset, "--repeats", str(repeats),
             "--no-plots", "--no-advice", str(SCRIPT), str(data), "-j", "2"]
     if cgroup is not None:  # join the cgroup, then become the harness
@@ -153,11 +155,11 @@ def in_cgroup(a: argparse.Namespace) -> None:
     try:
         (cg / "memory.limit_in_bytes").write_text(str(limit))
         disk = ["--cache", "0", "--storage-bw", str(a.storage_bw)]
-        inside = sweep(work / "a", work / "data", "auto", cg, a.repeats, disk)
+        inside = sweep(work / "a", work / "data", "auto", cg, a.repeats, disk, a.iters)
     finally:
         remove(cg)
     sub = inside["measured"]["subsets"][0]
-    outside = sweep(work / "b", work / "data", str(sub["bytes"]), None, a.repeats, [])
+    outside = sweep(work / "b", work / "data", str(sub["bytes"]), None, a.repeats, [], a.iters)
     compare(f"A (in a {limit >> 20} MiB cgroup, {sub['files']} of {sub['of_files']} files "
             "warmed)", inside, f"B (outside, the same {sub['bytes'] >> 20} MiB subset)",
             outside, fetch_line(inside, a.files or 600, a.storage_bw))
@@ -188,8 +190,8 @@ def on_machine(a: argparse.Namespace) -> None:
               f"RAM ({ram / 2 ** 30:.1f} GiB), written in {time.monotonic() - t0:.0f} s",
               flush=True)
         disk = ["--cache", "0", "--storage-bw", str(a.storage_bw)]
-        inside = sweep(work / "a", work / "data", "auto", None, a.repeats, disk)
-        outside = sweep(work / "b", work / "data", a.fits, None, a.repeats, [])
+        inside = sweep(work / "a", work / "data", "auto", None, a.repeats, disk, a.iters)
+        outside = sweep(work / "b", work / "data", a.fits, None, a.repeats, [], a.iters)
     finally:
         shutil.rmtree(work / "data", ignore_errors=True)
     if not inside["measured"]["subsets"] or not outside["measured"]["subsets"]:
@@ -212,6 +214,10 @@ def main() -> None:
                    help="1 MiB samples (--machine: 1.1 x RAM unless given)")
     p.add_argument("--limit", default=str(1200 << 20))
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--iters", type=int, default=40,
+                   help="iterations a run (4 samples each): on a quiet machine the decode runs "
+                        "at about 160 samples/s, and 40 are one second of it; 300 or more for "
+                        "a figure within 5% (with a --storage-bw that keeps the disk run short)")
     p.add_argument("--storage-bw", type=int, default=5_000_000,
                    help="A's disk run, B/s (slower than the decode, even on a loaded CPU)")
     p.add_argument("--machine", action="store_true",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -13,6 +14,7 @@ from conftest import harness, needs_cgroups
 from dsanalyze import store
 from dsanalyze.analysis.coldepoch import ColdEpoch, cold_bound
 from dsanalyze.analysis.summary import summarize
+from dsanalyze.config import CacheBudget
 from dsanalyze.report import summary as report
 from dsanalyze.report.verdicts import cold_text
 
@@ -38,6 +40,19 @@ def test_a_sweep_of_one_epoch_says_its_disk_figures_are_cold():
     notes = report.notes(summary)
     assert any(n.startswith("disk figures are the cold first epoch") and "--epochs 2" in n
                for n in notes)
+
+
+def test_one_epoch_under_a_cache_of_zero_is_its_steady_state():
+    """At cache 0 every epoch reads every file: the one measured is the steady state, and
+    the table says nothing of a cold epoch (the same sweep's runs, their budget set to 0)."""
+    runs = store.load_runs(DATA / "report_sweep")
+    zero = [dataclasses.replace(r, spec=dataclasses.replace(
+        r.spec, resources=dataclasses.replace(r.spec.resources, cache=CacheBudget.parse("0"))))
+        for r in runs]
+    summary = summarize(zero)
+    assert summary.configs and not any(c.cold_only for c in summary.configs)
+    assert not any(n.startswith("disk figures are the cold first epoch")
+                   for n in report.notes(summary))
 
 
 @pytest.mark.slow

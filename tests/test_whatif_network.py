@@ -39,6 +39,36 @@ def test_the_fit_finds_the_costs_the_runs_were_made_with(request_s, byte_s, stre
             pytest.approx(o.rate_sps, rel=1e-6)
 
 
+@given(st.floats(0.05, 1.0), st.integers(1, 8))
+def test_a_loader_that_hides_part_of_each_delay_is_fitted_its_share(share, streams):
+    """Runs made by a loader that waits `share` of each delay (its own download thread beside
+    its prep) and has no cost of its own are fitted that share, and the law then predicts a
+    delay it was not fitted on."""
+    truth = NetModel(0.0, 0.0, delay_share=share)
+    obs = [observe(truth, bw, lat, streams, r=r) for (bw, lat), r in zip(LINKS, (1, 2, 1, 3))]
+    obs = [o for o in obs if not o.bw_bps or o.rate_sps < o.bw_bps / o.bytes_per_sample * 0.999]
+    model = fit(obs)
+    assert model.delay_share == pytest.approx(share, rel=1e-6, abs=1e-9)
+    far = observe(truth, None, 0.08, streams)
+    assert model.rate_sps(far.cached_rate_sps, streams, 1.0, far.bytes_per_sample, None,
+                          0.08) == pytest.approx(far.rate_sps, rel=1e-6)
+
+
+@given(st.floats(0.001, 0.05), st.integers(1, 8))
+def test_a_loader_that_waits_each_delay_whole_keeps_a_share_of_one(request_s, streams):
+    """A cost a request above zero is the endpoint's, never a share of the delay above 1."""
+    obs = [observe(NetModel(request_s, 0.0), None, lat, streams, r=r)
+           for lat, r in ((0.02, 1.0), (0.05, 2.0))]
+    model = fit(obs)
+    assert model.delay_share == 1.0 and model.request_s == pytest.approx(request_s, rel=1e-6)
+
+
+def test_the_share_survives_a_json_round_trip():
+    m = NetModel(0.0, 2e-9, 3, delay_share=0.9)
+    assert NetModel.from_dict(m.to_dict()) == m
+    assert NetModel.from_dict({"request_s": 0.0, "byte_s": 0.0}).delay_share == 1.0
+
+
 @given(st.floats(0, 0.05), st.floats(0, 1e-6), st.integers(1, 64), st.floats(1e3, 1e9),
        st.floats(0, 0.2))
 def test_no_prediction_beats_the_link_or_the_cached_rate(request_s, byte_s, streams, bw, lat):

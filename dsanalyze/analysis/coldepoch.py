@@ -13,7 +13,8 @@ steady state is (`analysis/stalls.py`), per epoch of N samples:
     *_pct         = *_stall_s / epoch_s * 100
 
 A disk run that measured a single epoch has no steady state: its figures are
-the cold epoch's (`cold_only`).
+the cold epoch's (`cold_only`), but under a page cache of 0, where every epoch
+is cold and the one measured is the steady state.
 """
 
 from __future__ import annotations
@@ -66,9 +67,12 @@ def cold_epoch(b: Breakdown) -> ColdEpoch | None:
 
 
 def cold_only(b: Breakdown) -> bool:
-    """Whether the configuration's disk figures are a cold first epoch (one epoch measured)."""
+    """Whether the configuration's disk figures are a cold first epoch (one epoch measured)
+    where later epochs would differ: under a page cache of 0 every epoch is cold, and the
+    one measured is the steady state."""
     disk = b.modes.get("disk")
-    return disk is not None and disk.rate_sps is not None and disk.epoch1_s is None
+    return disk is not None and disk.rate_sps is not None and disk.epoch1_s is None \
+        and b.cache_bytes != 0
 
 
 def job_s(epoch_s: float, epoch1_s: float | None, epochs: int) -> float:

@@ -29,6 +29,12 @@ processor sharing: 20% slower at 4 streams and think = 3 link_s), where the
 law is at its least sure; a real server's 32 KiB GETs through a token bucket
 follow this law there (tests/test_netlaw.py).
 
+A loader that requests in threads of its own beside its prep (mosaicml-streaming's
+download thread) hides part of each delay: a stream then waits `delay_share × latency` a
+request. The share is 1 for a loader that requests in turn with its prep; it is fitted
+(at most 1) only where the runs with a delay want a cost a request below zero, which no
+endpoint has (`fit`).
+
 Assumptions, untested here: the streams slow each other only through the link
 (and there only once they fill it); the endpoint's own costs are the same
 at every link; a request's delay is one latency (HTTP/1.1, one request a turn);
@@ -119,13 +125,14 @@ class NetModel:
     request_s: float
     byte_s: float
     runs: int = 0  # observations fitted on
+    delay_share: float = 1.0  # of a request's delay a stream waits (under 1: the loader hides it)
 
     def rate_sps(self, cached_rate_sps: float, streams: int, requests_per_sample: float,
                  bytes_per_sample: float, bw_bps: float | None, latency_s: float) -> float:
         """Predicted samples/s of the job with its data across a link of `bw_bps` (None:
         unlimited) and `latency_s`."""
         think_s = (streams / cached_rate_sps
-                   + requests_per_sample * (latency_s + self.request_s)
+                   + requests_per_sample * (self.delay_share * latency_s + self.request_s)
                    + bytes_per_sample * self.byte_s)
         return loop_sps(streams, think_s, link_s(bytes_per_sample, bw_bps))
 
@@ -134,7 +141,8 @@ class NetModel:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> NetModel:
-        return cls(float(d["request_s"]), float(d["byte_s"]), int(d.get("runs", 0)))
+        return cls(float(d["request_s"]), float(d["byte_s"]), int(d.get("runs", 0)),
+                   float(d.get("delay_share", 1.0)))
 
 
 def fit(observations: list[NetObservation]) -> NetModel:
@@ -142,7 +150,10 @@ def fit(observations: list[NetObservation]) -> NetModel:
     rate says of its think time (`weight`: least squares of the log rates, to first order),
     each coefficient held at 0 or more (a negative cost is noise: the other is refitted).
     Runs that cannot tell the two apart (one ratio of bytes to requests) get the cost a
-    request: the least squares' smallest solution would split it by the units."""
+    request: the least squares' smallest solution would split it by the units. Where the
+    runs want a cost a request below zero, the loader waited less than the delay:
+    `delay_share` is fitted then (`_delay_share`), never beside a cost a request (runs at
+    one delay cannot tell a share of it from a cost a request)."""
     w = np.array([o.weight() for o in observations], float)
     if not w.any():
         return NetModel(0.0, 0.0, len(observations))
@@ -154,7 +165,25 @@ def fit(observations: list[NetObservation]) -> NetModel:
                   for i in range(2)]
         errs = [float(np.sum((y - a[:, i] * single[i]) ** 2)) for i in range(2)]
         coef = np.array([single[0], 0.0] if errs[0] <= errs[1] else [0.0, single[1]])
-    return NetModel(float(coef[0]), float(coef[1]), len(observations))
+    below_zero = coef[0] == 0 and float(a[:, 0] @ (y - a[:, 1] * coef[1])) < 0
+    share = _delay_share(observations, w, float(coef[1])) if below_zero else 1.0
+    return NetModel(float(coef[0]), float(coef[1]), len(observations), share)
+
+
+def _delay_share(observations: list[NetObservation], w: np.ndarray, byte_s: float) -> float:
+    """The share of each request's delay the streams wait, from the runs with a delay: their
+    think time less prep and the bytes' cost, over `r × latency` (least squares, weighted as
+    `fit`), between 0 and 1."""
+    x, y = [], []
+    for wi, o in zip(w, observations):
+        if wi > 0 and o.latency_s > 0:
+            x.append(wi * o.requests_per_sample * o.latency_s)
+            y.append(wi * (o.think_s() - o.streams / o.cached_rate_sps
+                           - o.bytes_per_sample * byte_s))
+    xs = np.array(x, float)
+    if not xs.any():
+        return 1.0
+    return float(np.clip(xs @ np.array(y, float) / (xs @ xs), 0.0, 1.0))
 
 
 def observations(results: list[RunResult]) -> list[NetObservation]:

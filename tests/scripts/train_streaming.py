@@ -33,11 +33,14 @@ def main():
     p.add_argument("-b", "--batch-size", type=int, default=8)
     p.add_argument("-j", "--workers", type=int, default=1)
     p.add_argument("--epochs", type=int, default=100)
+    p.add_argument("--shuffle-block-size", type=int, default=None,
+                   help="samples shuffled together (streaming's default: millions)")
     args = p.parse_args()
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
         dist.init_process_group("gloo")
     dataset = ImageDataset(remote=args.remote, local=args.local, shuffle=True,
+                           shuffle_block_size=args.shuffle_block_size,
                            batch_size=args.batch_size)
     loader = DataLoader(dataset, batch_size=args.batch_size, num_workers=args.workers)
     model = nn.Sequential(nn.AdaptiveAvgPool2d(8), nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),
