@@ -20,10 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsanalyze import store
-from dsanalyze.config import CacheBudget
+from dsanalyze.config import CacheBudget, Mode
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import api as whatif
+from dsanalyze.whatif.intervals import loop_share, probe_factor
 from dsanalyze.whatif.model import Z
+from dsanalyze.whatif.rates import mean_rates
 
 DATA = Path(__file__).parent / "data" / "whatif_prep"
 
@@ -104,3 +106,32 @@ def test_every_interval_holds_its_rate_between_the_sides_sigmas(
     assert a * b / math.hypot(a, b) * (1 - 1e-9) <= _sigma(p)
     assert _sigma(p) <= math.sqrt(a * a + b * b + len(p.untested) * SETTINGS.untested_sigma ** 2
                                   ) * (1 + 1e-9)
+
+
+def _loop_slower(m: whatif.Model, k: float) -> whatif.Model:
+    """Every cost of the loop k times longer: the step, the prep, the main process, the
+    hand-over, the CPU per byte read, the start-up, the work outside the job per sample."""
+    return replace(m, prep_cpu_s=m.prep_cpu_s * k, main_cpu_s=m.main_cpu_s * k,
+                   receive_s=m.receive_s * k, miss_cpu_s_per_byte=m.miss_cpu_s_per_byte * k,
+                   step_s=m.step_s * k, step_s_by_cpus=tuple((c, s * k) for c, s in
+                                                             m.step_s_by_cpus),
+                   startup_s=m.startup_s * k, allreduce_s=m.allreduce_s * k,
+                   others_cpu_s_per_sample=m.others_cpu_s_per_sample * k,
+                   others_disk_cpu_s_per_sample=m.others_disk_cpu_s_per_sample * k)
+
+
+@settings(max_examples=10, deadline=None)
+@given(fit=st.floats(0.05, 0.5), share=st.floats(0.3, 3.0), cpus=st.sampled_from([1, 2]))
+def test_the_storage_k_times_faster_is_the_loop_k_times_slower(fitted, fit, share, cpus) -> None:
+    # the rate is homogeneous in time: `loop_share`'s one simulation (faster storage) gives the
+    # secant of every loop cost k times longer, near the kink too (share about 1)
+    model = replace(fitted, rel_sigma=fit, throttle_measured=True)
+    cfg0 = _cfg(model, cpus)
+    rate = mean_rates(model, cfg0, model.layout, Mode.DISK, 0.0).rate_sps
+    cfg = _cfg(model, cpus, _throttle(model, rate, share))
+    base = mean_rates(model, cfg, model.layout, Mode.DISK, 0.0).rate_sps
+    k = probe_factor(model)
+    slower = mean_rates(_loop_slower(model, k), cfg, model.layout, Mode.DISK, 0.0).rate_sps
+    loop = loop_share(model, cfg, model.layout, Mode.DISK, 0.0, base)
+    assert loop == pytest.approx(min(1.0, max(0.0, math.log(base / slower) / math.log(k))),
+                                 abs=0.01)
