@@ -344,20 +344,15 @@ class Verified:
 
 
 def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], None] | None = None,
-           use_cgroups: bool = True, lock_wait_s: float = 0.0) -> Verified:
-    """Measure the recommended configuration when this machine can run it: one disk run
-    through the sweep into the prefix (a sub-prefix when its workers change the job), then
-    the model fitted before it against what it measured (`whatif/verification.py`)."""
-    import os
-
+           use_cgroups: bool = True, lock_wait_s: float = 0.0,
+           machine_cpus: int | None = None) -> Verified:
+    """Measure the recommended configuration when this machine can run it (`machine_cpus`:
+    the CPUs the harness may use, its affinity's by default), else the best one it can run
+    in its place: one disk run through the sweep into the prefix (a sub-prefix when its
+    workers change the job), then the model fitted before it against what it measured
+    (`whatif/verification.py`)."""
     from dsanalyze.config import Mode, RunSpec
-    from dsanalyze.whatif.verification import (
-        NotRun,
-        Unrunnable,
-        VerifyPlan,
-        verification,
-        verify_plan,
-    )
+    from dsanalyze.whatif.verification import NotRun, Unrunnable, VerifyPlan, verification
 
     prefix = Path(prefix)
     runs = store.load_runs(prefix)
@@ -370,10 +365,7 @@ def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], Non
         except Exception as e:  # noqa: BLE001 - as the advice: a line, not a crash
             return Verified(None, VerifyPlan(None, reason=NotRun(Unrunnable.ADVICE_FAILED,
                                                                  ModelFailure.of(e))))
-    job = next((r.spec.job for r in runs if r.ok), runs[0].spec.job if runs else None)
-    if job is None:
-        raise ConfigError(f"no runs under {prefix}: run harness.py --prefix {prefix} first")
-    plan = verify_plan(advice.decision, job, len(os.sched_getaffinity(0)), advice.note)
+    plan = _verify_plan(advice, runs, prefix, machine_cpus)
     if not plan.runnable or advice.model is None:
         return Verified(advice, plan)
     target = prefix / plan.sub_prefix if plan.sub_prefix else prefix
@@ -386,8 +378,28 @@ def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], Non
     run = next(r for r in store.load_runs(target) if r.run_id == run_id)
     if not run.ok:
         return Verified(advice, plan, failed=f"{run.run_id} {run.status}: {run.error}")
-    return Verified(advice, plan, verification(advice.model, advice.decision, run,
-                                               plan.sub_prefix or ""))
+    return Verified(advice, plan, verification(advice.model, plan, run))
+
+
+def _verify_plan(advice: Any, runs: list[RunResult], prefix: Path,
+                 machine_cpus: int | None) -> Any:
+    """The advice's check (`verify_plan`); when its pick needs more CPUs than this machine's,
+    the check of the advice confined to them (`whatif.advice.within`) standing for it."""
+    import os
+
+    from dsanalyze.whatif.advice import within
+    from dsanalyze.whatif.verification import Unrunnable, verify_plan
+
+    job = next((r.spec.job for r in runs if r.ok), runs[0].spec.job if runs else None)
+    if job is None:
+        raise ConfigError(f"no runs under {prefix}: run harness.py --prefix {prefix} first")
+    machine = machine_cpus or len(os.sched_getaffinity(0))
+    plan = verify_plan(advice.decision, job, machine, advice.note)
+    if plan.reason is None or plan.reason.why is not Unrunnable.CPUS or advice.model is None:
+        return plan
+    here = verify_plan(within(advice, runs, machine), job, machine, advice.note)
+    return dataclasses.replace(here, stands_for=plan.choice, reason=plan.reason) \
+        if here.runnable else plan
 
 
 def stored_whatif(prefix: str | Path, runs: list[RunResult]) -> WhatIfDocs | None:

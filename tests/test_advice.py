@@ -13,6 +13,7 @@ import pytest
 from conftest import copy_of, harness
 
 from dsanalyze import app, cli, store
+from dsanalyze.analysis.jobrun import job_as_run
 from dsanalyze.analysis.summary import Summary, summarize
 from dsanalyze.analysis.verdict import Bound, Verdict
 from dsanalyze.config import Mode
@@ -21,7 +22,7 @@ from dsanalyze.records import RunResult
 from dsanalyze.report.advice import advice_text, failure_text, option_label, why_not_validated
 from dsanalyze.report.verdicts import verdict_text
 from dsanalyze.whatif import recommend
-from dsanalyze.whatif.advice import Advice, ModelFailure, advise
+from dsanalyze.whatif.advice import Advice, ModelFailure, advise, within
 from dsanalyze.whatif.assumptions import Assume, Assumption, Law
 from dsanalyze.whatif.decision import (
     Decision,
@@ -29,12 +30,15 @@ from dsanalyze.whatif.decision import (
     ErrorQuote,
     Facts,
     Option,
+    Refusal,
     decide,
     failed,
     measured_epochs,
     measured_options,
+    predicted_option,
 )
 from dsanalyze.whatif.documents import ValidationDoc
+from dsanalyze.whatif.verification import verify_plan
 
 DATA = Path(__file__).parent / "data"
 FIXTURES = sorted(p.name for p in DATA.iterdir() if (p / "runs").is_dir())
@@ -115,6 +119,55 @@ def test_a_pick_the_model_s_own_check_rejects_is_refused_with_the_reason():
     assert "is not advised: the model failed its own check, beyond the measured range" in text
     assert "extrapolation error on 2 held-out configuration(s): median 35.0%" in text
     assert decide(summary, [a.decision.prediction], facts, None).kind is DecisionKind.CHANGE
+
+
+def test_a_cpu_trained_pick_at_unmeasured_cpus_and_workers_is_refused_naming_the_run(tmp_path):
+    """tests/data/script_cpu_w1: a pytorch/examples-style script trained on the CPU, its
+    cached runs at 1 and 2 CPUs with 1 worker (bench/scripts_accuracy.py's sweep; its advice,
+    2 workers at 2 CPUs, measured 22% under its prediction, outside its interval). No cached
+    run had the pick's CPUs and workers: it is refused, the line says why and which run
+    settles it, and `verify` would measure that pick. The same decision with a cached run at
+    the pick's CPUs and workers gives it."""
+    prefix = copy_of("script_cpu_w1", tmp_path)
+    runs = store.load_runs(prefix)
+    cached = {(r.spec.resources.cpus, job_as_run(r).workers) for r in runs
+              if r.mode is Mode.CACHED}
+    a = app.advise(prefix, runs).advice
+    d = a.decision
+    assert d.kind is DecisionKind.REFUSED and d.refusal is Refusal.CPU_SHARING
+    pick = predicted_option(d.prediction, d.epochs)
+    assert (pick.cpus_used, pick.workers) not in cached and d.choice == d.best_measured
+    line = advice_text(a)
+    assert line.startswith(f"Advice: keep {option_label(d.best_measured)} (")
+    assert (f"no cached run had {pick.cpus_used} CPU(s) with {pick.workers} DataLoader "
+            "workers per rank") in line
+    assert "One run settles it: `dsanalyze verify PREFIX`" in line
+    plan = verify_plan(d, runs[0].spec.job, 8)
+    assert plan.refused and plan.runnable and plan.choice == pick
+    assert plan.sub_prefix == f"verify-workers{pick.workers}"
+    assert str(pick.workers) in plan.job.script_args  # through the script's own -j
+    summary = summarize(runs)
+    facts = recommend.facts(a.model, runs, summary)
+    assert facts.cpu_step_runs == tuple(sorted(cached))
+    measured = replace(facts, cpu_step_runs=(*facts.cpu_step_runs,
+                                             (pick.cpus_used, pick.workers)))
+    given = decide(summary, [d.prediction], measured, a.validation)
+    assert given.kind is DecisionKind.CHANGE and given.choice == pick
+
+
+@pytest.mark.parametrize("name,cpus", [("whatif_prep", 2), ("script_cpu_w1", 1)])
+def test_the_advice_confined_to_a_machine_never_asks_for_more_cpus(name, cpus):
+    """What `--verify` checks in place of a pick beyond this machine: the same decision with
+    every configuration, measured or predicted, at most `cpus` CPUs; the measured one it
+    weighs against is the fastest of the table's at those CPUs."""
+    runs = store.load_runs(DATA / name)
+    a = advise(runs)
+    assert a.decision.choice.cpus_used > cpus  # the advice itself asks for more
+    d = within(a, runs, cpus)
+    assert d.choice.cpus_used <= cpus and d.best_measured.cpus_used <= cpus
+    assert d.prediction is None or d.prediction.config.cpus <= cpus
+    at = [o for o in measured_options(summarize(runs), Facts(d.epochs)) if o.cpus_used <= cpus]
+    assert d.best_measured.run_id == min(at, key=lambda o: o.span_s).run_id
 
 
 def test_keep_and_no_model_in_words():

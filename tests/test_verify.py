@@ -3,6 +3,7 @@ print it against its prediction (`whatif/verification.py`, `app.verify`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import replace
@@ -14,13 +15,20 @@ from conftest import copy_of, harness
 from dsanalyze import app, cli, store
 from dsanalyze.analysis.stalls import run_rate
 from dsanalyze.config import Job
-from dsanalyze.report.advice import not_run_text, verify_text
+from dsanalyze.report.advice import not_run_text, option_label, verify_text
 from dsanalyze.whatif import api as whatif
-from dsanalyze.whatif.advice import Advice
+from dsanalyze.whatif.advice import Advice, within
 from dsanalyze.whatif.decision import Decision, DecisionKind, Option, predicted_option
 from dsanalyze.whatif.rates import predict_run
 from dsanalyze.whatif.validation import spec_only
-from dsanalyze.whatif.verification import REPEAT, NotRun, Unrunnable, verify_plan, with_workers
+from dsanalyze.whatif.verification import (
+    REPEAT,
+    NotRun,
+    Unrunnable,
+    Verification,
+    verify_plan,
+    with_workers,
+)
 
 PICK = Option(cpus=2, cpus_used=2, cache_spec="none", cache_bytes=None, storage_read_bps=None,
               workers=4, rate_sps=100.0, span_s=1.0, stall_pct=1.0, nproc=1)
@@ -130,7 +138,14 @@ def test_harness_verify_checks_its_own_advice(tmp_path, capsys, swept):
     before = [r for r in runs if not r.run_id.startswith("disk-")] + \
         [r for r in runs if r.run_id == "disk-cpus1-cachenone-bwnone"]
     a = app.advise(prefix, before).advice  # the harness's advice, on the runs before
-    plan = verify_plan(a.decision, runs[0].spec.job, len(os.sched_getaffinity(0)), a.note)
+    cpus = len(os.sched_getaffinity(0))
+    plan = verify_plan(a.decision, runs[0].spec.job, cpus, a.note)
+    if not plan.runnable and plan.reason.why is Unrunnable.CPUS:  # the best it can run instead
+        here = verify_plan(within(a, before, cpus), runs[0].spec.job, cpus, a.note)
+        if here.runnable:
+            assert line.startswith(f"Verify: the advice's pick, {option_label(plan.choice)} ")
+            assert "checked here instead: the advice confined to this machine's CPUs, " in line
+            plan = here
     if not plan.runnable:
         assert line == f"Verify: not run: {not_run_text(plan.reason)}." and len(runs) == len(before)
     else:
@@ -140,20 +155,53 @@ def test_harness_verify_checks_its_own_advice(tmp_path, capsys, swept):
         assert made and f"measured {run_rate(made[0]).rate_sps:.1f}: " in line
 
 
-def test_cli_verify_says_why_a_pick_beyond_this_machine_is_not_run(tmp_path, capsys):
+@pytest.mark.slow
+def test_a_pick_beyond_this_machine_is_checked_by_the_best_one_it_can_run(tmp_path, swept):
+    """The prep-bound job at one CPU: its advice asks for more CPUs than a one-CPU machine
+    has. `verify` there measures the advice confined to one CPU in its place (the same
+    decision over the grid's one-CPU predictions), names the pick it stands for, and keeps
+    the check as a `Verification` that reads back from its JSON."""
+    prefix = Path(shutil.copytree(swept[1], tmp_path / "prefix"))
+    runs = store.load_runs(prefix)
+    a = app.advise(prefix, runs).advice
+    pick = a.decision.choice
+    assert pick.cpus_used > 1  # decoding on one CPU cannot keep up: more CPUs
+    v = app.verify(prefix, a, use_cgroups=False, machine_cpus=1)
+    assert v.plan.runnable and v.result is not None, v.failed or v.plan.reason
+    assert v.plan.reason == NotRun(Unrunnable.CPUS, cpus=pick.cpus_used, machine_cpus=1)
+    r = v.result
+    assert r.stands_for == pick and r.choice.cpus_used == 1
+    here = within(a, runs, 1)
+    assert here.choice.cpus_used == 1 and (r.refused or r.choice == here.choice)
+    run = next(x for x in store.load_runs(prefix / r.where) if x.run_id == r.run_id)
+    assert run.ok and run.spec.resources.cpus == 1
+    assert r.measured_sps == pytest.approx(run_rate(run).rate_sps)
+    assert r.predicted_sps == pytest.approx(predict_run(a.model, spec_only(run)).rate_sps)
+    assert r.low_sps < r.predicted_sps < r.high_sps
+    assert v.text.startswith(f"Verify: the advice's pick, {option_label(pick)} workers="
+                             f"{pick.workers}, cannot run here (it needs {pick.cpus_used} CPUs; "
+                             "the harness may use 1 here")
+    assert "; checked here instead: the advice confined to this machine's CPUs, " in v.text
+    assert f"measured {r.measured_sps:.1f}: " in v.text
+    assert Verification.from_dict(json.loads(json.dumps(r.to_dict()))) == r
+
+
+def test_cli_verify_beyond_this_machine_without_the_data_says_what_to_do(tmp_path, capsys):
     """The committed prep-bound runs at one CPU: the advice's pick needs more CPUs than this
-    machine lets the harness use; `dsanalyze verify` says so in one line and runs nothing."""
+    machine lets the harness use, so `dsanalyze verify` would measure the best configuration
+    it can run in its place; the runs' data is gone (only their records are committed): one
+    line that says what to do, exit 2, and no run added."""
     prefix = copy_of("whatif_prep", tmp_path)
     runs = store.load_runs(prefix)
     a = app.advise(prefix, runs).advice
     cpus = len(os.sched_getaffinity(0))
     if a.decision.choice.cpus_used <= cpus:
         pytest.skip(f"this machine can run the pick ({cpus} CPUs): the end-to-end tests run one")
-    assert cli.main(["verify", str(prefix), "--no-cgroups"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[-2].startswith("Advice: give the job ")
-    assert out[-1] == (f"Verify: not run: it needs {a.decision.choice.cpus_used} CPUs; the "
-                       f"harness may use {cpus} here: measure it on a larger machine.")
+    assert not Path(runs[0].spec.job.data_dir).exists()
+    assert cli.main(["verify", str(prefix), "--no-cgroups"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: dataset directory {runs[0].spec.job.data_dir} does not exist")
+    assert len(err.strip().splitlines()) == 1 and "make-dataset" in err
     assert len(store.load_runs(prefix)) == len(runs)
 
 
@@ -176,7 +224,7 @@ def test_a_run_that_others_disturbed_does_not_settle_the_check():
                                             "machine_cpus": 2, "window_s": 10.0,
                                             "others_cpu_pct": others_pct, "others_cpu_s": 0.0,
                                             "machine_others_cpu_s": 0.0})
-        return verification(model, d, replace(disk, io=io), REPEAT)
+        return verification(model, plan, replace(disk, io=io))
 
     quiet, busy = probed(0.0), probed(SETTINGS.others_cpu_pct + 30)
     assert quiet.conclusive and "Not conclusive" not in verify_text(plan, quiet)

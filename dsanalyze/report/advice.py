@@ -28,6 +28,7 @@ from dsanalyze.whatif.decision import (
     DecisionKind,
     ErrorQuote,
     Option,
+    Refusal,
     StallReason,
     predicted_option,
 )
@@ -197,11 +198,20 @@ def _refused_text(a: Advice) -> str:
     d = a.decision
     best, pick = d.best_measured, d.prediction
     assert best is not None and pick is not None
-    return (f"Advice: keep {option_label(best)} ({number(best.span_s, '{:.2f}')} s measured for "
+    o = predicted_option(pick, d.epochs)
+    keep = (f"Advice: keep {option_label(best)} ({number(best.span_s, '{:.2f}')} s measured for "
             f"{_epochs(d.epochs)}, {number(best.stall_pct, '{:.0f}')}% stalled, "
             f"{_bound_text(best)}): the what-if model's pick, "
-            f"{change_text(predicted_option(pick, d.epochs), best, d.loader)}, is not advised: "
-            f"the model failed its own check, "
+            f"{change_text(o, best, d.loader)}, is not advised: ")
+    if d.refusal is Refusal.CPU_SHARING:
+        workers = o.workers if o.workers is not None else d.workers
+        return (keep + f"predicted {_rate_text(o, 'steady')}, but the job's step runs on the "
+                f"CPU and no cached run had {o.cpus_used} CPU(s) with {workers} "
+                f"{worker_word(d.loader, workers)} per rank, so how the step shares those "
+                "cores with its loader is taken from another count. One run settles it: "
+                "`dsanalyze verify PREFIX` (or harness.py --verify) measures the pick against "
+                "this prediction.")
+    return (keep + f"the model failed its own check, "
             f"{error_text(d.error, d.beyond, a.validation_note)}. Measure more configurations "
             "(more CPU counts, worker counts or bandwidths) and ask again.")
 
@@ -250,17 +260,25 @@ def not_run_text(reason: NotRun) -> str:
 
 def verify_text(plan: Any, result: Any = None, failed: str = "") -> str:
     """The closed loop in one line: `whatif.verification`'s plan and, when it ran, its
-    `Verification` (predicted for the run as it ran, measured, the interval)."""
+    `Verification` (predicted for the run as it ran, measured, the interval); a check made
+    in place of a pick this machine cannot run says so first, and which pick it stands for."""
     if not plan.runnable:
         return f"Verify: not run: {not_run_text(plan.reason)}."
+    head = "Verify: "
+    if plan.stands_for is not None:
+        head = (f"Verify: the advice's pick, {option_label(plan.stands_for)} workers="
+                f"{plan.stands_for.workers}, cannot run here ({not_run_text(plan.reason)}); "
+                "checked here instead: the advice confined to this machine's CPUs, ")
+    if plan.refused:
+        head += "the pick not advised, measured to settle it: "
     if failed or result is None:
-        return f"Verify: the run of the recommended configuration failed: {failed}."
+        return f"{head}the run of {option_label(plan.choice)} failed: {failed}."
     v = result
     again = v.where == REPEAT
     workers = f" workers={v.choice.workers}" if plan.sub_prefix and not again else ""
     where = (f" (in {v.where}/: measured again, a run the fit never saw)" if again else
              f" (in {v.where}/: the job's workers differ)" if v.where else "")
-    return (f"Verify: {option_label(v.choice)}{workers}, run {v.run_id}{where}: predicted "
+    return (f"{head}{option_label(v.choice)}{workers}, run {v.run_id}{where}: predicted "
             f"{number(v.predicted_sps)} samples/s for the run as it ran ({v.level:.0%} interval "
             f"{number(v.low_sps)}-{number(v.high_sps)}; the advice: {number(v.advised_sps)} "
             f"steady), measured {number(v.measured_sps)}: "

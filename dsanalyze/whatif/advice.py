@@ -147,18 +147,37 @@ def _cpus_of_all(results: Sequence[RunResult]) -> int | None:
 
 def _fit_and_predict(results: list[RunResult], sizes: Sequence[int] | None
                      ) -> tuple[Any, list[Any]]:
-    """The model fitted on every run and its predictions over `default_grid`, or over the
-    links and worker counts of `netgrid` when the data was across a network."""
+    """The model fitted on every run and its predictions (`predictions`)."""
+    from dsanalyze.whatif import api as whatif
+
+    model = whatif.fit(results, sizes)
+    return model, predictions(model, results)
+
+
+def predictions(model: Any, results: list[RunResult]) -> list[Any]:
+    """The model's predictions over `default_grid`, or over the links and worker counts of
+    `netgrid` when the data was across a network."""
     from dsanalyze.whatif import api as whatif
     from dsanalyze.whatif import netgrid
 
-    model = whatif.fit(results, sizes)
     if remote := netgrid.predictions(model, results):
-        return model, remote
+        return remote
     cpus, caches, bws, workers = default_grid(results)
     dataset_bytes = next(r.dataset.total_bytes for r in results if r.ok)
-    return model, whatif.grid(model, whatif.configs(cpus, caches, bws, dataset_bytes,
-                                                    workers=workers), results)
+    return whatif.grid(model, whatif.configs(cpus, caches, bws, dataset_bytes, workers=workers),
+                       results)
+
+
+def within(a: Advice, results: Sequence[RunResult], machine_cpus: int) -> Decision:
+    """The advice's decision confined to what a machine of `machine_cpus` CPUs can run: the
+    same decision (`recommend.recommend`) over the same model, grid and validation, its
+    predictions of at most `machine_cpus` CPUs only."""
+    from dsanalyze.whatif import recommend
+
+    results = list(results)
+    return recommend.recommend(a.model, predictions(a.model, results), results,
+                               a.decision.max_stall_pct, None, a.validation,
+                               max_cpus=machine_cpus)
 
 
 def validation(results: Sequence[RunResult], sizes: Sequence[int] | None,

@@ -11,6 +11,9 @@ Every configuration is judged over a job of `epochs` epochs, the first cold
 (`coldepoch.job_s`): a measured one by its measured numbers and the table's
 stalls, a prediction only where no run measured its configuration.
 
+With `Facts.max_cpus`, every configuration, measured or predicted, has at most
+that many CPUs: the decision a machine of that size can check (`--verify`).
+
 1. A measured configuration meets the budget when its job stalls at most
    `max_stall_pct` and no stall interval of the table reaches above it: one
    the table calls prep- or fetch-bound (or within noise) at the default 5%
@@ -25,7 +28,13 @@ stalls, a prediction only where no run measured its configuration.
 4. A predicted pick whose validation split (below) rejects the model's intervals
    (`failed`: more held-out runs outside them than their level allows, a binomial test)
    is not advised: the fastest measured configuration stands, and the pick is named with
-   the check it failed (`REFUSED`).
+   the check it failed (`REFUSED`, `Refusal.FAILED_CHECK`). So is a pick of a job whose
+   step runs on the CPU at a CPU count and worker count no cached run had
+   (`unmeasured_sharing`, `Refusal.CPU_SHARING`): how the step's threads share the cores
+   with that many workers is then taken from another count (`fit_loop.fit_stretch`), and
+   it missed by 22% outside its interval on a CPU-trained script (bench/verify_scripts.py,
+   pytorch/examples style, 1 worker measured at 2 CPUs, 2 advised). One run settles it:
+   the pick measured (`dsanalyze verify` measures a refused pick of this kind).
 
 The cost order (`cost`): fewest CPUs, least page cache, least bandwidth (no
 limit last), then the measured worker count, then the fewest workers. The
@@ -46,7 +55,7 @@ from dsanalyze.analysis import coldepoch
 from dsanalyze.analysis.summary import ConfigSummary, Summary
 from dsanalyze.analysis.verdict import Bound
 from dsanalyze.config import Mode, unlimited_last
-from dsanalyze.plain import fields_to_plain
+from dsanalyze.plain import fields_from_plain, fields_to_plain
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif.assumptions import Assumption
 from dsanalyze.whatif.documents import Unmade, UnmadeWhy, ValidationDoc
@@ -64,6 +73,13 @@ class DecisionKind(enum.Enum):
     KEEP = "keep"  # nothing predicted faster than the fastest measured configuration
     REFUSED = "refused"  # a predicted pick, but the model failed its own held-out check
     NONE = "none"  # nothing measured to compare, and nothing predicted
+
+
+class Refusal(enum.Enum):
+    """Why a predicted pick is not advised (`REFUSED`)."""
+
+    FAILED_CHECK = "failed_check"  # its validation split rejects the model's intervals
+    CPU_SHARING = "cpu_sharing"  # a step on the CPU: no cached run at the pick's CPUs, workers
 
 
 class StallReason(enum.Enum):
@@ -104,6 +120,10 @@ class Option:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "untested": [u.to_dict() for u in self.untested]}
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Option:
+        return fields_from_plain(cls, d)
+
 
 @dataclass(frozen=True)
 class ErrorQuote:
@@ -132,6 +152,9 @@ class Facts:
     ranks: int | None = None  # ranks per node the runs had
     loader: str = "pytorch"  # pytorch (DataLoader workers) or dali (its threads)
     tolerance: float = TOLERANCE
+    # a step on the CPU: the (CPUs, workers per rank) its cached runs had; None: off the CPU
+    cpu_step_runs: tuple[tuple[int, int], ...] | None = None
+    max_cpus: int | None = None  # the decision confined to a machine of this many CPUs
 
 
 @dataclass(frozen=True)
@@ -147,6 +170,7 @@ class Decision:
     workers: int | None = None  # as measured
     loader: str = "pytorch"
     prediction: Any = field(default=None, compare=False)  # whatif Prediction of a CHANGE
+    refusal: Refusal | None = None  # REFUSED: why the pick (`prediction`) is not advised
 
     @property
     def meets_budget(self) -> bool:
@@ -159,7 +183,8 @@ class Decision:
                 "choice": self.choice.to_dict() if self.choice else None,
                 "best_measured": self.best_measured.to_dict() if self.best_measured else None,
                 "beyond": list(self.beyond), "error": self.error.to_dict() if self.error else None,
-                "reason": self.reason.value if self.reason else None}
+                "reason": self.reason.value if self.reason else None,
+                "refusal": self.refusal.value if self.refusal else None}
 
 
 # ---- the measured table's configurations ----------------------------------------------------
@@ -298,6 +323,8 @@ def decide(summary: Summary, candidates: Sequence[Any], facts: Facts,
     model's predictions `candidates` and the validation document."""
     measured = measured_options(summary, facts)
     cfgs = {o.run_id: c for o, c in zip(measured, _measured(summary))}
+    measured = [o for o in measured if facts.max_cpus is None or o.cpus_used is None
+                or o.cpus_used <= facts.max_cpus]
     best = min(measured, key=lambda o: o.span_s, default=None)
     common = dict(epochs=facts.epochs, max_stall_pct=facts.max_stall_pct, workers=facts.workers,
                   loader=facts.loader, best_measured=best)
@@ -321,10 +348,12 @@ def decide(summary: Summary, candidates: Sequence[Any], facts: Facts,
     beyond = beyond_measured(pick, measured, facts)
     # the validation scores the disk's law; a link's prediction has its own error in its interval
     error = error_quote(validation, bool(beyond)) if pick.net_latency_s is None else None
-    if failed(error):  # the table's answer stands; the pick is named with the failed check
+    refusal = Refusal.FAILED_CHECK if failed(error) else \
+        Refusal.CPU_SHARING if unmeasured_sharing(pick, facts) else None
+    if refusal is not None:  # the table's answer stands; the pick is named with the refusal
         return Decision(DecisionKind.REFUSED, choice=best, beyond=beyond, error=error,
                         reason=None if best is None or best.stall_pct <= facts.max_stall_pct
-                        else _reason(best), prediction=p, **common)
+                        else _reason(best), prediction=p, refusal=refusal, **common)
     return Decision(DecisionKind.CHANGE, choice=pick, beyond=beyond, error=error,
                     reason=None if under else _reason(pick), prediction=p, **common)
 
@@ -340,6 +369,15 @@ def failed(error: ErrorQuote | None) -> bool:
     outside = round(n * (1 - error.coverage))
     tail = sum(math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(outside, n + 1))
     return outside > 0 and tail < REJECT
+
+
+def unmeasured_sharing(o: Option, facts: Facts) -> bool:
+    """The job's step runs on the CPU and no cached run had `o`'s CPU count and workers per
+    rank (the module docstring's rule 4)."""
+    if facts.cpu_step_runs is None:
+        return False
+    workers = o.workers if o.workers is not None else facts.workers
+    return (o.cpus_used, workers) not in facts.cpu_step_runs
 
 
 def _least_stalled(options: Sequence[Option], facts: Facts, best: Option | None) -> Option:

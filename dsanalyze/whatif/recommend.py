@@ -36,7 +36,7 @@ from dsanalyze.whatif.decision import (
 )
 from dsanalyze.whatif.decision import cost as decision_cost
 from dsanalyze.whatif.documents import ValidationDoc
-from dsanalyze.whatif.laws import run_config
+from dsanalyze.whatif.laws import run_config, workers_for
 from dsanalyze.whatif.model import Config, HeldOut, Model, run_cpus
 
 WORKER_CHOICES = (1, 2, 4, 8, 16)
@@ -83,14 +83,29 @@ def facts(model: Model, results: Sequence[RunResult], summary: Summary,
         raise ConfigError("--epochs must be 1 or more")
     cpus = [run_cpus(r) for r in results if r.ok and r.ranks]
     return Facts(epochs or measured_epochs(summary), max_stall_pct, model.workers,
-                 max(cpus, default=None), model.ranks, model.loader)
+                 max(cpus, default=None), model.ranks, model.loader,
+                 cpu_step_runs=cpu_step_runs(model, results))
+
+
+def cpu_step_runs(model: Model, results: Sequence[RunResult]
+                  ) -> tuple[tuple[int, int], ...] | None:
+    """A step on the CPU: the (CPUs, workers per rank) of its cached runs, where the fit
+    measured how the step shares the cores with the loader (`fit_loop.fit_stretch`); None
+    for a step off the CPU."""
+    if not model.step_on_cpu:
+        return None
+    cfgs = [run_config(model, HeldOut.of(r)) for r in results
+            if r.ok and r.ranks and r.mode is Mode.CACHED]
+    return tuple(sorted({(c.cpus, workers_for(model, c)) for c in cfgs}))
 
 
 def recommend(model: Model, preds: Sequence[Prediction], results: Sequence[RunResult],
               max_stall_pct: float = MAX_STALL_PCT, epochs: int | None = None,
-              validation: ValidationDoc | None = None) -> Decision:
+              validation: ValidationDoc | None = None, max_cpus: int | None = None
+              ) -> Decision:
     """The decision over the grid's predictions and the worker counts on the measured
-    hardware, against the runs' table."""
+    hardware, against the runs' table; with `max_cpus`, over the predictions of at most
+    that many CPUs only (what a machine of `max_cpus` CPUs can run)."""
     if not preds:
         raise ConfigError("nothing to recommend from: give --cpus and --cache values")
     summary = summarize(list(results))
@@ -98,8 +113,9 @@ def recommend(model: Model, preds: Sequence[Prediction], results: Sequence[RunRe
     local = not any(p.config.resources.remote for p in preds)
     cands = [*preds, *(p for p in (software(model, results, preds) if local else [])
                        if all(p.config != q.config for q in preds))]
-    return decide(summary, cands, facts(model, results, summary, max_stall_pct, epochs),
-                  validation)
+    cands = [p for p in cands if max_cpus is None or p.config.cpus <= max_cpus]
+    known = replace(facts(model, results, summary, max_stall_pct, epochs), max_cpus=max_cpus)
+    return decide(summary, cands, known, validation)
 
 
 def pick_of(d: Decision | None) -> Config | None:

@@ -14,6 +14,11 @@ cache budget and storage throttle (enforced as the sweep's were), and another
 worker count for the built-in job (`-j`) or a script that takes a workers
 flag in its arguments (`--workers`, `-j`, `--num-workers`, `--num_workers`).
 A faster step, other ranks or more nodes cannot be measured here.
+
+A pick the advice refused because no cached run had its CPUs and workers
+(`Refusal.CPU_SHARING`) is measured itself: that one run settles it. A pick
+needing more CPUs than this machine's is checked by the decision confined to
+them (`app.verify`, `recommend(max_cpus=)`): its plan `stands_for` the pick.
 """
 
 from __future__ import annotations
@@ -25,10 +30,10 @@ from typing import Any
 from dsanalyze.analysis.notes import Disturbed, disturbed
 from dsanalyze.analysis.stalls import run_rate
 from dsanalyze.config import CacheBudget, Job, Resources
-from dsanalyze.plain import fields_to_plain
+from dsanalyze.plain import fields_from_plain, fields_to_plain
 from dsanalyze.records import RunResult
 from dsanalyze.whatif.advice import ModelFailure
-from dsanalyze.whatif.decision import Decision, DecisionKind, Option
+from dsanalyze.whatif.decision import Decision, DecisionKind, Option, Refusal, predicted_option
 
 WORKER_FLAGS = ("--workers", "-j", "--num-workers", "--num_workers")
 REPEAT = "verify-repeat"  # a measured pick run again: a fresh run the fit never saw
@@ -70,6 +75,10 @@ class VerifyPlan:
     resources: Resources | None = None
     sub_prefix: str | None = None  # a run not of the prefix's grid goes there (`REPEAT`, ...)
     reason: NotRun | None = None  # why it cannot be run here (or there is nothing to run)
+    refused: bool = False  # `choice` is the pick the advice refused (`Refusal.CPU_SHARING`)
+    # the advice's pick this machine cannot run (`reason` then says why) when `choice`,
+    # the best configuration it can run, is checked here instead
+    stands_for: Option | None = None
 
     @property
     def runnable(self) -> bool:
@@ -90,6 +99,8 @@ class Verification:
     advised_sps: float  # the advice's steady rate for the configuration
     where: str = ""  # the sub-prefix holding the run, when not the prefix itself
     disturbed: Disturbed | None = None  # others took its CPUs or disk: the check is not fair
+    stands_for: Option | None = None  # the advice's pick, beyond this machine, `choice` checks
+    refused: bool = False  # `choice` is a pick the advice refused, measured to settle it
 
     @property
     def inside(self) -> bool:
@@ -107,6 +118,10 @@ class Verification:
     def to_dict(self) -> dict[str, Any]:
         return {**fields_to_plain(self), "inside": self.inside, "error_pct": self.error_pct,
                 "conclusive": self.conclusive}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verification:
+        return fields_from_plain(cls, d)
 
 
 def with_workers(job: Job, workers: int) -> Job | NotRun:
@@ -131,23 +146,27 @@ def verify_plan(decision: Decision | None, job: Job, machine_cpus: int,
     harness may use), or why nothing is run."""
     if decision is None or decision.choice is None:
         return VerifyPlan(None, reason=NotRun(Unrunnable.NO_CHOICE, note))
-    o = decision.choice
-    if decision.kind is not DecisionKind.CHANGE and o.net_latency_s is not None:
+    o, predicted = decision.choice, decision.kind is DecisionKind.CHANGE
+    refused = decision.refusal is Refusal.CPU_SHARING and decision.prediction is not None
+    if refused:  # the one run that settles the refusal: the pick itself
+        o, predicted = predicted_option(decision.prediction, decision.epochs), True
+    if not predicted and o.net_latency_s is not None:
         return VerifyPlan(o, reason=NotRun(Unrunnable.MEASURED, run_id=o.run_id))
     why = _unrunnable(o, job, machine_cpus)
     if why is not None:
-        return VerifyPlan(o, reason=why)
+        return VerifyPlan(o, reason=why, refused=refused)
     resources = Resources(o.cpus_used, CacheBudget(o.cache_spec, o.cache_bytes),
                           o.storage_read_bps)
-    if decision.kind is not DecisionKind.CHANGE:  # its run is in the fit: measure it again
+    if not predicted:  # its run is in the fit: measure it again
         return VerifyPlan(o, job, resources, sub_prefix=REPEAT)
     if decision.workers is None or o.workers in (None, decision.workers):
-        return VerifyPlan(o, job, resources)
+        return VerifyPlan(o, job, resources, refused=refused)
     changed = with_workers(job, o.workers)
     if isinstance(changed, NotRun):
-        return VerifyPlan(o, reason=changed)
+        return VerifyPlan(o, reason=changed, refused=refused)
     # run ids do not name the workers and a prefix holds one job: another folder
-    return VerifyPlan(o, changed, resources, sub_prefix=f"verify-workers{o.workers}")
+    return VerifyPlan(o, changed, resources, sub_prefix=f"verify-workers{o.workers}",
+                      refused=refused)
 
 
 def _unrunnable(o: Option, job: Job, machine_cpus: int) -> NotRun | None:
@@ -162,14 +181,13 @@ def _unrunnable(o: Option, job: Job, machine_cpus: int) -> NotRun | None:
     return None
 
 
-def verification(model: Any, decision: Decision, run: RunResult,
-                 where: str = "") -> Verification:
+def verification(model: Any, plan: VerifyPlan, run: RunResult) -> Verification:
     """The run of a plan against the model's prediction for it (fitted before it ran)."""
     from dsanalyze.whatif import api as whatif
 
     check = whatif.check_run(model, run)
-    o = decision.choice
+    o = plan.choice
     assert o is not None  # a plan runs only for a choice
     return Verification(o, run.run_id, check.predicted_sps, check.low_sps, check.high_sps,
-                        check.measured_sps, whatif.LEVEL, o.rate_sps, where,
-                        disturbed(run_rate(run)))
+                        check.measured_sps, whatif.LEVEL, o.rate_sps, plan.sub_prefix or "",
+                        disturbed(run_rate(run)), plan.stands_for, plan.refused)
