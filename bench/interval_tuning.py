@@ -11,9 +11,10 @@ own, measured after the constants were set): recorded runs only, nothing is meas
   runs held out by that bench's two splits.
 
 A held-out single run's standardised error is z = log(measured / predicted) / sigma, with
-sigma = sqrt((s * rel_sigma)^2 + n * u^2) (`intervals.rel_sigma_for`: the fit's own sigma
-scaled by s = SETTINGS.fit_sigma_scale, n untested assumptions of u =
-SETTINGS.untested_sigma each).
+sigma its `intervals.Spread` at constants (s, u): the fit's own sigma scaled by s =
+SETTINGS.fit_sigma_scale times the rate's sensitivity to the loop's costs, the storage's
+sigma times its sensitivity to the storage, and u = SETTINGS.untested_sigma per untested
+assumption, weighted by the side it is about.
 Well-sized 90% intervals hold 90% of the |z| under 1.645 and have a median |z| of 0.674 (a
 normal error's). Prints every held-out run, then the coverage and median |z| at the
 constants in dsanalyze/settings.py and the (s, u) of a grid search that come closest
@@ -36,6 +37,7 @@ import scripts_accuracy  # noqa: E402  (this directory's bench: its splits)
 from dsanalyze import store  # noqa: E402
 from dsanalyze.settings import SETTINGS  # noqa: E402
 from dsanalyze.whatif import api as whatif  # noqa: E402
+from dsanalyze.whatif.intervals import Spread  # noqa: E402
 from dsanalyze.whatif.model import Z  # noqa: E402
 
 FIT_SIGMA_SCALE, UNTESTED_SIGMA = SETTINGS.fit_sigma_scale, SETTINGS.untested_sigma
@@ -56,22 +58,19 @@ def held_out(sim: list[Path], scripts: list[Path]) -> list[tuple[str, whatif.Che
     return out
 
 
-def components(c: whatif.Check) -> tuple[float, float, int]:
-    """(log error, the fit's own sigma, untested assumptions) of one check, the fit's sigma
-    read back from its interval at the constants it was made with."""
-    total = math.log(c.high_sps / c.predicted_sps) / Z
-    n = len(c.untested)
-    fit = math.sqrt(max(0.0, total ** 2 - n * UNTESTED_SIGMA ** 2)) / FIT_SIGMA_SCALE
-    return math.log(c.measured_sps / c.predicted_sps), fit, n
+def components(c: whatif.Check) -> tuple[float, Spread]:
+    """(log error, what its sigma is made of) of one check."""
+    assert c.spread is not None  # every check of `whatif.check` carries its parts
+    return math.log(c.measured_sps / c.predicted_sps), c.spread
 
 
-def score(points: list[tuple[float, float, int]], s: float, u: float) -> tuple[float, float]:
+def score(points: list[tuple[float, Spread]], s: float, u: float) -> tuple[float, float]:
     """(coverage, median |z|) of the points at constants (s, u)."""
-    z = [abs(e) / math.sqrt((s * f) ** 2 + n * u * u) for e, f, n in points]
+    z = [abs(e) / sp.sigma(s, u) for e, sp in points]
     return sum(x <= Z for x in z) / len(z), statistics.median(z)
 
 
-def best(points: list[tuple[float, float, int]]) -> tuple[float, float]:
+def best(points: list[tuple[float, Spread]]) -> tuple[float, float]:
     """The (s, u) of a grid (s 0.2..1.0 by 0.05, u 0.02..0.12 by 0.01) closest to 90%
     coverage, then to the normal median |z|."""
     def loss(su: tuple[float, float]) -> float:
@@ -90,9 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     if not checks:
         ap.error("no held-out run: name recorded prefixes with --sim or --scripts")
     points = [components(c) for _, c in checks]
-    for (where, c), (e, f, n) in zip(checks, points):
+    for (where, c), (e, sp) in zip(checks, points):
         print(f"  {where:12s} {c.split:13s} {c.run_id:42s} error {100 * e:+6.1f}%  fit sigma "
-              f"{100 * f:5.1f}%  untested {n}")
+              f"{100 * sp.fit_rel:5.1f}% x loop {sp.loop:.2f}, storage "
+              f"{100 * sp.storage_rel:4.1f}%, untested {len(sp.weights)}")
     cov, med = score(points, FIT_SIGMA_SCALE, UNTESTED_SIGMA)
     s, u = best(points)
     cov_best, med_best = score(points, s, u)

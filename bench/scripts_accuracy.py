@@ -37,7 +37,8 @@ NOISE_FLOOR, the physical bounds) were tuned on bench/whatif_accuracy.py's grid,
 built-in job on the sim device; the interval width rule (SETTINGS.fit_sigma_scale, .untested_sigma)
 on bench/interval_tuning.py's grid: recorded sweeps of the built-in job and an earlier
 run of this bench (examples and timm, 1 CPU, unlimited cache, 4 MB/s). The script rules
-(the CPU stretch, the interval's shape) were chosen with four sweeps of this bench at its
+(the CPU stretch, the interval's shape: sigma by what sets the rate, checked with
+bench/interval_tuning.py on them) were chosen with four sweeps of this bench at its
 defaults in view (`TUNED_ON`: seed 5, workers 1,2, none,6M): those are a tuning grid now.
 Score on a fresh one, other images, worker counts and bandwidth, e.g.
 `--dir /tmp/dsa-scripts-bench5 --seed 7 --workers 1,3 --bw none,5M`.

@@ -39,6 +39,7 @@ from dsanalyze.whatif.provenance import (
     SizeShare,
     Slack,
     StepMedian,
+    StorageSigma,
     Throttle,
     WorkerRestart,
 )
@@ -67,6 +68,9 @@ REASONS = {
     Reason.DEVICE_LATENCY: "median cold 4 KiB read per request",
     Reason.NO_UNTHROTTLED_RUN: "not measured: no unthrottled disk run; reads are taken to cost "
                                "no CPU",
+    Reason.NO_STORAGE_BOUND_RUN: "not measured: no throttled disk run whose rate its storage "
+                                 "set; a rate the storage sets is taken to be as sure as one "
+                                 "run on this machine (the noise floor)",
     Reason.NO_BINDING_CACHE: "not measured: no disk run with a binding cache limit and cgroup "
                              "counters; budgets taken at face value",
     Reason.NO_AMPLIFICATION_RUN: "not measured: no disk run with a recorded read counter "
@@ -130,6 +134,13 @@ def _sigma_residual(h: SigmaResidual) -> str:
     return (f"residual log error of {h.runs} fit runs over {h.dof} degrees of freedom, at least "
             f"their median measured noise ({h.noise:.1%}, block bootstrap) and {h.floor:.0%}: "
             f"intervals are rate x exp(+-{h.z:g} sigma), {h.level:.0%} nominal")
+
+
+def _storage_sigma(h: StorageSigma) -> str:
+    return (f"residual log error of the steady rates of {h.runs} throttled fit run(s) whose "
+            f"rate the storage set, pooled with one run at {h.prior:.0%} (a prior), at least "
+            f"{h.floor:.0%}: the interval of a rate the storage sets is rate x "
+            f"exp(+-{h.z:g} sigma), {h.level:.0%} nominal")
 
 
 def _size_share(h: SizeShare) -> str:
@@ -212,6 +223,7 @@ WORDS: dict[type[Provenance], Callable[[Any], str]] = {
     SampleSizes: _sizes,
     SigmaDefault: _sigma_default,
     SigmaResidual: _sigma_residual,
+    StorageSigma: _storage_sigma,
     SizeShare: _size_share,
     ProbedContention: _probed,
     PrepLaw: _prep_law,

@@ -9,7 +9,8 @@ A prediction is the steady state of a disk run of whole epochs (the epochs
 after the first, at least two; the cold first epoch is predicted on its own),
 split as in the differential table: compute N / G, prep stall N / X_cached -
 N / G, fetch stall N / X - N / X_cached. Every rate carries an interval:
-rate x exp(+-z sigma), sigma the model's relative error (`intervals.rel_sigma_for`),
+rate x exp(+-z sigma), sigma the model's relative error propagated by what the rate
+depends on (`intervals.py`: the loop's costs, the storage, the untested assumptions),
 z for the nominal level `LEVEL`; the stalls' intervals follow from it.
 `untested` names each assumption of a prediction that no fit run tested.
 `bound_sps` is docs/design.md's min(G, P, B / ((1 - h) s)), the rate if every stage
@@ -32,7 +33,7 @@ from dsanalyze.whatif import fit_reads
 from dsanalyze.whatif.assumptions import Assumption
 from dsanalyze.whatif.calibrate import fit
 from dsanalyze.whatif.documents import GridRow
-from dsanalyze.whatif.intervals import interval, untested
+from dsanalyze.whatif.intervals import interval, loop_share, untested
 from dsanalyze.whatif.laws import (
     binding_cache,
     job_ranks,
@@ -165,13 +166,14 @@ def predict(model: Model, cfg: Config) -> Prediction:
     ranks = job_ranks(model, cfg)
     layout, n = layout_for(model, ranks)
     cache = None if cfg.cache_bytes is None else cfg.cache_bytes + model.cache_slack_bytes
-    disk = _job_rates(mean_rates(model, cfg, layout, Mode.DISK, binding_cache(model, cache)),
-                      cfg.nnodes)
+    node = mean_rates(model, cfg, layout, Mode.DISK, binding_cache(model, cache))
+    loop = loop_share(model, cfg, layout, Mode.DISK, binding_cache(model, cache), node.rate_sps)
+    disk = _job_rates(node, cfg.nnodes)
     cached = _job_rates(mean_rates(model, cfg, layout, Mode.CACHED, None, cold_first=True),
                         cfg.nnodes)
     g = ranks * model.batch_size / step_for(model, cfg)
     epoch_s, cached_s, compute_s = n / disk.rate_sps, n / cached.rate_sps, n / g
-    low, high = interval(model, cfg, disk.rate_sps, disk.held_rel)
+    low, high = interval(model, cfg, disk.rate_sps, disk.held_rel, loop)
     return Prediction(
         cfg, ranks, disk.rate_sps, epoch_s, compute_s, max(0.0, cached_s - compute_s),
         max(0.0, epoch_s - cached_s), n / disk.epoch1_sps if disk.epoch1_sps else None,

@@ -9,7 +9,7 @@ contention law (fitted together: each needs the other),
 the DataLoader start-up, the CPU per byte read, one throttle efficiency for
 every throttle, the page cache runs had beyond their budget. Last, the
 residual error that sizes the intervals, over the degrees of freedom the
-fitters declare they took. Calibrations minimise the squared log error of the
+fitters declare they took, and the storage's own (`fitters.fit_storage_sigma`). Calibrations minimise the squared log error of the
 steady rates `rates.predict_run` gives (`fitruns.log_error`), each run weighted
 by its measured uncertainty (`rate_rel_sigma`). Every parameter names its
 runs. None is solved for one configuration alone.
@@ -26,7 +26,7 @@ from dsanalyze.errors import ConfigError
 from dsanalyze.records import RunResult
 from dsanalyze.whatif import cachesim
 from dsanalyze.whatif.fitruns import base_runs, by_mode
-from dsanalyze.whatif.fitters import FITTERS, SHOWN, Runs, fit_sigma, ready
+from dsanalyze.whatif.fitters import FITTERS, SHOWN, Runs, fit_sigma, fit_storage_sigma, ready
 from dsanalyze.whatif.jobfit import job_model
 from dsanalyze.whatif.model import Model, Param
 from dsanalyze.whatif.provenance import Fixed, Reason
@@ -69,7 +69,19 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
             continue
         model, found[fitter.name] = fitter.rule(model, fitter.inputs(runs))
         calibrated += fitter.dof(model, found[fitter.name])
-    model, sigma = fit_sigma(model, base, calibrated) if ready(model) else \
-        (model, Param("rel_sigma", model.rel_sigma, "", (), Fixed(Reason.NOTHING_TO_PREDICT)))
-    found["sigma"] = [sigma]
+    model, found["sigma"] = _sigmas(model, base, runs[Runs.BASE_DISK], found["throttle"],
+                                    calibrated)
     return replace(model, params=tuple(p for name in SHOWN for p in found[name]))
+
+
+def _sigmas(model: Model, base: list[RunResult], disk: list[RunResult], throttle: list[Param],
+            calibrated: int) -> tuple[Model, list[Param]]:
+    """The intervals' sigmas: the fit's (`fit_sigma`) and the storage's (the runs the
+    throttle efficiency was fitted on, `fit_storage_sigma`)."""
+    if not ready(model):
+        return model, [Param("rel_sigma", model.rel_sigma, "", (),
+                             Fixed(Reason.NOTHING_TO_PREDICT))]
+    model, sigma = fit_sigma(model, base, calibrated)
+    throttled = throttle[0].runs if throttle and model.throttle_measured else ()
+    model, storage = fit_storage_sigma(model, disk, throttled)
+    return model, [sigma, storage]

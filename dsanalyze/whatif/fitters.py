@@ -25,8 +25,17 @@ from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import bounds, fit_loop, fit_prep, fit_reads, fit_storage
 from dsanalyze.whatif.bounds import Bound
 from dsanalyze.whatif.fitruns import residual
-from dsanalyze.whatif.model import LEVEL, Model, Param, Z
-from dsanalyze.whatif.provenance import SigmaDefault, SigmaResidual
+from dsanalyze.whatif.intervals import loop_share
+from dsanalyze.whatif.laws import run_cache, run_config
+from dsanalyze.whatif.model import LEVEL, HeldOut, Model, Param, Z
+from dsanalyze.whatif.provenance import (
+    Fixed,
+    Reason,
+    SigmaDefault,
+    SigmaResidual,
+    StorageSigma,
+)
+from dsanalyze.whatif.rates import predict_run
 
 Rule = Callable[[Model, list[RunResult]], tuple[Model, list[Param]]]
 Dof = Callable[[Model, list[Param]], int]
@@ -138,3 +147,30 @@ def fit_sigma(model: Model, runs: list[RunResult], calibrated: int) -> tuple[Mod
     return replace(model, rel_sigma=sigma), Param(
         "rel_sigma", sigma, "", ids,
         SigmaResidual(len(rated), dof, noise, SETTINGS.noise_floor, Z, LEVEL))
+
+
+def _storage_bound(model: Model, run: RunResult) -> bool:
+    """Whether the model has the storage set `run`'s steady rate (`loop_share` under 1/2)."""
+    held = HeldOut.of(run)
+    rate = predict_run(model, held).rate_sps
+    return loop_share(model, run_config(model, held), held.layout, held.mode,
+                      run_cache(model, held), rate) < 0.5
+
+
+def fit_storage_sigma(model: Model, disk: list[RunResult], throttled: tuple[str, ...]
+                      ) -> tuple[Model, Param]:
+    """The relative standard error of a rate the storage sets: the steady rates' residual
+    log error of the `throttled` runs (those the throttle efficiency was fitted on) whose
+    rate the storage sets, pooled with one pseudo-run at `SETTINGS.default_rel_sigma` (a
+    stated prior: one or two such runs say little of the next one), at least
+    `SETTINGS.noise_floor`. The efficiency was solved on their cold windows, not on these
+    steady rates: it takes no degree of freedom from them."""
+    runs = [r for r in disk if r.run_id in throttled and runrate.run_rate(r).rate_sps
+            and _storage_bound(model, r)]
+    if not runs:
+        return model, Param("storage_rel_sigma", None, "", (), Fixed(Reason.NO_STORAGE_BOUND_RUN))
+    squares = sum(residual(model, r) ** 2 for r in runs) + SETTINGS.default_rel_sigma ** 2
+    sigma = max(SETTINGS.noise_floor, math.sqrt(squares / (len(runs) + 1)))
+    return replace(model, storage_rel_sigma=sigma), Param(
+        "storage_rel_sigma", sigma, "", tuple(r.run_id for r in runs),
+        StorageSigma(len(runs), SETTINGS.default_rel_sigma, SETTINGS.noise_floor, Z, LEVEL))

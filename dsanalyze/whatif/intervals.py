@@ -1,38 +1,123 @@
-"""How sure a prediction is: its relative standard error (the fit's, scaled), its
-interval at the nominal level, and the assumptions it rests on that no fit run tested,
-each of which widens it (`SETTINGS.untested_sigma`)."""
+"""How sure a prediction is: its relative standard error, split by what the rate depends on,
+its interval at the nominal level, and the assumptions it rests on that no fit run tested.
+
+A predicted rate depends on two sides of the model: the loop's costs (the step, the prep
+per sample, the main process, the CPU per byte read, the work outside the job: what the
+fit's residual `Model.rel_sigma` is about) and the storage (the bandwidth a throttle or the
+device gives: `Model.storage_rel_sigma`, the residual of the runs the storage held). How
+much each moves the prediction is its sensitivity, d ln(rate) / d ln(that side's costs):
+the rate is homogeneous in time (every cost, the storage's time per byte included, k times
+longer gives a rate k times lower), so the two sensitivities sum to 1, and one simulation
+gives both (`loop_share`). The delta method then gives (`Spread.sigma`)
+
+    sigma^2 = (s * rel_sigma * loop)^2 + (storage_rel_sigma * (1 - loop))^2
+              + sum over the untested assumptions of (weight * u)^2 + held_rel^2
+
+with s = `SETTINGS.fit_sigma_scale`, u = `SETTINGS.untested_sigma`; an assumption about the
+loop (CPUs, workers, the step) weighs `loop`, one about the storage (a throttle, the device,
+re-reads) `1 - loop`, any other (ranks, nodes, DALI, storage not measured) 1. A rate set by
+the throttle alone gets the throttle's narrow interval; a CPU-bound one the fit's full one.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
+from dsanalyze.config import Mode
 from dsanalyze.settings import SETTINGS
+from dsanalyze.whatif import pipeline
 from dsanalyze.whatif.assumptions import Assume, Assumption, Law
 from dsanalyze.whatif.laws import (
     binding_cache,
     job_ranks,
+    read_bps_for,
     uncached_share,
     workers_for,
 )
 from dsanalyze.whatif.model import Config, Model, Z
+from dsanalyze.whatif.rates import mean_rates
+
+# the side of the model each untested assumption is about (`Spread`'s weights)
+LOOP_SIDE = frozenset({Assume.BEYOND_CPUS, Assume.ONE_CPU_COUNT, Assume.MACHINE_CPUS,
+                       Assume.WORKERS, Assume.FASTER_STEP})
+STORAGE_SIDE = frozenset({Assume.THROTTLE, Assume.ABOVE_DEVICE, Assume.REREADS})
 
 
-def rel_sigma_for(model: Model, cfg: Config) -> float:
-    """The relative standard error of a prediction for `cfg`: the fit's own sigma scaled by
-    `SETTINGS.fit_sigma_scale`, widened by `SETTINGS.untested_sigma` for each assumption of
-    `untested` (both calibrated by bench/interval_tuning.py)."""
-    return math.sqrt((SETTINGS.fit_sigma_scale * model.rel_sigma) ** 2
-                     + len(untested(model, cfg)) * SETTINGS.untested_sigma ** 2)
+@dataclass(frozen=True)
+class Spread:
+    """What one prediction's relative sigma is made of (the module's law)."""
+
+    loop: float  # d ln(rate) / d ln(the loop's costs), 0..1; the storage's is 1 - loop
+    fit_rel: float  # the fit's residual relative sigma (`Model.rel_sigma`)
+    storage_rel: float  # the storage's (`Model.storage_rel_sigma`, else the noise floor)
+    weights: tuple[float, ...] = ()  # each untested assumption's weight
+    held_rel: float = 0.0  # the step held by the outside work (`Rates.held_rel`)
+
+    def sigma(self, scale: float | None = None, untested_sigma: float | None = None) -> float:
+        """The relative sigma at `SETTINGS`' constants (or the ones given: the tuning bench)."""
+        s = SETTINGS.fit_sigma_scale if scale is None else scale
+        u = SETTINGS.untested_sigma if untested_sigma is None else untested_sigma
+        parts = [s * self.fit_rel * self.loop, self.storage_rel * (1 - self.loop),
+                 self.held_rel, *(w * u for w in self.weights)]
+        return math.sqrt(sum(x * x for x in parts))
+
+    def interval(self, rate_sps: float) -> tuple[float, float]:
+        """The rate's interval at the nominal level: rate x exp(-+z sigma)."""
+        k = math.exp(Z * self.sigma())
+        return rate_sps / k, rate_sps * k
 
 
-def interval(model: Model, cfg: Config, rate_sps: float, held_rel: float = 0.0
-             ) -> tuple[float, float]:
+def _weight(a: Assumption, loop: float) -> float:
+    return loop if a.kind in LOOP_SIDE else 1 - loop if a.kind in STORAGE_SIDE else 1.0
+
+
+def spread(model: Model, cfg: Config, held_rel: float = 0.0, loop: float = 1.0) -> Spread:
+    """The sigma's parts for `cfg`, whose rate moves `loop` with the loop's costs."""
+    storage = model.storage_rel_sigma or SETTINGS.noise_floor
+    return Spread(loop, model.rel_sigma, storage,
+                  tuple(_weight(a, loop) for a in untested(model, cfg)), held_rel)
+
+
+def rel_sigma_for(model: Model, cfg: Config, loop: float = 1.0) -> float:
+    """The relative standard error of a prediction for `cfg` (held step aside)."""
+    return spread(model, cfg, loop=loop).sigma()
+
+
+def interval(model: Model, cfg: Config, rate_sps: float, held_rel: float = 0.0,
+             loop: float = 1.0) -> tuple[float, float]:
     """The rate's interval at the nominal level: rate x exp(-+z sigma); a step held by the
     outside work (`Rates.held_rel`) adds the size of that effect to sigma, in quadrature:
     the runs measure it loosely (the scripts bench's disk runs at every core of the machine
     were held from nil to twice as long as the law says)."""
-    k = math.exp(Z * math.hypot(rel_sigma_for(model, cfg), held_rel))
-    return rate_sps / k, rate_sps * k
+    return spread(model, cfg, held_rel, loop).interval(rate_sps)
+
+
+def probe_factor(model: Model) -> float:
+    """How much faster `loop_share` makes the storage: the loop's costs at its interval's
+    end (the fit's sigma at the nominal level), at least 10% (a secant, not a derivative:
+    the simulation's rates step where a worker's share of the cores does)."""
+    return max(1.1, math.exp(Z * SETTINGS.fit_sigma_scale * model.rel_sigma))
+
+
+def loop_share(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
+               cache_bytes: float | None, rate_sps: float) -> float:
+    """d ln(rate) / d ln(the loop's costs) of `cfg` simulated at `rate_sps` (one node's):
+    1 - the rate's gain with the storage k times faster (`probe_factor`) over ln k. By the
+    rate's homogeneity in time that is the secant of every loop cost k times longer: 1 where
+    the CPU or the step sets the rate, 0 where the throttle alone does, in between near the
+    kink (storage-bound, a slower loop would bind: the secant sees it). A run without
+    storage reads (cached, loader, synthetic) or with reads that cost no time (the device
+    not measured): 1, without a simulation."""
+    if mode is not Mode.DISK or read_bps_for(model, cfg.storage_read_bps) is None \
+            or not rate_sps or not math.isfinite(rate_sps):
+        return 1.0
+    k = probe_factor(model)
+    faster = replace(model, throttle_efficiency=model.throttle_efficiency * k,
+                     device_read_bps=model.device_read_bps * k if model.device_read_bps
+                     else None, device_latency_s=model.device_latency_s / k)
+    got = mean_rates(faster, cfg, layout, mode, cache_bytes).rate_sps
+    return min(1.0, max(0.0, 1 - math.log(got / rate_sps) / math.log(k)))
 
 
 def _cpu_assumptions(model: Model, cfg: Config) -> list[Assumption]:

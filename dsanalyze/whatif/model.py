@@ -46,11 +46,13 @@ The laws for one configuration are `laws.py`'s; `rates.py` simulates one with
 `pipeline.simulate`, which has the loop's structure (prefetch depth, in-order
 delivery, the refill at each epoch start, a worker's read then decode, the
 main process needing CPU). `whatif/calibrate.py` fits the parameters; a
-prediction's interval (`intervals.py`) is the rate times exp(+-z sigma) with
-sigma the fit runs' residual log error (degrees of freedom counted) scaled by
-`SETTINGS.fit_sigma_scale`, widened by `SETTINGS.untested_sigma` for each
-assumption of the prediction no fit run tested; both calibrated on a tuning
-grid (`bench/interval_tuning.py`).
+prediction's interval (`intervals.py`) is the rate times exp(+-z sigma), sigma
+propagated from what the rate depends on: the fit runs' residual log error
+(degrees of freedom counted, scaled by `SETTINGS.fit_sigma_scale`) times the
+rate's sensitivity to the loop's costs, the storage's own residual times its
+sensitivity to the storage, and `SETTINGS.untested_sigma` for each assumption
+of the prediction no fit run tested, weighted by the side it is about; the
+constants calibrated on a tuning grid (`bench/interval_tuning.py`).
 """
 
 from __future__ import annotations
@@ -162,7 +164,9 @@ class Model:
     allreduce_s: float = 0.0  # t_allreduce of the ring law
     device_read_bps: float | None = None  # the storage device (None: not measured)
     device_latency_s: float = 0.0
-    rel_sigma: float = 0.05  # relative standard error of a predicted rate
+    rel_sigma: float = 0.05  # relative standard error of a predicted rate: the loop's costs
+    # the storage's (the runs the storage held: their residual), None: not fitted (`intervals`)
+    storage_rel_sigma: float | None = None
     step_ms: float | None = None  # the base job's sim step (sim device), for other step times
     measured_cpus: tuple[int, ...] = ()
     measured_ranks: tuple[int, ...] = ()

@@ -49,6 +49,7 @@ class Reason(str, enum.Enum):
     DEVICE_LATENCY = "device_latency"  # device_latency_s
     NO_UNTHROTTLED_RUN = "no_unthrottled_run"  # read_cpu_bps
     NO_BINDING_CACHE = "no_binding_cache"  # cache_slack_bytes
+    NO_STORAGE_BOUND_RUN = "no_storage_bound_run"  # storage_rel_sigma
     NO_AMPLIFICATION_RUN = "no_amplification_run"  # read_amplification
     NO_SYNTHETIC_RUN = "no_synthetic_run"  # ingest_sps
     ONE_RANK_COUNT = "one_rank_count"  # allreduce_s
@@ -117,6 +118,18 @@ class SigmaResidual(Provenance):
     runs: int
     dof: int
     noise: float
+    floor: float
+    z: float
+    level: float
+
+
+@dataclass(frozen=True)
+class StorageSigma(Provenance):
+    """The storage's sigma: `runs` residuals pooled with a `prior` pseudo-run, `floor`."""
+
+    kind: ClassVar[str] = "storage_sigma"
+    runs: int
+    prior: float
     floor: float
     z: float
     level: float

@@ -29,7 +29,7 @@ from dsanalyze.whatif import cachesim
 from dsanalyze.whatif.assumptions import Assumption
 from dsanalyze.whatif.calibrate import base_runs, fit
 from dsanalyze.whatif.documents import SplitFigures, Unmade, UnmadeWhy, ValidationDoc
-from dsanalyze.whatif.intervals import interval, untested
+from dsanalyze.whatif.intervals import Spread, loop_share, spread, untested
 from dsanalyze.whatif.laws import run_cache, run_config
 from dsanalyze.whatif.model import LEVEL, HeldOut, Model, run_cpus
 from dsanalyze.whatif.rates import predict_run
@@ -92,6 +92,7 @@ class Check:
     cache_bytes: float | None  # the page cache it was predicted with (None: no limit)
     untested: tuple[Assumption, ...] = ()
     repeats: int = 1  # runs of the configuration; the measured figures are their mean
+    spread: Spread | None = None  # what the interval's sigma is made of (the tuning bench)
 
     @property
     def error_pct(self) -> float:
@@ -135,13 +136,15 @@ def check(model: Model, config: tuple[RunResult, ...], split: str) -> Check:
     del run  # from here on only the blind view, until the measured figures are read
     pred = predict_run(model, blind)
     cfg = run_config(model, blind)
-    low, high = interval(model, cfg, pred.rate_sps, pred.held_rel)
     cache = run_cache(model, blind) if blind.mode is Mode.DISK else None
+    parts = spread(model, cfg, pred.held_rel,
+                   loop_share(model, cfg, blind.layout, blind.mode, cache, pred.rate_sps))
+    low, high = parts.interval(pred.rate_sps)
     rates = [runrate.run_rate(r) for r in config]
     return Check(run_label(model, config[0]), blind.mode.value, split,
                  _mean([r.rate_sps for r in rates]) or 0.0, pred.rate_sps, low, high,
                  _mean([r.epoch1_rate_sps for r in rates]), pred.epoch1_sps, cache,
-                 untested(model, cfg), len(config))
+                 untested(model, cfg), len(config), parts)
 
 
 def _loo(ok: list[RunResult], sizes: Sequence[int] | None, policy: str,
