@@ -40,8 +40,12 @@ def per_iter(run: RunResult) -> int:
 
 
 def residual(model: Model, run: RunResult) -> float:
-    predicted = predict_run(model, HeldOut.of(run)).rate_sps
-    return math.log(predicted / (runrate.run_rate(run).rate_sps or 1.0))
+    return residual_of(predict_run(model, HeldOut.of(run)).rate_sps, run)
+
+
+def residual_of(predicted_sps: float, run: RunResult) -> float:
+    """The log error of `predicted_sps` against `run`'s steady rate (`residual`'s)."""
+    return math.log(predicted_sps / (runrate.run_rate(run).rate_sps or 1.0))
 
 
 def log_error(model: Model, runs: list[RunResult]) -> float:

@@ -24,7 +24,7 @@ from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import bounds, fit_loop, fit_prep, fit_reads, fit_storage
 from dsanalyze.whatif.bounds import Bound
-from dsanalyze.whatif.fitruns import residual
+from dsanalyze.whatif.fitruns import residual, residual_of
 from dsanalyze.whatif.intervals import loop_share
 from dsanalyze.whatif.laws import run_cache, run_config
 from dsanalyze.whatif.model import LEVEL, HeldOut, Model, Param, Z
@@ -149,12 +149,15 @@ def fit_sigma(model: Model, runs: list[RunResult], calibrated: int) -> tuple[Mod
         SigmaResidual(len(rated), dof, noise, SETTINGS.noise_floor, Z, LEVEL))
 
 
-def _storage_bound(model: Model, run: RunResult) -> bool:
-    """Whether the model has the storage set `run`'s steady rate (`loop_share` under 1/2)."""
+def _storage_residual(model: Model, run: RunResult) -> float | None:
+    """`run`'s residual log error (`fitruns.residual`) where the model has the storage set its
+    steady rate (`loop_share` under 1/2), else None: one prediction serves both."""
     held = HeldOut.of(run)
-    rate = predict_run(model, held).rate_sps
-    return loop_share(model, run_config(model, held), held.layout, held.mode,
-                      run_cache(model, held), rate) < 0.5
+    predicted = predict_run(model, held).rate_sps
+    if loop_share(model, run_config(model, held), held.layout, held.mode,
+                  run_cache(model, held), predicted) >= 0.5:
+        return None
+    return residual_of(predicted, run)
 
 
 def fit_storage_sigma(model: Model, disk: list[RunResult], throttled: tuple[str, ...]
@@ -165,11 +168,13 @@ def fit_storage_sigma(model: Model, disk: list[RunResult], throttled: tuple[str,
     stated prior: one or two such runs say little of the next one), at least
     `SETTINGS.noise_floor`. The efficiency was solved on their cold windows, not on these
     steady rates: it takes no degree of freedom from them."""
-    runs = [r for r in disk if r.run_id in throttled and runrate.run_rate(r).rate_sps
-            and _storage_bound(model, r)]
+    found = [(r, _storage_residual(model, r)) for r in disk
+             if r.run_id in throttled and runrate.run_rate(r).rate_sps]
+    runs = [r for r, res in found if res is not None]
     if not runs:
         return model, Param("storage_rel_sigma", None, "", (), Fixed(Reason.NO_STORAGE_BOUND_RUN))
-    squares = sum(residual(model, r) ** 2 for r in runs) + SETTINGS.default_rel_sigma ** 2
+    squares = sum(res ** 2 for _, res in found if res is not None) + \
+        SETTINGS.default_rel_sigma ** 2
     sigma = max(SETTINGS.noise_floor, math.sqrt(squares / (len(runs) + 1)))
     return replace(model, storage_rel_sigma=sigma), Param(
         "storage_rel_sigma", sigma, "", tuple(r.run_id for r in runs),
