@@ -224,11 +224,18 @@ def _measure_all(sweep: Sweep, specs: list[RunSpec], measuring: _Measuring,
                 progress(f"[{i}/{len(todo)}] {line}{_repeat_tag(sweep, repeat)}")
             _stop_on_usage_error(result, sweep)
             _stop_on_crash_at_start(result)
-            if measuring.group is not None and measuring.group.lost_node() is not None:
-                raise NodeLost(f"{spec.run_id}: {result.error}; restart every node's "
-                               "harness with --resume")
+            _stop_on_lost_node(spec, result, measuring.group)
         repeat += 1
         todo = next_repeat(sweep, specs, repeat, progress)
+
+
+def _stop_on_lost_node(spec: RunSpec, result: RunResult, group: nodes.NodeGroup | None) -> None:
+    """A run that failed with a node gone stops the sweep. After a run that succeeded, node 0
+    may have ended already (it was the last run) and its store with it: the next run's gate
+    notices a lost node, so the store is not asked."""
+    if result.ok or group is None or group.lost_node() is None:
+        return
+    raise NodeLost(f"{spec.run_id}: {result.error}; restart every node's harness with --resume")
 
 
 def _search(sweep: Sweep, specs: list[RunSpec], measuring: _Measuring, dataset: DatasetInfo,

@@ -321,3 +321,29 @@ def test_a_node_that_fails_before_the_nodes_meet_stops_the_other_at_once(
     other = 1 - failing
     said = _log(tmp_path, other)
     assert f"node {failing} stopped:" in said and "missing-data" in said, said
+
+
+def test_a_run_that_succeeded_is_kept_when_node0_has_ended_since():
+    """Node 0 ends as soon as it has gathered the last run, and its store with it. The other
+    node's run succeeded: that is no lost node (CI once saw node 1 exit 1 with
+    "disk-...: None; restart every node's harness with --resume"). A run that failed with
+    node 0 gone still stops the sweep, naming the run and its error."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from dsanalyze import sweep
+
+    port = _free_port_pair()
+    host = TCPStore("127.0.0.1", port, 2, True, timedelta(seconds=5), wait_for_workers=False)
+    job = Job(nnodes=2, node_rank=1, master_addr="127.0.0.1", master_port=port)
+    client = TCPStore("127.0.0.1", port, 2, False, timedelta(seconds=2))
+    group = nodes.NodeGroup(job, client, client, lost_after_s=1.0)
+    ok = load_runs(DATA_DIR / "report_2ranks")[0]
+    assert ok.ok
+    del host  # node 0's harness ended: its store is gone
+    sweep._stop_on_lost_node(ok.spec, ok, group)  # nothing raised
+    failed = dataclasses.replace(ok, status=Status.FAILED, error="rank 0 lost its peer")
+    with pytest.raises(nodes.NodeLost, match=rf"{ok.spec.run_id}: rank 0 lost its peer; "
+                                              "restart every node's harness with --resume"):
+        sweep._stop_on_lost_node(ok.spec, failed, group)
