@@ -70,9 +70,10 @@ def test_a_rate_the_throttle_sets_carries_the_storage_sigma_not_the_fit(
     scaled = SETTINGS.fit_sigma_scale * fit
     # the CPU sets the free rate: the fit's sigma at least (untested CPU counts add to it)
     assert _sigma(free) >= scaled * (1 - 1e-9)
-    # the throttle's: the storage's sigma, and of the fit's at most a twentieth (the secant
-    # at the fit's interval's end sees the loop only where it is that close to binding)
-    assert abs(_sigma(held) - storage) <= 0.05 * scaled + 1e-9
+    # the throttle's: the storage's sigma, the loop's share of the rate at most a twentieth
+    # (the secant at the fit's interval's end sees the loop only where it is that close to
+    # binding): sigma moves from the storage's by at most that share of either sigma
+    assert abs(_sigma(held) - storage) <= 0.05 * (scaled + storage) + 1e-9
     if storage < 0.9 * scaled:
         assert _sigma(held) < _sigma(free)
 

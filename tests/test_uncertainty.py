@@ -14,6 +14,8 @@ import math
 import numpy as np
 import pytest
 from conftest import DATA_DIR
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dsanalyze import store
 from dsanalyze.analysis import stalls, uncertainty
@@ -73,6 +75,51 @@ def test_block_bootstrap_covers_the_true_rate_of_autocorrelated_series(rho):
         assert low <= hits / 200 <= high, (level, hits)
     low, high = binomial_band(0.5, below + above)
     assert low <= below / (below + above) <= high, (below, above)
+
+
+def epochs_run(epochs: list[np.ndarray], samples: int = 10) -> RunResult:
+    """A cached run of these epochs' iteration times, one after another, no warm-up."""
+    iter_s = np.concatenate(epochs)
+    n = len(iter_s)
+    labels = tuple(e for e, times in enumerate(epochs) for _ in times)
+    rank = RankRecord(0, (0.0,) * n, tuple(map(float, iter_s)), labels, (samples,) * n)
+    return RunResult(RunSpec(Job(data_dir="/d"), Mode.CACHED, Resources(1), 1), "ok",
+                     ranks=(rank,))
+
+
+@pytest.mark.parametrize("n_epochs", [2, 4])
+def test_what_happens_once_an_epoch_is_resampled_in_step_with_the_epochs(n_epochs):
+    """200 runs of epochs of 30 iterations (0.1 s, sd 0.02, 10 samples each) whose last
+    iteration also saves a checkpoint (0.7 s more), as a Lightning script does at every
+    epoch's end: the true rate is 300 / (30 x 0.1 + 0.7) = 81.08 samples/s. The 95% and
+    80% intervals cover it as often as their level says, two-sided (drawing iterations
+    alone gave windows with 0 to 4 checkpoints an epoch: intervals several times too wide,
+    covering every time)."""
+    rng = np.random.default_rng(11)
+    true_sps = 300 / (30 * 0.1 + 0.7)
+    covered = {0.95: 0, 0.8: 0}
+    for _ in range(200):
+        epochs = [rng.normal(0.1, 0.02, 30) + np.r_[np.zeros(29), 0.7] for _ in range(n_epochs)]
+        samples = uncertainty.run_samples(epochs_run(epochs))
+        assert samples.method.epochs == n_epochs
+        for level in covered:
+            ci = samples.interval(level)
+            covered[level] += ci.low_sps <= true_sps <= ci.high_sps
+    for level, hits in covered.items():
+        low, high = binomial_band(level, 200)
+        assert low <= hits / 200 <= high, (level, hits)
+
+
+@given(epoch=st.lists(st.floats(0.001, 2.0), min_size=3, max_size=40),
+       n_epochs=st.integers(2, 5))
+@settings(max_examples=30, deadline=None)
+def test_epochs_alike_give_a_rate_without_spread(epoch, n_epochs):
+    """Every epoch the same iteration times, whatever they are: each replicate draws each
+    place in the epoch from an epoch like the others, so every replicate is the rate."""
+    samples = uncertainty.run_samples(epochs_run([np.array(epoch)] * n_epochs))
+    ci = samples.interval(0.95)
+    assert ci.low_sps == pytest.approx(ci.rate_sps) == pytest.approx(ci.high_sps)
+    assert ci.rate_sps == pytest.approx(10 * len(epoch) / sum(epoch))
 
 
 def test_the_block_grows_with_the_autocorrelation():
