@@ -18,6 +18,7 @@ from dsanalyze.whatif.provenance import (
     CpuStretch,
     DeviceProbe,
     Dropped,
+    EpochEndMedian,
     Fixed,
     MainLoop,
     OutsideWork,
@@ -271,6 +272,11 @@ WORDS: dict[type[Provenance], Callable[[Any], str]] = {
     CpuStep: lambda h: (f"the step runs on the CPU (the script's device): measured at {h.cpus} "
                         f"CPU(s) by {h.runs} synthetic run(s); it shares the cores with the "
                         "loader's workers, and other CPU counts are not predicted"),
+    EpochEndMedian: lambda h: (f"the work between epochs (the script's validation, a checkpoint): "
+                         f"the median of what {h.epochs} epoch-ending iteration(s) of {h.runs} "
+                         f"synthetic run(s) at {h.cpus} CPU(s) took beyond the run's median "
+                         "iteration; the loader's workers have nothing to prepare meanwhile, "
+                         "so it adds to every epoch"),
 }
 
 

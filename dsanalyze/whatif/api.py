@@ -36,6 +36,7 @@ from dsanalyze.whatif.documents import GridRow
 from dsanalyze.whatif.intervals import interval, loop_share, untested
 from dsanalyze.whatif.laws import (
     binding_cache,
+    compute_sps,
     job_ranks,
     layout_for,
     prep_cpu_for,
@@ -43,7 +44,6 @@ from dsanalyze.whatif.laws import (
     reread_share,
     run_cache,
     run_config,
-    step_for,
     workers_for,
 )
 from dsanalyze.whatif.model import LEVEL, Config, HeldOut, Model, run_cpus, run_layout
@@ -150,7 +150,7 @@ def configs(cpus: Sequence[int], caches: Sequence[str], bandwidths: Sequence[int
 def bound_sps(model: Model, cfg: Config, hit_rate: float | None) -> float:
     """docs/design.md's min(G, P, B / ((1 - h) s)) with the fitted rates."""
     ranks = cfg.nproc or model.ranks
-    g = ranks * model.batch_size / step_for(model, cfg)
+    g = compute_sps(model, cfg)
     p = min(cfg.cpus, ranks * max(1, workers_for(model, cfg))) / prep_cpu_for(model, cfg)
     f = math.inf
     bps = read_bps_for(model, cfg.storage_read_bps)
@@ -171,7 +171,7 @@ def predict(model: Model, cfg: Config) -> Prediction:
     disk = _job_rates(node, cfg.nnodes)
     cached = _job_rates(mean_rates(model, cfg, layout, Mode.CACHED, None, cold_first=True),
                         cfg.nnodes)
-    g = ranks * model.batch_size / step_for(model, cfg)
+    g = compute_sps(model, cfg) * cfg.nnodes
     epoch_s, cached_s, compute_s = n / disk.rate_sps, n / cached.rate_sps, n / g
     low, high = interval(model, cfg, disk.rate_sps, disk.held_rel, loop)
     return Prediction(

@@ -18,7 +18,7 @@ from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import fit_prep, fit_restart, pipeline
 from dsanalyze.whatif.fitruns import by_mode
-from dsanalyze.whatif.laws import run_config, step_for, workers_for
+from dsanalyze.whatif.laws import compute_sps, run_config, step_for, workers_for
 from dsanalyze.whatif.model import HeldOut, Model, Param, run_layout
 from dsanalyze.whatif.provenance import (
     CpuStretch,
@@ -43,7 +43,7 @@ def _compute_bound(model: Model, run: RunResult) -> bool:
     """A cached run at least `SETTINGS.prep_bound` of its job's compute rate G: its loader is
     ahead."""
     cfg = run_config(model, HeldOut.of(run))
-    g = (cfg.nproc or model.ranks) * model.batch_size / step_for(model, cfg)
+    g = compute_sps(model, cfg)
     return (runrate.run_rate(run).rate_sps or 0.0) >= SETTINGS.prep_bound * g
 
 

@@ -22,7 +22,7 @@ from dsanalyze.records import LOADER_STAGE, CpuScaling, RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import bounds, pipeline
 from dsanalyze.whatif.fitruns import by_mode, job_key
-from dsanalyze.whatif.laws import run_config, step_for
+from dsanalyze.whatif.laws import compute_sps, run_config
 from dsanalyze.whatif.model import HeldOut, Model, Param, run_cpus, run_layout
 from dsanalyze.whatif.provenance import (
     Contention,
@@ -74,8 +74,7 @@ def _prep_points(model: Model, loaders: list[RunResult], cached: list[RunResult]
         cfg = run_config(model, HeldOut.of(r))
         ranks = cfg.nproc or model.ranks
         if r.mode is Mode.CACHED and not (model.step_s and (runrate.run_rate(r).rate_sps or 0)
-                                          < SETTINGS.prep_bound * ranks * model.batch_size
-                                          / step_for(model, cfg)):
+                                          < SETTINGS.prep_bound * compute_sps(model, cfg)):
             continue
         k = min(cfg.cpus, ranks * max(1, cfg.workers or 0))
         points.setdefault(k, []).append(_solve_prep(replace(model, contention=0.0), r, r.mode))

@@ -20,9 +20,17 @@ from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import pipeline
+from dsanalyze.whatif.epochend import EpochEnd
 from dsanalyze.whatif.fitruns import by_mode, job_key, per_iter
 from dsanalyze.whatif.model import Model, Param, run_cpus, run_layout
-from dsanalyze.whatif.provenance import CpuStep, Fixed, Reason, RingLaw, StepMedian
+from dsanalyze.whatif.provenance import (
+    CpuStep,
+    EpochEndMedian,
+    Fixed,
+    Reason,
+    RingLaw,
+    StepMedian,
+)
 from dsanalyze.whatif.runsizes import file_sizes
 
 
@@ -36,7 +44,7 @@ def _fit_step(results: list[RunResult], base: tuple[int, float | None]
     if base[0] not in by_n:
         return None, 0.0, [Param("ingest_sps", None, "samples/s", (),
                                  Fixed(Reason.NO_SYNTHETIC_RUN))]
-    steps = {n: statistics.median(per_iter(r) / runrate.run_rate(r).rate_sps for r in runs)
+    steps = {n: statistics.median(EpochEnd.of(r).step_s for r in runs)
              for n, runs in by_n.items()}
     params = [Param(f"ingest_sps[ranks={n}]", per_iter(runs[0]) / steps[n],
                     "samples/s", tuple(r.run_id for r in runs),
@@ -63,11 +71,28 @@ def _fit_cpu_step(base: list[RunResult]) -> tuple[tuple[tuple[int, float], ...],
     for r in by_mode(base, Mode.SYNTHETIC):
         if runrate.run_rate(r).rate_sps:
             by.setdefault(run_cpus(r), []).append(r)
-    steps = {k: statistics.median(per_iter(r) / (runrate.run_rate(r).rate_sps or 1.0)
-                                  for r in runs) for k, runs in sorted(by.items())}
+    steps = {k: statistics.median(EpochEnd.of(r).step_s for r in runs)
+             for k, runs in sorted(by.items())}
     return tuple(steps.items()), [Param(
         f"step_s[cpus={k}]", steps[k], "s", tuple(r.run_id for r in by[k]),
         CpuStep(k, len(by[k]))) for k in steps]
+
+
+def _fit_epoch_end(base: list[RunResult]) -> tuple[tuple[tuple[int, float], ...], list[Param]]:
+    """The work between epochs at each CPU count a synthetic run of the base job measured
+    (`whatif/epochend.py`); none where no run has any."""
+    by: dict[int, list[EpochEnd]] = {}
+    ids: dict[int, list[str]] = {}
+    for r in by_mode(base, Mode.SYNTHETIC):
+        if runrate.run_rate(r).rate_sps:
+            by.setdefault(run_cpus(r), []).append(EpochEnd.of(r))
+            ids.setdefault(run_cpus(r), []).append(r.run_id)
+    ends = {k: statistics.median(e.epoch_end_s for e in found) for k, found in sorted(by.items())}
+    if not any(ends.values()):
+        return (), []
+    return tuple(ends.items()), [Param(
+        f"epoch_end_s[cpus={k}]", ends[k], "s", tuple(ids[k]),
+        EpochEndMedian(k, len(by[k]), sum(e.ends for e in by[k]))) for k in ends]
 
 
 def _speedups(runs: list[RunResult], base: RunResult) -> tuple[float, ...]:
@@ -93,6 +118,7 @@ def job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] |
     layout = pipeline.Layout(epochs, batches, epochs * batches, min(job.warmup, batches - 1))
     step, allreduce, g_params = _fit_step(ok, job_key(base[0]))
     by_cpus, cpu_params = _fit_cpu_step(base) if ran.step_uses_cpu else ((), [])
+    epoch_end, end_params = _fit_epoch_end(base)
     weights = {k: 1 / max(v, SETTINGS.noise_floor) ** 2 * SETTINGS.noise_floor ** 2
                for k, v in rate_rel_sigma.items()}
     model = Model(ranks=ran.ranks, batch_size=ran.batch_size, workers=ran.workers,
@@ -105,10 +131,10 @@ def job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] |
                   machine_cpus=base[0].environment.get("cpus_available"), loader=ran.loader,
                   prefetch_factor=ran.prefetch_factor, step_on_cpu=ran.step_uses_cpu,
                   persistent_workers=ran.persistent_workers,
-                  step_s_by_cpus=by_cpus,
+                  step_s_by_cpus=by_cpus, epoch_end_s_by_cpus=epoch_end,
                   fit_weights=weights, measured_sigma=dict(rate_rel_sigma))
     fixed = [Param("samples_per_epoch", float(n_samples), "samples", (base[0].run_id,),
                    Fixed(Reason.SAMPLES_PER_EPOCH)),
              Param("dataset_bytes", float(model.dataset_bytes), "B", (base[0].run_id,),
                    Fixed(Reason.DATASET_BYTES)), size_param]
-    return model, [*g_params, *cpu_params], fixed
+    return model, [*g_params, *cpu_params, *end_params], fixed

@@ -95,6 +95,23 @@ def _base_step(model: Model, cfg: Config) -> float:
     return by[cfg.cpus]
 
 
+def compute_sps(model: Model, cfg: Config) -> float:
+    """G, the job's compute rate (samples/s over a node's ranks): its step and, once an
+    epoch, the work between epochs."""
+    ranks = cfg.nproc or model.ranks
+    per_iter_s = step_for(model, cfg) + epoch_end_for(model, cfg) / model.layout.batches
+    return ranks * model.batch_size / per_iter_s
+
+
+def epoch_end_for(model: Model, cfg: Config) -> float:
+    """The work between epochs at `cfg`'s CPU count: as measured there, else at the nearest
+    CPU count measured (the fewer on a tie); 0 where no synthetic run had any."""
+    by = dict(model.epoch_end_s_by_cpus)
+    if not by:
+        return 0.0
+    return by[min(by, key=lambda k: (abs(k - cfg.cpus), k))]
+
+
 def job_ranks(model: Model, cfg: Config) -> int:
     """Ranks of the whole job: ranks per node x nodes."""
     return (cfg.nproc or model.ranks) * cfg.nnodes

@@ -179,6 +179,9 @@ class Model:
     # synthetic runs of each; it runs in the main process, on the cores the workers use
     step_on_cpu: bool = False
     step_s_by_cpus: tuple[tuple[int, float], ...] = ()
+    # the work between epochs (validation, a checkpoint) per CPU count a synthetic run
+    # measured (`whatif/epochend.py`): it adds to every epoch, the workers idle meanwhile
+    epoch_end_s_by_cpus: tuple[tuple[int, float], ...] = ()
     # such a step beside its loader: per (CPU count, workers), how many times longer the job's
     # CPU work takes than the sharing law says, fitted on those cached runs (`fit_stretch`)
     cpu_stretch_by_cpus: tuple[tuple[int, int, float], ...] = ()

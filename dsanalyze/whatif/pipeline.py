@@ -31,6 +31,12 @@ as its inputs:
   of the other busy processes: alone it takes `gang_step_s`, beside k busy workers on
   C cores its threads run 1 / (1 + ceil(k / C)) of the time and it takes that much
   longer, and the workers have the cores it leaves;
+- the work between epochs (`epoch_end_s`: the script's validation, a checkpoint) follows
+  each epoch's last step, in the main process, before the next epoch's batches are handed
+  out: the workers have nothing to prepare meanwhile (`whatif/epochend.py`); where the
+  job's other reads of its files are that work (`epoch_read_bytes`: a validation pass
+  over the training files), it takes at least their bytes over the storage's bandwidth,
+  and the samples' own reads carry no `reread_share`;
 - workers that are not persistent start again at every epoch; from the second epoch on,
   each spends `restart_cpu_s` of CPU before its first batch (the re-forked worker copying the
   pages of the main process's grown heap it touches), on the cores like any other work;
@@ -88,6 +94,11 @@ class Pipeline:
     gang_step_s: float = 0.0  # a step on the CPU: its time alone at `cpus`, in its threads
     gang_threads: float = 1.0  # the step's threads per rank (the cores it was measured on)
     restart_cpu_s: float = 0.0  # CPU of each worker at each epoch start after the first
+    epoch_end_s: float = 0.0  # the work between epochs, after each epoch's last step
+    # > 0: the job's other reads of its files are that work (a validation pass over the
+    # training files): `reread_share` of these bytes (a node's samples' bytes an epoch) read
+    # at each epoch's end, not with each sample
+    epoch_read_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         if self.ranks < 1 or self.batch_size < 1 or self.workers < 0 or self.cpus <= 0:
@@ -174,7 +185,14 @@ class Restarted(NamedTuple):
     worker: tuple[int, int]
 
 
-Event = ReadStarts | PartDone | ChunkDone | Taken | Received | StepDone | GangStarts | Restarted
+class EpochEnded(NamedTuple):
+    """A rank's work between epochs ended: its next epoch starts."""
+
+    rank: int
+
+
+Event = (ReadStarts | PartDone | ChunkDone | Taken | Received | StepDone | GangStarts
+         | Restarted | EpochEnded)
 
 
 class _PS:
@@ -273,12 +291,12 @@ class _Sim:
         self.pending: dict[Chunk, int] = {}
         self.after: dict[Chunk, float] = {}
         self.io_bytes: dict[Chunk, float] = {}
-        # an event's handler by its type, called with the event's one field (the hot loop's
-        # dispatch: a dict lookup, not a chain of class patterns)
+        # an event's handler by its type, called with its one field (a dict lookup, hot loop)
         self.handlers: dict[type, Callable[[Any], None]] = {
             ReadStarts: self._read_starts, PartDone: self._part_done,
             ChunkDone: self._chunk_done, Taken: self._taken, Received: self._received,
-            StepDone: self._step_done, GangStarts: self._gang_starts, Restarted: self._restarted}
+            StepDone: self._step_done, GangStarts: self._gang_starts, Restarted: self._restarted,
+            EpochEnded: self._epoch_ended}
         self.gang: dict[int, float] = {}  # rank: core-seconds left of its step on the CPU
 
     # -- scheduling helpers ------------------------------------------------------------------
@@ -323,8 +341,9 @@ class _Sim:
         first = t * self.chunk
         n = min(self.chunk, p.batch_size - first)
         idx = [(batch * p.batch_size + i) * p.ranks + rank for i in range(first, first + n)]
+        reread = 0.0 if p.epoch_read_bytes > 0 < p.reread_share else p.reread_share
         nbytes = max(0.0, float(self.miss[epoch][idx].sum())
-                     + p.reread_share * float(self.read[epoch][idx].sum()))
+                     + reread * float(self.read[epoch][idx].sum()))
         prep = p.prep_cpu_s * (n if self.weight is None else float(self.weight[epoch][idx].sum()))
         key = Chunk(rank, w, epoch, batch, t)
         if nbytes > 0 and p.read_bps is not None:
@@ -415,6 +434,21 @@ class _Sim:
         return (*self.cpu.ahead(gang * len(self.gang)), dt_gang, gang)
 
     def _step_done(self, rank: int) -> None:
+        if self.pos[rank][1] + 1 == self.batches and self.p.epoch_end_s > 0:
+            self._timer(self._epoch_end_s(), EpochEnded(rank))  # the work between epochs
+            return
+        self._epoch_ended(rank)
+
+    def _epoch_end_s(self) -> float:
+        """The work between epochs; where it is the job's other reads of its files, at least
+        as long as the storage takes to give them (its CPU runs while they arrive)."""
+        p = self.p
+        if p.epoch_read_bytes <= 0 or p.reread_share <= 0 or p.read_bps is None:
+            return p.epoch_end_s
+        return max(p.epoch_end_s, p.reread_share * p.epoch_read_bytes / p.read_bps)
+
+    def _epoch_ended(self, rank: int) -> None:
+        """The rank's iteration ends (at an epoch's end, after the work between epochs)."""
         if rank == 0:
             self.iter_s.append(self.now - self.iter_start[0])
         pos = self.pos[rank]

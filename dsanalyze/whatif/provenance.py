@@ -310,3 +310,15 @@ class CpuStep(Provenance):
     kind: ClassVar[str] = "cpu_step"
     cpus: int
     runs: int
+
+
+@dataclass(frozen=True)
+class EpochEndMedian(Provenance):
+    """The work between epochs (`jobfit.epoch_end_s`): over `epochs` epoch ends of `runs`
+    synthetic runs at `cpus` CPUs, the median of what their last iteration took beyond
+    the run's median iteration."""
+
+    kind: ClassVar[str] = "epoch_end_median"
+    cpus: int
+    runs: int
+    epochs: int

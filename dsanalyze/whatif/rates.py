@@ -17,6 +17,7 @@ from dsanalyze.whatif import cachesim, pipeline
 from dsanalyze.whatif.heldout import HeldOut
 from dsanalyze.whatif.laws import (
     cpu_stretch,
+    epoch_end_for,
     held_load,
     outside_load,
     prep_cpu_for,
@@ -39,6 +40,8 @@ def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None,
     step = 0.0 if mode is Mode.LOADER else step_for(model, cfg)
     cpu_step = step / (1 - held) if model.step_on_cpu else 0.0  # `held_load`
     s = cpu_stretch(model, cfg, mode)
+    reread = reread_share(model, cache_bytes) if mode is Mode.DISK else 0.0
+    end_s = 0.0 if mode is Mode.LOADER else epoch_end_for(model, cfg)
     return pipeline.Pipeline(
         ranks=cfg.nproc or model.ranks, workers=workers_for(model, cfg),
         batch_size=model.batch_size, prefetch_factor=model.prefetch_factor,
@@ -50,9 +53,16 @@ def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None,
         miss_cpu_s_per_byte=model.miss_cpu_s_per_byte * s,
         read_latency_s=model.device_latency_s,
         size_share=model.size_share, receive_s=model.receive_s,
-        reread_share=reread_share(model, cache_bytes) if mode is Mode.DISK else 0.0,
-        restart_cpu_s=0.0 if model.persistent_workers or mode is Mode.SYNTHETIC
-        else model.restart_cpu_s * s)
+        reread_share=reread, restart_cpu_s=0.0 if model.persistent_workers
+        or mode is Mode.SYNTHETIC else model.restart_cpu_s * s,
+        epoch_end_s=end_s, epoch_read_bytes=_epoch_bytes(model, cfg) if end_s > 0 else 0.0)
+
+
+def _epoch_bytes(model: Model, cfg: Config) -> float:
+    """A node's samples' bytes an epoch: what the job's other reads of its files, where the
+    work between epochs makes them (a validation pass over them), are a share of."""
+    per_sample = model.dataset_bytes / len(model.file_bytes)
+    return per_sample * model.samples_per_epoch / cfg.nnodes
 
 
 def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,
