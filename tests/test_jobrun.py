@@ -103,7 +103,8 @@ def test_the_cpu_step_competes_with_the_workers(runs) -> None:
     quiet = replace(model, others_cpu_s_per_sample=0.0, others_disk_cpu_s_per_sample=0.0)
     one = whatif.predict(quiet, whatif.Config.of(1))
     step_per_sample = dict(model.step_s_by_cpus)[1] / 12
-    restarts = model.workers * model.restart_cpu_s / model.samples_per_epoch
+    restarts = (model.workers * model.restart_cpu_s + model.restart_main_cpu_s) \
+        / model.samples_per_epoch
     serial = step_per_sample + model.prep_cpu_s + model.main_cpu_s / 12 + restarts
     assert 1 / one.rate_sps == pytest.approx(serial, rel=0.10)
     assert 1 / one.rate_sps > 1.3 * max(step_per_sample, model.prep_cpu_s)
@@ -182,7 +183,8 @@ def _slower(run, factor: float):
 def test_workers_that_do_not_persist_start_again_at_every_epoch(runs) -> None:
     """The script's DataLoader has no persistent workers (recorded): each steady epoch pays
     the workers' start-up again, and their restart CPU (its W workers share the C cores
-    while nothing else runs: W X / min(W, C)), which a loader keeping them does not."""
+    while nothing else runs: W X / min(W, C)), then the main process's share M on the one
+    core in its first iteration, which a loader keeping them does not."""
     model = whatif.fit(runs)
     assert not model.persistent_workers and model.startup_s > 0
     kept = replace(model, persistent_workers=True)
@@ -190,5 +192,6 @@ def test_workers_that_do_not_persist_start_again_at_every_epoch(runs) -> None:
     cfg = whatif.Config.of(1)
     again = whatif.predict(replace(model, **quiet), cfg).epoch_s
     once = whatif.predict(replace(kept, **quiet), cfg).epoch_s
-    restart = model.restart_cpu_s * model.workers / min(model.workers, cfg.cpus)
+    restart = model.restart_cpu_s * model.workers / min(model.workers, cfg.cpus) \
+        + model.restart_main_cpu_s
     assert again - once == pytest.approx(model.startup_s + restart, rel=0.1)

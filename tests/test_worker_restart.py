@@ -78,3 +78,41 @@ def test_runs_timed_with_a_restart_give_it_back(cpu_script, restart_ms):
     assert (param.how.low_s, param.how.high_s) == pytest.approx((x, x), rel=0.01)
     kept, (none,) = fit_restart.fit(replace(model, persistent_workers=True), cached)
     assert kept.restart_cpu_s == 0 and none.how.reason.value == "workers_kept"
+
+
+@settings(max_examples=6, deadline=None)
+@given(restart_ms=st.floats(20.0, 400.0), main_ms=st.floats(0.0, 400.0))
+def test_runs_timed_with_the_main_process_share_give_both_back(cpu_script, restart_ms, main_ms):
+    """The main process's share of the restart (its writes to the heap the new workers share,
+    in its first iteration of each later epoch) lengthens that iteration, not its wait: runs
+    timed by the simulation with a worker's restart X and the main's M give back X from
+    their first waits and M from their first iterations; with M = 0 none is reported."""
+    runs, model = cpu_script
+    x, m = restart_ms / 1000, main_ms / 1000
+    cached = [timed_by(replace(model, restart_cpu_s=x, restart_main_cpu_s=m), r) for r in runs
+              if r.mode is Mode.CACHED]
+    fitted, _ = fit_restart.fit(model, cached)
+    assert fitted.restart_cpu_s == pytest.approx(x, rel=0.01)
+    both, found = fit_restart.fit_main(fitted, cached)
+    assert both.restart_main_cpu_s == pytest.approx(m, rel=0.02, abs=1e-3)
+    if found:
+        assert found[0].name == "restart_main_cpu_s"
+
+
+@settings(max_examples=30, deadline=None)
+@given(workers=st.integers(1, 4), cpus=st.integers(1, 3), main_s=st.floats(0.001, 0.5),
+       prep_s=st.floats(0.001, 0.02))
+def test_the_main_process_share_is_paid_once_an_epoch_whatever_the_workers(
+        workers, cpus, main_s, prep_s):
+    """A step off the CPU that the workers keep ahead of (a batch's prep under a third of a
+    step), and a core each: the main process's share of the restart lengthens each later
+    epoch's first iteration by exactly itself, and nothing else moves, whatever the number
+    of workers (the workers are ahead again before the next step ends)."""
+    base = Pipeline(ranks=1, workers=workers, batch_size=BATCH, cpus=cpus + workers,
+                    step_s=0.2, main_cpu_s=0.0, prep_cpu_s=prep_s, read_bps=None)
+    misses = [np.zeros(BATCHES * BATCH) for _ in range(EPOCHS)]
+    plain = simulate(base, misses, BATCHES)
+    paid = simulate(replace(base, restart_main_cpu_s=main_s), misses, BATCHES)
+    for i, t in enumerate(plain.iter_s):
+        later_start = i > 0 and plain.epoch[i] != plain.epoch[i - 1]
+        assert paid.iter_s[i] == pytest.approx(t + main_s * later_start, rel=1e-9, abs=1e-9)

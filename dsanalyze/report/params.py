@@ -21,6 +21,7 @@ from dsanalyze.whatif.provenance import (
     EpochEndMedian,
     Fixed,
     MainLoop,
+    MainRestart,
     OutsideWork,
     PrepLaw,
     PrepUnfitted,
@@ -245,6 +246,15 @@ WORDS: dict[type[Provenance], Callable[[Any], str]] = {
                               "steady epochs its measured ones, less its first epoch's start "
                               f"beyond the simulated one; median of {h.runs}: "
                               f"{_ms_range(h.low_s, h.high_s)}"),
+    MainRestart: lambda h: ("not measured: the main process taken to pay nothing when its "
+                            "workers start again; " + dropped_text(h.dropped) if not h.runs else
+                            "calibrated: the main process's CPU in its first iteration of every "
+                            "epoch after the first (its writes to the heap the new workers "
+                            "share copy the pages, once whatever their number) that makes a "
+                            "cached run's simulated first iterations of its steady epochs "
+                            "its measured ones, given each worker's share (their waits); "
+                            f"median of {h.runs}: {_ms_range(h.low_s, h.high_s)}"
+                            + (f"; {dropped_text(h.dropped)}" if h.dropped else "")),
     ReceiveWait: lambda h: (f"measured: median wait for a batch in the {h.runs} compute-bound "
                             f"cached run(s), whose loader is ahead: "
                             f"{_ms_range(h.low_s, h.high_s)}"),

@@ -119,6 +119,8 @@ def fit_main_and_prep(model: Model, results: list[RunResult]) -> tuple[Model, li
     if model.restart_cpu_s:
         model, main = fit_main(model, results)
         model, prep = fit_prep.fit_cpu(model, results)
+        model, restart_main = fit_restart.fit_main(model, results)
+        restart += restart_main
     return model, main + prep + restart
 
 

@@ -1,5 +1,6 @@
 """Workers that start again at every epoch: the CPU each spends at each epoch start after
-the first, fitted on the first waits of the cached runs' epochs.
+the first, fitted on the first waits of the cached runs' epochs (`fit`); and the main
+process's share, fitted on their first iterations given it (`fit_main`).
 
 A DataLoader without persistent workers forks its workers again at every epoch. Once
 training has started the main process's heap has grown, and a worker forked from it
@@ -10,6 +11,14 @@ waits for it in order: the third epoch's first wait was 250-350 ms with 1 worker
 490-760 ms with 2 (every mode, four sweeps), 255-340 ms with either at 2 CPUs. Per worker
 and epoch, not per sample: the rates alone take it for prep CPU, which a throttle hides
 behind its reads (docs/design.md, "What is implemented").
+
+The main process pays its share in its first iteration, after the wait: its own writes to
+the heap it now shares with the new workers copy the pages, once an epoch whatever their
+number. On the scripts bench's examples runs the epoch's first iteration is 6-9 times a
+steady one with 1 worker and about twice that with 4 (at 1 CPU: 0.28-0.47 s, then
+0.55-1.07 s), its wait only 0.06-0.30 s: the waits alone gave 0.05-0.11 s a worker, the
+iterations 0.21-0.25 s more in the main process. Fitted on the iterations as a worker's
+cost alone (no share of the main's), 3 workers at 1 CPU were predicted 24% slow.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from dsanalyze.whatif import bounds, pipeline
 from dsanalyze.whatif.fitruns import by_mode
 from dsanalyze.whatif.laws import run_config, workers_for
 from dsanalyze.whatif.model import HeldOut, Model, Param
-from dsanalyze.whatif.provenance import Fixed, Reason, WorkerRestart
+from dsanalyze.whatif.provenance import Fixed, MainRestart, Reason, WorkerRestart
 from dsanalyze.whatif.rates import simulate_run
 
 
@@ -65,6 +74,50 @@ def _solve(model: Model, run: RunResult) -> float:
     if at(0.0) >= target:
         return 0.0
     return pipeline.solve(lambda x: -at(x), -target, 1e-4, bounds.RESTART_CPU_S.high)
+
+
+def _solve_main(model: Model, run: RunResult) -> float:
+    """The main process's restart CPU that makes the run's simulated first iterations of its
+    steady epochs (wait and step) their measured ones, each less the first epoch's own
+    start beyond the simulated one, given the workers' (their waits); 0 where the
+    simulation takes as long."""
+    r0, warmup = run.ranks[0], HeldOut.of(run).layout.warmup
+    bare = replace(model, restart_main_cpu_s=0.0)
+    first = _simulated(bare, run)
+    starts = sum(1 for i in range(max(1, warmup), len(r0.epoch))
+                 if r0.epoch[i] != r0.epoch[i - 1])
+    target = _start_waits_s(r0.iter_s, r0.epoch, warmup) - \
+        starts * (r0.wait_s[0] - first.wait_s[0])
+
+    def at(x: float) -> float:
+        tl = first if x == 0 else _simulated(replace(bare, restart_main_cpu_s=x), run)
+        return _start_waits_s(tl.iter_s, tl.epoch, warmup)
+    if at(0.0) >= target:
+        return 0.0
+    return pipeline.solve(lambda x: -at(x), -target, 1e-4, bounds.RESTART_CPU_S.high)
+
+
+def fit_main(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
+    """The main process's CPU at each epoch start after the first (its writes to the heap
+    the new workers share copy its pages: once an epoch, whatever their number), median
+    over the runs `fit` used, given the workers' restart; 0 where they have none."""
+    runs = [r for r in by_mode(results, Mode.LOADER) + by_mode(results, Mode.CACHED)
+            if _restarts(model, r)]
+    if model.persistent_workers or not model.restart_cpu_s or not runs:
+        return replace(model, restart_main_cpu_s=0.0), []
+    solved = {r.run_id: _solve_main(model, r) for r in runs}
+    # a run solved at the solver's limit did not determine it (its first iterations longer
+    # than any restart makes them): left out, named
+    over = [i for i, x in solved.items() if x >= bounds.RESTART_CPU_S.high]
+    found = {i: x for i, x in solved.items() if i not in over}
+    dropped = bounds.RESTART_CPU_S.dropped(bounds.RESTART_CPU_S.high, over) if over else None
+    if not found:
+        return replace(model, restart_main_cpu_s=0.0), [Param(
+            "restart_main_cpu_s", 0.0, "s", tuple(over), MainRestart(0, 0.0, 0.0, dropped))]
+    value = statistics.median(found.values())
+    return replace(model, restart_main_cpu_s=value), [Param(
+        "restart_main_cpu_s", value, "s", tuple(found), MainRestart(
+            len(found), min(found.values()), max(found.values()), dropped))]
 
 
 def fit(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:

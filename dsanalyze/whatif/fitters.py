@@ -72,10 +72,11 @@ def measured(model: Model, params: list[Param]) -> int:
 
 
 def _prep_dof(model: Model, params: list[Param]) -> int:
-    # c_prep, the contention where the runs (not the machine's probe) fitted it, and the
-    # workers' restart where the waits gave one
+    # c_prep, the contention where the runs (not the machine's probe) fitted it, the
+    # workers' restart where the waits gave one, the main process's share where the first
+    # iterations did
     return 1 + int(model.contention > 0 and not model.contention_probed) + \
-        int(model.restart_cpu_s > 0)
+        int(model.restart_cpu_s > 0) + int(model.restart_main_cpu_s > 0)
 
 
 def _one(model: Model, params: list[Param]) -> int:

@@ -155,6 +155,7 @@ class Model:
     startup_s: float = 0.0  # first iteration's extra wait (worker start-up)
     # CPU of each worker that is not persistent at each epoch start after the first
     restart_cpu_s: float = 0.0
+    restart_main_cpu_s: float = 0.0  # the main process's share of the restart (`fit_restart`)
     params: tuple[Param, ...] = ()
     contention: float = 0.0  # c(k) = c_prep * (1 + contention * (k - 1))
     contention_probed: bool = False  # contention from the machine's probe, not the job's runs

@@ -39,7 +39,9 @@ as its inputs:
   and the samples' own reads carry no `reread_share`;
 - workers that are not persistent start again at every epoch; from the second epoch on,
   each spends `restart_cpu_s` of CPU before its first batch (the re-forked worker copying the
-  pages of the main process's grown heap it touches), on the cores like any other work;
+  pages of the main process's grown heap it touches), on the cores like any other work,
+  and the main process `restart_main_cpu_s` in its first iteration (its own writes to the
+  heap the workers share copy the pages: once an epoch, whatever their number);
 - `cpus` cores are shared equally by every process that wants CPU (at most one
   core each); the storage bandwidth `read_bps` is shared equally by every
   worker that is reading (None: reads cost no time: the device was not measured).
@@ -94,6 +96,9 @@ class Pipeline:
     gang_step_s: float = 0.0  # a step on the CPU: its time alone at `cpus`, in its threads
     gang_threads: float = 1.0  # the step's threads per rank (the cores it was measured on)
     restart_cpu_s: float = 0.0  # CPU of each worker at each epoch start after the first
+    # the main process's CPU at each such start, in its first iteration (writing its heap,
+    # shared with the new workers, copies the pages: once, whatever their number)
+    restart_main_cpu_s: float = 0.0
     epoch_end_s: float = 0.0  # the work between epochs, after each epoch's last step
     # > 0: the job's other reads of its files are that work (a validation pass over the
     # training files): `reread_share` of these bytes (a node's samples' bytes an epoch) read
@@ -407,7 +412,8 @@ class _Sim:
         if rank == 0:  # the wait ends with the batch in hand; the loop's own work follows
             self.wait_s.append(self.now - self.iter_start[0])
             self.epoch_of.append(epoch)
-        self._cpu(self.p.main_cpu_s, GangStarts(rank) if self.p.gang_step_s > 0
+        restart = self.p.restart_main_cpu_s if epoch and batch == 0 else 0.0
+        self._cpu(self.p.main_cpu_s + restart, GangStarts(rank) if self.p.gang_step_s > 0
                   else Received(rank))
 
     def _received(self, rank: int) -> None:

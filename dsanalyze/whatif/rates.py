@@ -42,6 +42,8 @@ def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None,
     s = cpu_stretch(model, cfg, mode)
     reread = reread_share(model, cache_bytes) if mode is Mode.DISK else 0.0
     end_s = 0.0 if mode is Mode.LOADER else epoch_end_for(model, cfg)
+    restarts_kept = model.persistent_workers or mode is Mode.SYNTHETIC \
+        or workers_for(model, cfg) == 0
     return pipeline.Pipeline(
         ranks=cfg.nproc or model.ranks, workers=workers_for(model, cfg),
         batch_size=model.batch_size, prefetch_factor=model.prefetch_factor,
@@ -53,8 +55,8 @@ def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None,
         miss_cpu_s_per_byte=model.miss_cpu_s_per_byte * s,
         read_latency_s=model.device_latency_s,
         size_share=model.size_share, receive_s=model.receive_s,
-        reread_share=reread, restart_cpu_s=0.0 if model.persistent_workers
-        or mode is Mode.SYNTHETIC else model.restart_cpu_s * s,
+        reread_share=reread, restart_cpu_s=0.0 if restarts_kept else model.restart_cpu_s * s,
+        restart_main_cpu_s=0.0 if restarts_kept else model.restart_main_cpu_s * s,
         epoch_end_s=end_s, epoch_read_bytes=_epoch_bytes(model, cfg) if end_s > 0 else 0.0)
 
 
