@@ -46,7 +46,8 @@ def _restarts(model: Model, run: RunResult) -> bool:
 
 
 def _start_waits_s(wait_s: Sequence[float], epoch: Sequence[int], warmup: int) -> float:
-    """The first waits of the epochs after the first, in the steady window, summed."""
+    """The first waits (or iterations) of the epochs after the first, in the steady window,
+    summed."""
     return sum(w for i, (w, e) in enumerate(zip(wait_s, epoch))
                if i >= warmup and i and e != epoch[i - 1])
 
@@ -56,42 +57,24 @@ def _simulated(model: Model, run: RunResult) -> pipeline.Timeline:
     return simulate_run(model, run_config(model, held), held.layout, run.mode)
 
 
-def _solve(model: Model, run: RunResult) -> float:
-    """The restart CPU that makes the run's simulated first waits of its steady epochs its
-    measured ones, each less the first epoch's own start beyond the simulated one (the
-    workers' start-up, which every epoch pays); 0 where the simulation waits as long."""
+def _solve(model: Model, run: RunResult, share: str = "restart_cpu_s",
+           series: str = "wait_s") -> float:
+    """The restart CPU `share` (each worker's, or the main process's) that makes the run's
+    simulated `series` at the first iterations of its steady epochs (their waits, or the
+    whole iterations) its measured one, each less the first epoch's own start beyond the
+    simulated one (the workers' start-up, which every epoch pays); 0 where the simulation
+    takes as long."""
     r0, warmup = run.ranks[0], HeldOut.of(run).layout.warmup
-    bare = replace(model, startup_s=0.0, restart_cpu_s=0.0)
+    bare = replace(model, startup_s=0.0, **{share: 0.0})
     first = _simulated(bare, run)
     starts = sum(1 for i in range(max(1, warmup), len(r0.epoch))
                  if r0.epoch[i] != r0.epoch[i - 1])
-    target = _start_waits_s(r0.wait_s, r0.epoch, warmup) - \
+    target = _start_waits_s(getattr(r0, series), r0.epoch, warmup) - \
         starts * (r0.wait_s[0] - first.wait_s[0])
 
     def at(x: float) -> float:
-        tl = first if x == 0 else _simulated(replace(bare, restart_cpu_s=x), run)
-        return _start_waits_s(tl.wait_s, tl.epoch, warmup)
-    if at(0.0) >= target:
-        return 0.0
-    return pipeline.solve(lambda x: -at(x), -target, 1e-4, bounds.RESTART_CPU_S.high)
-
-
-def _solve_main(model: Model, run: RunResult) -> float:
-    """The main process's restart CPU that makes the run's simulated first iterations of its
-    steady epochs (wait and step) their measured ones, each less the first epoch's own
-    start beyond the simulated one, given the workers' (their waits); 0 where the
-    simulation takes as long."""
-    r0, warmup = run.ranks[0], HeldOut.of(run).layout.warmup
-    bare = replace(model, restart_main_cpu_s=0.0)
-    first = _simulated(bare, run)
-    starts = sum(1 for i in range(max(1, warmup), len(r0.epoch))
-                 if r0.epoch[i] != r0.epoch[i - 1])
-    target = _start_waits_s(r0.iter_s, r0.epoch, warmup) - \
-        starts * (r0.wait_s[0] - first.wait_s[0])
-
-    def at(x: float) -> float:
-        tl = first if x == 0 else _simulated(replace(bare, restart_main_cpu_s=x), run)
-        return _start_waits_s(tl.iter_s, tl.epoch, warmup)
+        tl = first if x == 0 else _simulated(replace(bare, **{share: x}), run)
+        return _start_waits_s(getattr(tl, series), tl.epoch, warmup)
     if at(0.0) >= target:
         return 0.0
     return pipeline.solve(lambda x: -at(x), -target, 1e-4, bounds.RESTART_CPU_S.high)
@@ -105,7 +88,7 @@ def fit_main(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]
             if _restarts(model, r)]
     if model.persistent_workers or not model.restart_cpu_s or not runs:
         return replace(model, restart_main_cpu_s=0.0), []
-    solved = {r.run_id: _solve_main(model, r) for r in runs}
+    solved = {r.run_id: _solve(model, r, "restart_main_cpu_s", "iter_s") for r in runs}
     # a run solved at the solver's limit did not determine it (its first iterations longer
     # than any restart makes them): left out, named
     over = [i for i, x in solved.items() if x >= bounds.RESTART_CPU_S.high]
