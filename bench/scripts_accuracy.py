@@ -40,8 +40,11 @@ run of this bench (examples and timm, 1 CPU, unlimited cache, 4 MB/s). The scrip
 (the CPU stretch, the interval's shape: sigma by what sets the rate, checked with
 bench/interval_tuning.py on them) were chosen with four sweeps of this bench at its
 defaults in view (`TUNED_ON`: seed 5, workers 1,2, none,6M): those are a tuning grid now.
-Score on a fresh one, other images, worker counts and bandwidth, e.g.
-`--dir /tmp/dsa-scripts-bench5 --seed 7 --workers 1,3 --bw none,5M`.
+The work between epochs and the main process's share of the workers' restart were chosen
+with those and with the later scoring sweeps in view (seed 7, workers 1,3, none,5M; seed
+9, workers 1,4, none,4M, twice): tuning grids too. Score on a fresh one, other images,
+worker counts and bandwidth, e.g. `--dir /tmp/dsa-scripts-bench7 --seed 11 --workers 1,3
+--bw none,3M`.
 `--repeats-in DIR...`: other sweeps of the same grid; prints how far a single disk run lies
 from itself measured again (the noise floor no model beats on single runs).
 
@@ -78,7 +81,9 @@ from dsanalyze.whatif.validation import check, configurations  # noqa: E402
 IMAGES, CLASSES, SIZE, JITTER, SEED = 240, 4, (400, 300), 0.2, 5
 # the runs whose misses the model's script rules (the CPU stretch, the interval's width) were
 # chosen on: this bench at its defaults (seed 5, workers 1,2, none,6M), four sweeps
-TUNED_ON = "/tmp/dsa-scripts-bench{,2,3,4} (seed 5, workers 1,2, bandwidths none,6M)"
+TUNED_ON = ("/tmp/dsa-scripts-bench{,2,3,4} (seed 5, workers 1,2, bandwidths none,6M), "
+            "/tmp/dsa-scripts-bench5 (seed 7, workers 1,3, none,5M) and "
+            "/tmp/dsa-scripts-bench6{,b} (seed 9, workers 1,4, none,4M)")
 SCRIPTS = {  # name: (file under tests/scripts, its own arguments; {w}: its worker count)
     "examples": ("train_examples.py", ("-j", "{w}", "-b", "12", "--epochs", "3",
                                        "--img-size", "32")),
