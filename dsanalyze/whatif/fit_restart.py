@@ -45,6 +45,12 @@ def _restarts(model: Model, run: RunResult) -> bool:
         and held.layout.iters > held.layout.batches > held.layout.warmup
 
 
+def _restart_runs(model: Model, results: list[RunResult]) -> list[RunResult]:
+    """The loader and cached runs whose workers start again in their steady window."""
+    return [r for r in by_mode(results, Mode.LOADER) + by_mode(results, Mode.CACHED)
+            if _restarts(model, r)]
+
+
 def _start_waits_s(wait_s: Sequence[float], epoch: Sequence[int], warmup: int) -> float:
     """The first waits (or iterations) of the epochs after the first, in the steady window,
     summed."""
@@ -84,8 +90,7 @@ def fit_main(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]
     """The main process's CPU at each epoch start after the first (its writes to the heap
     the new workers share copy its pages: once an epoch, whatever their number), median
     over the runs `fit` used, given the workers' restart; 0 where they have none."""
-    runs = [r for r in by_mode(results, Mode.LOADER) + by_mode(results, Mode.CACHED)
-            if _restarts(model, r)]
+    runs = _restart_runs(model, results)
     if model.persistent_workers or not model.restart_cpu_s or not runs:
         return replace(model, restart_main_cpu_s=0.0), []
     solved = {r.run_id: _solve(model, r, "restart_main_cpu_s", "iter_s") for r in runs}
@@ -111,8 +116,7 @@ def fit(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
         reason = Reason.WORKERS_KEPT if model.persistent_workers else Reason.NO_RESTART_RUN
         return replace(model, restart_cpu_s=0.0), [
             Param("restart_cpu_s", 0.0, "s", (), Fixed(reason))]
-    runs = [r for r in by_mode(results, Mode.LOADER) + by_mode(results, Mode.CACHED)
-            if _restarts(model, r)]
+    runs = _restart_runs(model, results)
     if not runs:
         return replace(model, restart_cpu_s=0.0), [
             Param("restart_cpu_s", 0.0, "s", (), Fixed(Reason.NO_RESTART_RUN))]

@@ -218,16 +218,13 @@ class WorkerRestart(Provenance):
 
 
 @dataclass(frozen=True)
-class MainRestart(Provenance):
+class MainRestart(WorkerRestart):
     """The main process's share of the workers' restart: its CPU in its first iteration of
     each epoch after the first that makes each of `runs` runs' simulated first iterations
-    their measured ones, given the workers' share (median used)."""
+    their measured ones, given the workers' share (median used; `runs` 0: every run was at
+    the solver's limit, `dropped` names them, and those of a median kept)."""
 
     kind: ClassVar[str] = "main_restart"
-    runs: int
-    low_s: float
-    high_s: float
-    dropped: Dropped | None = None  # the median at the solver's limit: taken as 0
 
 
 @dataclass(frozen=True)
