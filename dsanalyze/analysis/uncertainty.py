@@ -22,9 +22,8 @@ A window of two or more epochs is resampled in step with them (`epoch_replicates
 happens once an epoch (a checkpoint saved at its end, the workers forked again at its
 start, the last partial batch) happens once an epoch in every replicate. Each block of b
 positions in the epoch is drawn from the epochs that hold it (with replacement, as many
-times as they are), so the replicates
-vary by what differs between epochs at the same place, never by how many epoch ends they
-happened to draw: a Lightning script's checkpoint, 0.7 s once every 20 steps of 25 ms,
+times as they are), so the replicates vary by what differs between epochs at the same
+place, never by how many epoch ends they happened to draw: a Lightning script's checkpoint, 0.7 s once every 20 steps of 25 ms,
 gave its rate an interval from 0.6 to 2.6 times itself when its iterations were drawn
 alone. The spread rests on E epochs at each place, so it is widened by sqrt(E / (E - 1))
 (the bootstrap's variance of a mean of E) and by t/z for blocks x (E - 1) degrees of
@@ -188,10 +187,11 @@ def run_samples(result: RunResult, n_resamples: int = SETTINGS.n_resamples) -> R
     rng = np.random.default_rng(_seed(result.run_id))
     hat = samples.sum() / iters.sum(axis=1).max()
     r0, c0 = window.ranks[0], window.chosen[0][:n]
-    places = epoch_places([r0.epoch[i] for i in c0], _positions(r0.epoch, c0), b)
+    epochs = [r0.epoch[i] for i in c0]
+    places = epoch_places(epochs, _positions(r0.epoch, c0), b)
     if places is not None:
         rep, factor = epoch_replicates(samples, iters, places, n_resamples, rng)
-        method = RateMethod(b, n, epochs=len({r0.epoch[i] for i in c0}))
+        method = RateMethod(b, n, epochs=len(set(epochs)))
     else:
         idx = block_indices(n, b, n_resamples, rng)
         # (ranks, resamples, n) -> per resample: all ranks' samples / the longest rank's time

@@ -169,13 +169,13 @@ def fit_storage_sigma(model: Model, disk: list[RunResult], throttled: tuple[str,
     stated prior: one or two such runs say little of the next one), at least
     `SETTINGS.noise_floor`. The efficiency was solved on their cold windows, not on these
     steady rates: it takes no degree of freedom from them."""
-    found = [(r, _storage_residual(model, r)) for r in disk
-             if r.run_id in throttled and runrate.run_rate(r).rate_sps]
-    runs = [r for r, res in found if res is not None]
+    # (run, residual): runs of one id from two prefixes stay apart
+    found = [(r, res) for r in disk if r.run_id in throttled and runrate.run_rate(r).rate_sps
+             and (res := _storage_residual(model, r)) is not None]
+    runs = [r for r, _ in found]
     if not runs:
         return model, Param("storage_rel_sigma", None, "", (), Fixed(Reason.NO_STORAGE_BOUND_RUN))
-    squares = sum(res ** 2 for _, res in found if res is not None) + \
-        SETTINGS.default_rel_sigma ** 2
+    squares = sum(res ** 2 for _, res in found) + SETTINGS.default_rel_sigma ** 2
     sigma = max(SETTINGS.noise_floor, math.sqrt(squares / (len(runs) + 1)))
     return replace(model, storage_rel_sigma=sigma), Param(
         "storage_rel_sigma", sigma, "", tuple(r.run_id for r in runs),

@@ -64,15 +64,20 @@ def _fit_step(results: list[RunResult], base: tuple[int, float | None]
     return steps[base[0]], allreduce, params
 
 
-def _fit_cpu_step(base: list[RunResult]) -> tuple[tuple[tuple[int, float], ...], list[Param]]:
-    """A step on the CPU: its time per iteration at each CPU count a synthetic run of the
-    base job measured (the step's threads take every core; no law across counts)."""
+def _synthetic_by_cpus(base: list[RunResult]) -> dict[int, list[RunResult]]:
+    """The base job's synthetic runs with a rate, by CPU count, fewest first."""
     by: dict[int, list[RunResult]] = {}
     for r in by_mode(base, Mode.SYNTHETIC):
         if runrate.run_rate(r).rate_sps:
             by.setdefault(run_cpus(r), []).append(r)
-    steps = {k: statistics.median(EpochEnd.of(r).step_s for r in runs)
-             for k, runs in sorted(by.items())}
+    return dict(sorted(by.items()))
+
+
+def _fit_cpu_step(base: list[RunResult]) -> tuple[tuple[tuple[int, float], ...], list[Param]]:
+    """A step on the CPU: its time per iteration at each CPU count a synthetic run of the
+    base job measured (the step's threads take every core; no law across counts)."""
+    by = _synthetic_by_cpus(base)
+    steps = {k: statistics.median(EpochEnd.of(r).step_s for r in runs) for k, runs in by.items()}
     return tuple(steps.items()), [Param(
         f"step_s[cpus={k}]", steps[k], "s", tuple(r.run_id for r in by[k]),
         CpuStep(k, len(by[k]))) for k in steps]
@@ -81,18 +86,14 @@ def _fit_cpu_step(base: list[RunResult]) -> tuple[tuple[tuple[int, float], ...],
 def _fit_epoch_end(base: list[RunResult]) -> tuple[tuple[tuple[int, float], ...], list[Param]]:
     """The work between epochs at each CPU count a synthetic run of the base job measured
     (`whatif/epochend.py`); none where no run has any."""
-    by: dict[int, list[EpochEnd]] = {}
-    ids: dict[int, list[str]] = {}
-    for r in by_mode(base, Mode.SYNTHETIC):
-        if runrate.run_rate(r).rate_sps:
-            by.setdefault(run_cpus(r), []).append(EpochEnd.of(r))
-            ids.setdefault(run_cpus(r), []).append(r.run_id)
-    ends = {k: statistics.median(e.epoch_end_s for e in found) for k, found in sorted(by.items())}
+    runs = _synthetic_by_cpus(base)
+    found = {k: [EpochEnd.of(r) for r in rs] for k, rs in runs.items()}
+    ends = {k: statistics.median(e.epoch_end_s for e in fs) for k, fs in found.items()}
     if not any(ends.values()):
         return (), []
     return tuple(ends.items()), [Param(
-        f"epoch_end_s[cpus={k}]", ends[k], "s", tuple(ids[k]),
-        EpochEndMedian(k, len(by[k]), sum(e.ends for e in by[k]))) for k in ends]
+        f"epoch_end_s[cpus={k}]", ends[k], "s", tuple(r.run_id for r in runs[k]),
+        EpochEndMedian(k, len(found[k]), sum(e.ends for e in found[k]))) for k in ends]
 
 
 def _speedups(runs: list[RunResult], base: RunResult) -> tuple[float, ...]:

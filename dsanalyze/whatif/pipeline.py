@@ -105,6 +105,12 @@ class Pipeline:
     # at each epoch's end, not with each sample
     epoch_read_bytes: float = 0.0
 
+    @property
+    def epoch_rereads(self) -> bool:
+        """The job's other reads of its files are read at each epoch's end (`epoch_read_bytes`),
+        not with each sample."""
+        return self.epoch_read_bytes > 0 and self.reread_share > 0
+
     def __post_init__(self) -> None:
         if self.ranks < 1 or self.batch_size < 1 or self.workers < 0 or self.cpus <= 0:
             raise ConfigError("pipeline needs ranks, batch size and cpus above 0")
@@ -346,7 +352,7 @@ class _Sim:
         first = t * self.chunk
         n = min(self.chunk, p.batch_size - first)
         idx = [(batch * p.batch_size + i) * p.ranks + rank for i in range(first, first + n)]
-        reread = 0.0 if p.epoch_read_bytes > 0 < p.reread_share else p.reread_share
+        reread = 0.0 if p.epoch_rereads else p.reread_share
         nbytes = max(0.0, float(self.miss[epoch][idx].sum())
                      + reread * float(self.read[epoch][idx].sum()))
         prep = p.prep_cpu_s * (n if self.weight is None else float(self.weight[epoch][idx].sum()))
@@ -449,7 +455,7 @@ class _Sim:
         """The work between epochs; where it is the job's other reads of its files, at least
         as long as the storage takes to give them (its CPU runs while they arrive)."""
         p = self.p
-        if p.epoch_read_bytes <= 0 or p.reread_share <= 0 or p.read_bps is None:
+        if not p.epoch_rereads or p.read_bps is None:
             return p.epoch_end_s
         return max(p.epoch_end_s, p.reread_share * p.epoch_read_bytes / p.read_bps)
 
