@@ -45,8 +45,14 @@ with those and with the later scoring sweeps in view (seed 7, workers 1,3, none,
 9, workers 1,4, none,4M, twice): tuning grids too. Score on a fresh one, other images,
 worker counts and bandwidth, e.g. `--dir /tmp/dsa-scripts-bench7 --seed 11 --workers 1,3
 --bw none,3M`.
-`--repeats-in DIR...`: other sweeps of the same grid; prints how far a single disk run lies
-from itself measured again (the noise floor no model beats on single runs).
+`--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
+cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
+DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
+single run lies from the mean of its configuration's other runs: the error a model that knew
+each configuration's mean rate would make on single runs, the floor no prediction scored on
+one run beats. On 2 cores, a CPU-trained script at both CPUs lies up to 28-33% from its own
+mean (`--dir /tmp/dsa-scripts-bench7 --rescore --noise-repeats 5`, examples and timm): the
+15% maximum is below that floor there.
 
 Runtime: 3 scripts x 2 CPU counts x (synthetic, cached, 2 disk runs at the fewest workers;
 cached, 2 disk at the others: the step is measured once), 42 runs, then the fits (two
@@ -201,17 +207,41 @@ def noise(runs: list[RunResult]) -> list[float]:
     return [100 * (max(v) - min(v)) / statistics.fmean(v) for v in groups.values() if len(v) > 1]
 
 
-def repeat_noise(dirs: list[Path], scripts: list[str]) -> list[float]:
-    """The spread, (max - min) / mean, of each disk run measured again in other sweeps of the
-    same grid (`dirs`: same script, worker count and run id): the single-run noise floor."""
-    rates: dict[tuple[str, str], list[float]] = {}
+def repeat_noise(dirs: list[Path], scripts: list[str], mode: Mode = Mode.DISK) -> list[float]:
+    """How far each `mode` run of a configuration measured more than once (in other sweeps
+    of the same grid, or as the harness's repeats: `--noise-repeats`) lies from the mean of
+    its other runs, |run / mean - 1| in %: the error on single runs of a model that knew
+    each configuration's mean rate, the noise floor a prediction scored on one run cannot
+    beat (a disk run whose throttle binds is left out: the throttle sets its rate). A
+    configuration is the script, its workers and the run's resources."""
+    rates: dict[tuple[str, int, str], list[float]] = {}
     for d in dirs:
         for name, runs in recorded(d, scripts).items():
             for r in runs:
-                if r.mode is Mode.DISK and stalls.run_rate(r).rate_sps:
-                    key = (f"{name}-w{HeldOut.of(r).job.workers}", r.run_id)
-                    rates.setdefault(key, []).append(stalls.run_rate(r).rate_sps)
-    return [100 * (max(v) - min(v)) / statistics.fmean(v) for v in rates.values() if len(v) > 1]
+                if r.mode is mode and _unbound(r) and (rate := stalls.run_rate(r).rate_sps):
+                    key = (name, HeldOut.of(r).job.workers, r.spec.resources.key)
+                    rates.setdefault(key, []).append(rate)
+    return [100 * abs(x / statistics.fmean(v[:i] + v[i + 1:]) - 1)
+            for v in rates.values() if len(v) > 1 for i, x in enumerate(v)]
+
+
+def measure_noise(base: Path, scripts: list[str], workers: list[int], cpus: str,
+                  repeats: int) -> None:
+    """The unthrottled cached and disk runs of every script and worker count at `cpus`, each
+    `repeats` times (the harness's --repeats, interleaved), under `base`/noise: how far a
+    single run lies from itself measured again."""
+    data = base / "data"
+    for name in scripts:
+        file, args = SCRIPTS[name]
+        for w in workers:
+            argv = [sys.executable, str(REPO / "harness.py"), "--data", str(data), "--prefix",
+                    str(base / "noise" / f"{name}-w{w}"), "--cpus", cpus, "--cache", "0",
+                    "--storage-bw", "none", "--modes", "cached,disk", "--repeats", str(repeats),
+                    *HARNESS, str(REPO / "tests" / "scripts" / file), str(data),
+                    *(a.format(w=w) for a in args)]
+            rc = subprocess.run(argv, cwd=REPO, stdout=subprocess.DEVNULL).returncode
+            print(f"  noise: {name} with {w} worker(s) at {cpus} CPU(s), {repeats} repeats: "
+                  f"harness exit status {rc}", flush=True)
 
 
 def scores(checks: list[whatif.Check]) -> dict[str, float]:
@@ -247,13 +277,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bw", default="none,6M")
     ap.add_argument("--cache", default="0")
     ap.add_argument("--seed", type=int, default=SEED, help="the images' seed (a fresh grid)")
-    ap.add_argument("--rescore", action="store_true", help="score the runs under --dir only")
+    ap.add_argument("--rescore", action="store_true",
+                    help="measure no sweep: score the runs under --dir (--noise-repeats aside)")
     ap.add_argument("--repeats-in", type=Path, nargs="*", default=[],
                     help="other sweeps of the same grid: print the single-run noise floor")
+    ap.add_argument("--noise-repeats", type=int, default=0,
+                    help="measure the unthrottled runs at the most CPUs this many times more "
+                         "(under DIR/noise): the single-run noise floor")
     ns = ap.parse_args(argv)
+    scripts, workers = ns.scripts.split(","), [int(w) for w in ns.workers.split(",")]
     if not ns.rescore:
-        measure(ns.dir, ns.scripts.split(","), [int(w) for w in ns.workers.split(",")],
-                ns.cpus, ns.bw, ns.cache, ns.seed)
+        measure(ns.dir, scripts, workers, ns.cpus, ns.bw, ns.cache, ns.seed)
+    if ns.noise_repeats > 1:
+        measure_noise(ns.dir, scripts, workers, ns.cpus.split(",")[-1], ns.noise_repeats)
     by_script = recorded(ns.dir, ns.scripts.split(","))
     loo, extra, refused, spread = [], [], [], []
     with ProcessPoolExecutor(2) as pool:  # the fits of two scripts at once, on 2 cores
@@ -273,11 +309,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run-to-run noise: disk runs the model cannot tell apart (throttles that do not "
               f"bind) lie apart by median {statistics.median(spread):.0f}%, max "
               f"{max(spread):.0f}% of their mean over {len(spread)} group(s)")
-    floor = repeat_noise([ns.dir, *ns.repeats_in], ns.scripts.split(","))
-    if floor:
-        print(f"single-run noise floor: a disk run measured again in {len(ns.repeats_in)} other "
-              f"sweep(s) lies apart by median {statistics.median(floor):.0f}%, max "
-              f"{max(floor):.0f}% of their mean over {len(floor)} run(s)")
+    again = [ns.dir, *ns.repeats_in, *([ns.dir / "noise"] if (ns.dir / "noise").is_dir() else [])]
+    for mode, what in ((Mode.CACHED, "a cached run (the fit's)"), (Mode.DISK, "a disk run whose throttle does not bind")):
+        floor = repeat_noise(again, scripts, mode)
+        if floor:
+            print(f"single-run noise floor: {what} lies from the mean of its configuration's "
+                  f"other runs (other sweeps, repeats) by median {statistics.median(floor):.1f}%, "
+                  f"max {max(floor):.1f}% over {len(floor)} run(s)")
     lines = [_line("leave-one-out", scores(loo)) if loo else "leave-one-out: nothing predicted",
              _line("extrapolation", scores(extra)) if extra else "extrapolation: nothing predicted"]
     print("figure: " + "; ".join(lines))
