@@ -169,6 +169,20 @@ def extrapolation(runs: list[RunResult]) -> tuple[list[whatif.Check], list[str]]
     return checks, refused
 
 
+def extrapolation_on_repeats(runs: list[RunResult], again: list[RunResult], pooled: bool
+                             ) -> list[whatif.Check]:
+    """The extrapolation split, every held-out disk run of the sweep and of `again` (DIR/noise:
+    configurations measured again, the harness's repeats) scored alone (a single run each,
+    never a mean of repeats); `pooled`: `again`'s runs of the fit configurations in the fit
+    too, else the sweep's single runs alone."""
+    workers = lambda r: HeldOut.of(r).job.workers  # noqa: E731
+    fewest = min(map(workers, runs))
+    fitted = lambda r: workers(r) == fewest and r.spec.resources.storage_read_bps is None  # noqa: E731
+    model = whatif.fit([r for r in (runs + again if pooled else runs) if fitted(r)])
+    return [check(model, (r,), "extrapolation") for r in runs + again
+            if r.mode is Mode.DISK and not fitted(r) and HeldOut.of(r).cpus in model.measured_cpus]
+
+
 def splits(runs: list[RunResult]) -> tuple[list[whatif.Check], list[whatif.Check], list[str]]:
     """One script's held-out runs: leave-one-out's, extrapolation's, and its refusals."""
     return [*whatif.validate(runs).splits[0].checks], *extrapolation(runs)
@@ -316,6 +330,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"single-run noise floor: {what} lies from the mean of its configuration's "
                   f"other runs (other sweeps, repeats) by median {statistics.median(floor):.1f}%, "
                   f"max {max(floor):.1f}% over {len(floor)} run(s)")
+    again = recorded(ns.dir / "noise", scripts) if (ns.dir / "noise").is_dir() else {}
+    if again:
+        for pooled, how in ((False, "fitted on the sweep's single runs"),
+                            (True, "its fit configurations' runs in DIR/noise in the fit too")):
+            checks = [c for name, more in again.items() if name in by_script
+                      for c in extrapolation_on_repeats(by_script[name], more, pooled)]
+            print(_line(f"extrapolation to the sweep's and DIR/noise's held-out runs, {how}",
+                        scores(checks)))
     lines = [_line("leave-one-out", scores(loo)) if loo else "leave-one-out: nothing predicted",
              _line("extrapolation", scores(extra)) if extra else "extrapolation: nothing predicted"]
     print("figure: " + "; ".join(lines))
