@@ -22,9 +22,12 @@ from hypothesis import strategies as st
 
 from dsanalyze import store
 from dsanalyze.config import Mode
+from dsanalyze.report.assumptions import assumption_text
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif import fit_loop
-from dsanalyze.whatif.laws import run_config
+from dsanalyze.whatif.assumptions import Assume, Assumption
+from dsanalyze.whatif.intervals import rel_sigma_for, untested
+from dsanalyze.whatif.laws import cpu_stretch, run_config, stretch_from
 from dsanalyze.whatif.model import HeldOut
 from dsanalyze.whatif.pipeline import Pipeline, simulate
 
@@ -149,3 +152,36 @@ def test_the_stretch_of_a_gang_is_fitted_back_and_a_single_thread_has_none(cpu_s
     from dsanalyze.whatif.rates import predict_run
     assert predict_run(fitted, HeldOut.of(synthetic)).rate_sps == \
         predict_run(model, HeldOut.of(synthetic)).rate_sps
+
+
+# ---- a stretch carried to a worker count no cached run had ---------------------------------
+
+@settings(max_examples=30, deadline=None)
+@given(fitted=st.sets(st.integers(1, 8), min_size=1, max_size=3), workers=st.integers(0, 10))
+def test_a_worker_count_without_its_own_stretch_takes_the_nearest_and_says_so(cpu_script,
+                                                                             fitted, workers):
+    """At a CPU count with stretches fitted for some worker counts, a configuration with one
+    of them takes its own, without an assumption; any other takes the nearest fitted (the
+    fewer on a tie: the nearest by the distance's own definition, checked by brute force),
+    names it in a SHARING assumption, and its interval is wider than the same prediction's
+    with that stretch fitted for its own worker count. A CPU count with no stretch (1 CPU:
+    a one-thread step) carries none."""
+    _, model = cpu_script
+    stretches = tuple((2, k, 1.0 + k / 10) for k in sorted(fitted))
+    model = replace(model, cpu_stretch_by_cpus=stretches)
+    cfg = whatif.Config.of(2, workers=workers)
+    carried = stretch_from(model, cfg)
+    if workers in fitted:
+        assert carried is None
+        assert cpu_stretch(model, cfg, Mode.CACHED) == 1.0 + workers / 10
+    else:
+        nearest = min(abs(k - workers) for k in fitted)
+        assert carried == min(k for k in fitted if abs(k - workers) == nearest)
+        assert cpu_stretch(model, cfg, Mode.CACHED) == 1.0 + carried / 10
+        sharing = [a for a in untested(model, cfg) if a.kind is Assume.SHARING]
+        assert sharing == [Assumption(Assume.SHARING, cpus=2, workers=workers,
+                                      measured_workers=carried)]
+        assert f"the cached run with {carried}" in assumption_text(sharing[0])
+        own = replace(model, cpu_stretch_by_cpus=((2, workers, 1.0 + carried / 10),))
+        assert rel_sigma_for(model, cfg) > rel_sigma_for(own, cfg)
+    assert stretch_from(model, whatif.Config.of(1, workers=workers)) is None

@@ -40,6 +40,9 @@ WORDS: dict[Assume, Callable[[Assumption], str]] = {
                            "in order)",
     Assume.WORKERS: lambda a: f"{a.workers} workers per rank: {a.measured_workers} measured; a "
                               "worker's CPU per sample taken as independent of the count",
+    Assume.SHARING: lambda a: f"{a.workers} workers beside the step on the CPU at {a.cpus} "
+                              f"CPUs: how its threads share the cores taken from the cached "
+                              f"run with {a.measured_workers}",
     Assume.THROTTLE: lambda a: "a throttle taken at face value: no throttled run held by its "
                                "throttle was measured",
     Assume.NO_DEVICE: lambda a: "storage device not measured: unthrottled reads taken as never "

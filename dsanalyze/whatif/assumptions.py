@@ -24,6 +24,9 @@ class Assume(enum.Enum):
     FASTER_STEP = "faster_step"  # a step `speedup` x faster: the compute part divided
     DALI = "dali"  # DALI's threads simulated as DataLoader workers
     WORKERS = "workers"  # `workers` per rank, `measured_workers` measured
+    # a step on the CPU beside `workers` workers at `cpus` CPUs: how its threads share the
+    # cores taken from the cached run(s) with `measured_workers` (`laws.stretch_from`)
+    SHARING = "sharing"
     THROTTLE = "throttle"  # a throttle at face value: no run held by its throttle measured
     NO_DEVICE = "no_device"  # the storage device not measured: unthrottled reads never limit
     ABOVE_DEVICE = "above_device"  # a throttle above the measured device's bandwidth

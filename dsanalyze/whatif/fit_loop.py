@@ -18,7 +18,7 @@ from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import fit_prep, fit_restart, pipeline
 from dsanalyze.whatif.fitruns import by_mode
-from dsanalyze.whatif.laws import compute_sps, run_config, step_for, workers_for
+from dsanalyze.whatif.laws import compute_sps, gang_step, run_config, step_for, workers_for
 from dsanalyze.whatif.model import HeldOut, Model, Param, run_layout
 from dsanalyze.whatif.provenance import (
     CpuStretch,
@@ -148,7 +148,7 @@ def fit_stretch(model: Model, results: list[RunResult]) -> tuple[Model, list[Par
     if not model.step_on_cpu or model.prep_cpu_s is None:
         return model, []
     cached = [r for r in by_mode(results, Mode.CACHED) if runrate.run_rate(r).rate_sps
-              and _gang(model, r)]
+              and gang_step(model, run_config(model, HeldOut.of(r)))]
     if not cached:
         return model, []
     groups: dict[tuple[int, int], list[RunResult]] = {}
@@ -161,13 +161,6 @@ def fit_stretch(model: Model, results: list[RunResult]) -> tuple[Model, list[Par
               tuple(r.run_id for r in groups[c, k]),
               CpuStretch(c, k, len(found[c, k]), min(found[c, k]), max(found[c, k])))
         for c, k, s in stretch]
-
-
-def _gang(model: Model, run: RunResult) -> bool:
-    """The run's step ran more than one thread (more CPUs than ranks): a gang beside the
-    workers. A one-thread step takes turns with them as the sharing law has it."""
-    cfg = run_config(model, HeldOut.of(run))
-    return cfg.cpus > (cfg.nproc or model.ranks)
 
 
 def _cores_and_workers(model: Model, run: RunResult) -> tuple[int, int]:

@@ -32,6 +32,7 @@ from dsanalyze.whatif.laws import (
     binding_cache,
     job_ranks,
     read_bps_for,
+    stretch_from,
     uncached_share,
     workers_for,
 )
@@ -40,7 +41,7 @@ from dsanalyze.whatif.rates import mean_rates
 
 # the side of the model each untested assumption is about (`Spread`'s weights)
 LOOP_SIDE = frozenset({Assume.BEYOND_CPUS, Assume.ONE_CPU_COUNT, Assume.MACHINE_CPUS,
-                       Assume.WORKERS, Assume.FASTER_STEP})
+                       Assume.WORKERS, Assume.SHARING, Assume.FASTER_STEP})
 STORAGE_SIDE = frozenset({Assume.THROTTLE, Assume.ABOVE_DEVICE, Assume.REREADS})
 
 
@@ -172,4 +173,7 @@ def untested(model: Model, cfg: Config) -> tuple[Assumption, ...]:
     if workers_for(model, cfg) != model.workers:
         out.append(Assumption(Assume.WORKERS, workers=workers_for(model, cfg),
                               measured_workers=model.workers))
+    if (carried := stretch_from(model, cfg)) is not None:
+        out.append(Assumption(Assume.SHARING, cpus=cfg.cpus, workers=workers_for(model, cfg),
+                              measured_workers=carried))
     return tuple(out + _storage_assumptions(model, cfg))

@@ -58,6 +58,23 @@ def read_bps_for(model: Model, bps: int | None) -> float | None:
     return got if model.device_read_bps is None else min(got, model.device_read_bps)
 
 
+def gang_step(model: Model, cfg: Config) -> bool:
+    """A step on the CPU that runs more than one thread (more CPUs than ranks): a gang beside
+    the workers. A one-thread step takes turns with them as the sharing law has it."""
+    return model.step_on_cpu and cfg.cpus > (cfg.nproc or model.ranks)
+
+
+def stretch_from(model: Model, cfg: Config) -> int | None:
+    """The worker count whose fitted stretch `cfg` takes (`cpu_stretch`) where no cached run
+    had `cfg`'s CPUs and workers: the nearest one fitted at its CPU count (the fewer on a tie);
+    None where its own was fitted or none was at that CPU count."""
+    at = [k for c, k, _ in model.cpu_stretch_by_cpus if c == cfg.cpus]
+    k = workers_for(model, cfg)
+    if not at or k in at:
+        return None
+    return min(at, key=lambda m: (abs(m - k), m))
+
+
 def cpu_stretch(model: Model, cfg: Config, mode: Mode) -> float:
     """How many times longer than the sharing law the job's CPU work takes at `cfg`'s CPU
     count, where a step on the CPU runs beside the loader (cached and disk runs; fitted per
@@ -67,8 +84,8 @@ def cpu_stretch(model: Model, cfg: Config, mode: Mode) -> float:
     at = {k: s for c, k, s in model.cpu_stretch_by_cpus if c == cfg.cpus}
     if not at:
         return 1.0
-    k = workers_for(model, cfg)
-    return at[k] if k in at else at[min(at, key=lambda m: (abs(m - k), m))]
+    carried = stretch_from(model, cfg)
+    return at[workers_for(model, cfg) if carried is None else carried]
 
 
 def step_for(model: Model, cfg: Config) -> float:
