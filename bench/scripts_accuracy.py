@@ -50,9 +50,11 @@ cached and disk runs at the most CPUs measured N times more (the harness's --rep
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
 single run lies from the mean of its configuration's other runs: the error a model that knew
 each configuration's mean rate would make on single runs, the floor no prediction scored on
-one run beats. On 2 cores, a CPU-trained script at both CPUs lies up to 28-33% from its own
-mean (`--dir /tmp/dsa-scripts-bench7 --rescore --noise-repeats 5`, examples and timm): the
-15% maximum is below that floor there.
+one run beats. On 2 cores, a CPU-trained script at 2 CPUs (every core) lies up to 28-33%
+from its mean (`--dir /tmp/dsa-scripts-bench7 --rescore --noise-repeats 5`, examples and
+timm): the 15% maximum is below that floor there. With DIR/noise present, the extrapolation
+split is also scored on every held-out single run of the sweep and of DIR/noise, fitted on
+the sweep's single runs and then with the fit configurations' repeats in the fit too.
 
 Runtime: 3 scripts x 2 CPU counts x (synthetic, cached, 2 disk runs at the fewest workers;
 cached, 2 disk at the others: the step is measured once), 42 runs, then the fits (two
