@@ -325,14 +325,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run-to-run noise: disk runs the model cannot tell apart (throttles that do not "
               f"bind) lie apart by median {statistics.median(spread):.0f}%, max "
               f"{max(spread):.0f}% of their mean over {len(spread)} group(s)")
-    again = [ns.dir, *ns.repeats_in, *([ns.dir / "noise"] if (ns.dir / "noise").is_dir() else [])]
-    for mode, what in ((Mode.CACHED, "a cached run (the fit's)"), (Mode.DISK, "a disk run whose throttle does not bind")):
-        floor = repeat_noise(again, scripts, mode)
+    noise_dir = ns.dir / "noise"
+    sweeps = [ns.dir, *ns.repeats_in, *([noise_dir] if noise_dir.is_dir() else [])]
+    for mode, what in ((Mode.CACHED, "a cached run (the fit's)"),
+                       (Mode.DISK, "a disk run whose throttle does not bind")):
+        floor = repeat_noise(sweeps, scripts, mode)
         if floor:
             print(f"single-run noise floor: {what} lies from the mean of its configuration's "
                   f"other runs (other sweeps, repeats) by median {statistics.median(floor):.1f}%, "
                   f"max {max(floor):.1f}% over {len(floor)} run(s)")
-    again = recorded(ns.dir / "noise", scripts) if (ns.dir / "noise").is_dir() else {}
+    again = recorded(noise_dir, scripts) if noise_dir.is_dir() else {}
     if again:
         for pooled, how in ((False, "fitted on the sweep's single runs"),
                             (True, "its fit configurations' runs in DIR/noise in the fit too")):
