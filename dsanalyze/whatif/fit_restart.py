@@ -93,19 +93,21 @@ def fit_main(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]
     runs = _restart_runs(model, results)
     if model.persistent_workers or not model.restart_cpu_s or not runs:
         return replace(model, restart_main_cpu_s=0.0), []
-    solved = {r.run_id: _solve(model, r, "restart_main_cpu_s", "iter_s") for r in runs}
+    # (run, value), not keyed by run id: runs of one id from two prefixes stay apart
+    solved = [(r, _solve(model, r, "restart_main_cpu_s", "iter_s")) for r in runs]
     # a run solved at the solver's limit did not determine it (its first iterations longer
     # than any restart makes them): left out, named
-    over = [i for i, x in solved.items() if x >= bounds.RESTART_CPU_S.high]
-    found = {i: x for i, x in solved.items() if i not in over}
+    over = [r.run_id for r, x in solved if x >= bounds.RESTART_CPU_S.high]
+    found = [(r.run_id, x) for r, x in solved if x < bounds.RESTART_CPU_S.high]
     dropped = bounds.RESTART_CPU_S.dropped(bounds.RESTART_CPU_S.high, over) if over else None
     if not found:
         return replace(model, restart_main_cpu_s=0.0), [Param(
             "restart_main_cpu_s", 0.0, "s", tuple(over), MainRestart(0, 0.0, 0.0, dropped))]
-    value = statistics.median(found.values())
+    values = [x for _, x in found]
+    value = statistics.median(values)
     return replace(model, restart_main_cpu_s=value), [Param(
-        "restart_main_cpu_s", value, "s", tuple(found), MainRestart(
-            len(found), min(found.values()), max(found.values()), dropped))]
+        "restart_main_cpu_s", value, "s", tuple(i for i, _ in found), MainRestart(
+            len(found), min(values), max(values), dropped))]
 
 
 def fit(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
