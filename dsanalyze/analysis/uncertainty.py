@@ -23,9 +23,9 @@ happens once an epoch (a checkpoint saved at its end, the workers forked again a
 start, the last partial batch) happens once an epoch in every replicate. Each block of b
 positions in the epoch is drawn from the epochs that hold it (with replacement, as many
 times as they are), so the replicates vary by what differs between epochs at the same
-place, never by how many epoch ends they happened to draw: a Lightning script's checkpoint, 0.7 s once every 20 steps of 25 ms,
-gave its rate an interval from 0.6 to 2.6 times itself when its iterations were drawn
-alone. The spread rests on E epochs at each place, so it is widened by sqrt(E / (E - 1))
+place, never by how many epoch ends they happened to draw: a Lightning script's
+checkpoint, 0.7 s once every 20 steps of 25 ms, gave its rate an interval from 0.6 to 2.6
+times itself when its iterations were drawn alone. The spread rests on E epochs at each place, so it is widened by sqrt(E / (E - 1))
 (the bootstrap's variance of a mean of E) and by t/z for blocks x (E - 1) degrees of
 freedom.
 

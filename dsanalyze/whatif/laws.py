@@ -5,6 +5,7 @@ list), and a stored run's configuration as a `Config`."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import replace
 
 from dsanalyze.config import Mode
@@ -58,6 +59,11 @@ def read_bps_for(model: Model, bps: int | None) -> float | None:
     return got if model.device_read_bps is None else min(got, model.device_read_bps)
 
 
+def nearest(counts: Iterable[int], count: int) -> int:
+    """The measured count a law carries to `count`: the nearest, the fewer on a tie."""
+    return min(counts, key=lambda m: (abs(m - count), m))
+
+
 def gang_step(model: Model, cfg: Config) -> bool:
     """A step on the CPU that runs more than one thread (more CPUs than ranks): a gang beside
     the workers. A one-thread step takes turns with them as the sharing law has it."""
@@ -72,7 +78,7 @@ def stretch_from(model: Model, cfg: Config) -> int | None:
     k = workers_for(model, cfg)
     if not at or k in at:
         return None
-    return min(at, key=lambda m: (abs(m - k), m))
+    return nearest(at, k)
 
 
 def cpu_stretch(model: Model, cfg: Config, mode: Mode) -> float:
@@ -126,7 +132,7 @@ def epoch_end_for(model: Model, cfg: Config) -> float:
     by = dict(model.epoch_end_s_by_cpus)
     if not by:
         return 0.0
-    return by[min(by, key=lambda k: (abs(k - cfg.cpus), k))]
+    return by[nearest(by, cfg.cpus)]
 
 
 def job_ranks(model: Model, cfg: Config) -> int:
