@@ -68,6 +68,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -142,13 +143,20 @@ def recorded(base: Path, scripts: list[str] | None = None) -> dict[str, list[Run
     return out
 
 
+def _workers(run: RunResult) -> int:
+    return HeldOut.of(run).job.workers
+
+
+def _extrapolation_fit(runs: list[RunResult]) -> Callable[[RunResult], bool]:
+    """The extrapolation split's fit rule: the fewest workers of `runs`, unthrottled."""
+    fewest = min(map(_workers, runs))
+    return lambda r: _workers(r) == fewest and r.spec.resources.storage_read_bps is None
+
+
 def extrapolation(runs: list[RunResult]) -> tuple[list[whatif.Check], list[str]]:
     """Fitted on the fewest workers unthrottled; the other worker counts and the throttles
     predicted; and fitted at the fewest CPUs, the other CPU counts asked (refusals named)."""
-    workers = lambda r: HeldOut.of(r).job.workers  # noqa: E731
-    fewest = min(map(workers, runs))
-    fit_runs = [r for r in runs if workers(r) == fewest
-                and r.spec.resources.storage_read_bps is None]
+    fit_runs = list(filter(_extrapolation_fit(runs), runs))
     fitted = {id(r) for r in fit_runs}
     held = [c for c in configurations([r for r in runs if r.mode is Mode.DISK])
             if id(c[0]) not in fitted]
@@ -166,7 +174,7 @@ def extrapolation(runs: list[RunResult]) -> tuple[list[whatif.Check], list[str]]
         try:
             checks.append(check(at_one, config, "extrapolation"))
         except ConfigError as e:
-            refused.append(f"{config[0].run_id} [{workers(config[0])} workers], fitted at "
+            refused.append(f"{config[0].run_id} [{_workers(config[0])} workers], fitted at "
                            f"{one} CPU(s): {str(e).split(':')[0]}")
     return checks, refused
 
@@ -177,9 +185,7 @@ def extrapolation_on_repeats(runs: list[RunResult], again: list[RunResult], pool
     configurations measured again, the harness's repeats) scored alone (a single run each,
     never a mean of repeats); `pooled`: `again`'s runs of the fit configurations in the fit
     too, else the sweep's single runs alone."""
-    workers = lambda r: HeldOut.of(r).job.workers  # noqa: E731
-    fewest = min(map(workers, runs))
-    fitted = lambda r: workers(r) == fewest and r.spec.resources.storage_read_bps is None  # noqa: E731
+    fitted = _extrapolation_fit(runs)
     model = whatif.fit([r for r in (runs + again if pooled else runs) if fitted(r)])
     return [check(model, (r,), "extrapolation") for r in runs + again
             if r.mode is Mode.DISK and not fitted(r) and HeldOut.of(r).cpus in model.measured_cpus]
