@@ -16,9 +16,12 @@
    (`-j`, `--workers`); the harness's `-j` is not passed. The disk runs hold no page cache
    (`--cache 0`), so every epoch reads its files and the throttle binds in the steady
    epochs the rate is scored on (with an unlimited cache the steady epochs are all hits and
-   a bandwidth would be held out in name only). Every run is one measurement (no repeats):
-   the figures are scored on single runs. `--rescore`: score the runs recorded under DIR,
-   measuring nothing.
+   a bandwidth would be held out in name only). Every held-out (disk) run is one
+   measurement: the figures are scored on single runs. The cached runs at 2 CPUs, where the
+   step shares the cores with the workers, are measured three times, as the harness does for
+   any such job (`--shared-core-runs`; sweeps before it have one), and the fit pools them.
+   `--images N` (240): the runs' length, 20 batches an epoch per 240 images. `--rescore`:
+   score the runs recorded under DIR, measuring nothing.
 2. Two splits, each held-out configuration predicted from its `HeldOut` alone:
    - leave-one-out (`whatif.validate`'s): each disk configuration of a script predicted by
      the model fitted on every other run of that script (every worker count and CPU count:
@@ -108,12 +111,12 @@ TARGET_MEDIAN_PCT, TARGET_MAX_PCT, COVERAGE_LOW, COVERAGE_HIGH = 5.0, 15.0, 0.80
 
 
 def measure(base: Path, scripts: list[str], workers: list[int], cpus: str, bw: str,
-            cache: str, seed: int = SEED) -> None:
-    """Every script at every worker count: one harness sweep each, under `base` (its images
+            cache: str, seed: int = SEED, images: int = IMAGES) -> None:
+    """Every script at every worker count: one harness sweep each, under `base` (its `images`
     drawn with `seed`)."""
     data = base / "data"
-    if not data.is_dir() or len(scan_dataset(data).files) != IMAGES:
-        make_dataset(data, IMAGES, CLASSES, SIZE, JITTER, seed)
+    if not data.is_dir() or len(scan_dataset(data).files) != images:
+        make_dataset(data, images, CLASSES, SIZE, JITTER, seed)
     for name in scripts:
         file, args = SCRIPTS[name]
         for w in workers:
@@ -299,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bw", default="none,6M")
     ap.add_argument("--cache", default="0")
     ap.add_argument("--seed", type=int, default=SEED, help="the images' seed (a fresh grid)")
+    ap.add_argument("--images", type=int, default=IMAGES,
+                    help="the dataset's images (the runs' length: 20 batches an epoch per 240)")
     ap.add_argument("--rescore", action="store_true",
                     help="measure no sweep: score the runs under --dir (--noise-repeats aside)")
     ap.add_argument("--repeats-in", type=Path, nargs="*", default=[],
@@ -309,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     scripts, workers = ns.scripts.split(","), [int(w) for w in ns.workers.split(",")]
     if not ns.rescore:
-        measure(ns.dir, scripts, workers, ns.cpus, ns.bw, ns.cache, ns.seed)
+        measure(ns.dir, scripts, workers, ns.cpus, ns.bw, ns.cache, ns.seed, ns.images)
     if ns.noise_repeats > 1:
         measure_noise(ns.dir, scripts, workers, ns.cpus.split(",")[-1], ns.noise_repeats)
     by_script = recorded(ns.dir, ns.scripts.split(","))

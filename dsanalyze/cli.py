@@ -110,6 +110,10 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
                         "share of the epoch, e.g. 5%%; at least 2 runs each")
     g.add_argument("--max-repeats", dest="max_repeats", type=int,
                    help="most runs per configuration with --target-ci (5)")
+    g.add_argument("--shared-core-runs", dest="shared_core_runs", type=int, metavar="N",
+                   help="measure N times the cached runs of a step on the CPU that shares its "
+                        "cores with the DataLoader workers: their rate varies from run to run "
+                        "by up to a third (3; 1: once)")
     g.add_argument("--adaptive", action="store_true", default=None,
                    help="measure the grid's configurations one at a time, each where it could "
                         "change the recommendation, until it is sure (within ±5%%)")

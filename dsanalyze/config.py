@@ -305,9 +305,9 @@ class RunSpec:
 
 
 SWEEP_KEYS = ("prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "use_cgroups",
-              "drop_caches_globally", "plots", "repeats", "target_ci", "max_repeats", "serve",
-              "net_bw", "net_latency", "endpoint", "probe_budget", "local_cache", "adaptive",
-              "budget")
+              "drop_caches_globally", "plots", "repeats", "target_ci", "max_repeats",
+              "shared_core_runs", "serve", "net_bw", "net_latency", "endpoint", "probe_budget",
+              "local_cache", "adaptive", "budget")
 BACKENDS = ("s3", "http")
 
 
@@ -330,6 +330,9 @@ class Sweep:
     repeats: int = 1  # every run this many times, interleaved: all modes, then again
     target_ci_pct: float | None = None  # or repeat until each stall is within ± this many points
     max_repeats: int = 5  # the bound on --target-ci's repeats
+    # runs of a cached configuration whose step on the CPU shares its cores with the workers
+    # (`analysis.jobrun.shares_cores`): its rate varies from run to run more than the model errs
+    shared_core_runs: int = 3
     # Data across a network: `serve` ("s3", "http") serves --data from a server behind a
     # shaped link, and disk runs become remote runs at each `net_bw` x `net_latency`;
     # `endpoint` names the data's own endpoint (s3://bucket/prefix, http://...), checked
@@ -352,8 +355,8 @@ class Sweep:
             raise ConfigError("--serve needs --data DIR: the directory to serve")
         if self.local_cache is not None and self.serve is None:
             raise ConfigError("--local-cache is filled from served data: add --serve s3|http")
-        if self.repeats < 1 or self.max_repeats < 1:
-            raise ConfigError("--repeats and --max-repeats must be at least 1")
+        if self.repeats < 1 or self.max_repeats < 1 or self.shared_core_runs < 1:
+            raise ConfigError("--repeats, --max-repeats and --shared-core-runs must be at least 1")
         if self.budget_s is not None and not self.adaptive:
             raise ConfigError("--budget bounds an adaptive sweep: add --adaptive")
         if self.target_ci_pct is not None and self.target_ci_pct <= 0:
@@ -394,7 +397,7 @@ class Sweep:
         for key in ("resume", "use_cgroups", "plots", "drop_caches_globally", "adaptive"):
             if key in sw:
                 kwargs[key] = bool(sw[key])
-        for key in ("repeats", "max_repeats"):
+        for key in ("repeats", "max_repeats", "shared_core_runs"):
             if key in sw:
                 kwargs[key] = int(sw[key])
         if "target_ci" in sw:

@@ -6,7 +6,11 @@ plus the job memory the cached run measured.
 
 Repeats (`--repeats`, `--target-ci`) run the whole list again, in the same
 order, so that drift affects every mode alike; each repeat is its own run
-file (`<run id>-r<N>`) and resumes like the others.
+file (`<run id>-r<N>`) and resumes like the others. Without them, the cached
+runs of a step on the CPU that shares its cores with the DataLoader workers
+(`analysis.jobrun.shares_cores`) are measured `--shared-core-runs` times (3):
+one such run lies up to a third from its configuration's mean, and the what-if
+fits their mean and their spread.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from dsanalyze import datafind, launch, nodes, store
 from dsanalyze.analysis import measured as measured_window
 from dsanalyze.analysis import runrate, stalls
+from dsanalyze.analysis.jobrun import shares_cores
 from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import Mode, RunSpec, Sweep
 from dsanalyze.dataset import DatasetInfo
@@ -371,7 +376,7 @@ def next_repeat(sweep: Sweep, specs: list[RunSpec], repeat: int,
     """
     again = [dataclasses.replace(s, repeat=repeat) for s in specs]
     if sweep.target_ci_pct is None:
-        return again if repeat <= sweep.repeats else []
+        return again if repeat <= sweep.repeats else shared_core_repeats(sweep, again, progress)
     if repeat > sweep.max_repeats:
         return []
     if repeat <= max(sweep.repeats, 2):
@@ -385,6 +390,27 @@ def next_repeat(sweep: Sweep, specs: list[RunSpec], repeat: int,
     return [s for s in again if any(_serves(s, b) for b in wide)]
 
 
+def shared_core_repeats(sweep: Sweep, again: list[RunSpec],
+                        progress: Callable[[str], None] | None = None) -> list[RunSpec]:
+    """Of a repeat's runs `again`, the cached ones up to `--shared-core-runs` whose first run
+    shares its cores (`jobrun.shares_cores`: a step on the CPU beside the workers). Not in an
+    adaptive search (it repeats what it needs) nor across nodes (each would judge its own
+    runs: `--repeats N` there)."""
+    if sweep.adaptive or sweep.job.nnodes > 1 or not again \
+            or again[0].repeat > sweep.shared_core_runs:
+        return []
+    first = {r.run_id: r for r in store.load_readable_runs(Path(sweep.prefix))[0]
+             if r.ok and r.ranks and r.spec.repeat == 1}
+    todo = [s for s in again if s.mode is Mode.CACHED
+            and (r := first.get(dataclasses.replace(s, repeat=1).run_id)) is not None
+            and shares_cores(r)]
+    if todo and progress and again[0].repeat == 2:
+        progress(f"{', '.join(s.run_id.rsplit('-r', 1)[0] for s in todo)}: the step runs on the "
+                 f"CPU beside the workers, where one run lies up to a third from the mean: "
+                 f"{sweep.shared_core_runs} runs each (--shared-core-runs)")
+    return todo
+
+
 def _serves(spec: RunSpec, b: stalls.Breakdown) -> bool:
     """Whether the run is one of the configuration's (shared synthetic/cached runs included)."""
     if spec.resources.cpus != b.cpus:
@@ -395,6 +421,8 @@ def _serves(spec: RunSpec, b: stalls.Breakdown) -> bool:
 def _repeat_tag(sweep: Sweep, repeat: int) -> str:
     if sweep.target_ci_pct is not None:
         return f", repeat {repeat} (at most {sweep.max_repeats}, until stalls ±{sweep.target_ci_pct:g}%)"
+    if repeat > sweep.repeats:
+        return f", run {repeat}/{sweep.shared_core_runs} (a step sharing its cores)"
     return f", repeat {repeat}/{sweep.repeats}" if sweep.repeats > 1 else ""
 
 

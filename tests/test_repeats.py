@@ -21,13 +21,17 @@ from conftest import copy_of, harness, needs_cgroups
 
 from dsanalyze import launch, store, sweep
 from dsanalyze.analysis import stalls
+from dsanalyze.analysis.jobrun import shares_cores
 from dsanalyze.config import Job, Mode, RunSpec, Sweep
+from dsanalyze.errors import ConfigError
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.monitor import InterferenceProbe
 from dsanalyze.resources import cgroups
 
 # Burns CPU `cpu` in phases: busy for 0.3-`longest` s, idle for as long, from a
 # seeded schedule (all burners of one seed switch together); `longest` 0: always busy.
+SCRIPTS = Path(__file__).parent / "scripts"
+
 BURNER = """
 import os, random, sys, time
 cpu, seed, longest = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
@@ -219,3 +223,79 @@ def test_target_ci_stops_early_on_a_steady_job_and_repeats_a_noisy_one(small_dat
     # machine): the stop follows the interval of the first two repeats, as measured
     (two,) = stalls.breakdowns([r for r in store.load_runs(prefix) if r.spec.repeat <= 2])
     assert _repeats(prefix) == (3 if two.widest_pct() > 8 else 2), (compared, two.widest_pct())
+
+
+def _rewritten(prefix: Path, run_id: str, **extra: object) -> None:
+    """The stored run `run_id` with rank 0's `extra` keys replaced (`loader` merged)."""
+    run = next(r for r in store.load_runs(prefix) if r.run_id == run_id)
+    r0 = run.ranks[0]
+    loader = {**r0.extra.get("loader", {}), **extra.pop("loader", {})}
+    rank = dataclasses.replace(r0, extra={**r0.extra, **extra, "loader": loader})
+    store.write_run(prefix, dataclasses.replace(run, ranks=[rank, *run.ranks[1:]]))
+
+
+def test_a_step_sharing_its_cores_has_its_cached_runs_measured_three_times(tmp_path):
+    """tests/data/script_cpu: pytorch/examples' script trained on the CPU with 3 workers at 1
+    and 2 CPUs. At 1 CPU its step has one thread; at 2 its threads share both cores with the
+    workers, and only that cached run is measured again, twice, unless told otherwise."""
+    prefix = copy_of("script_cpu", tmp_path)
+    runs = store.load_runs(prefix)
+    specs = [r.spec for r in runs]
+    sw = Sweep(runs[0].spec.job, prefix=str(prefix))
+    assert [s.run_id for s in sweep.next_repeat(sw, specs, 2)] == ["cached-cpus2-r2"]
+    assert [s.run_id for s in sweep.next_repeat(sw, specs, 3)] == ["cached-cpus2-r3"]
+    assert sweep.next_repeat(sw, specs, 4) == []
+    once = dataclasses.replace(sw, shared_core_runs=1)
+    assert sweep.next_repeat(once, specs, 2) == []
+    every = dataclasses.replace(sw, repeats=2)  # --repeats 2: every run twice, then a third
+    assert len(sweep.next_repeat(every, specs, 2)) == len(specs)
+    assert [s.run_id for s in sweep.next_repeat(every, specs, 3)] == ["cached-cpus2-r3"]
+    two_nodes = dataclasses.replace(sw, job=dataclasses.replace(sw.job, nnodes=2))
+    assert sweep.next_repeat(two_nodes, specs, 2) == []  # each node would judge its own runs
+    with pytest.raises(ConfigError, match="--shared-core-runs"):
+        dataclasses.replace(sw, shared_core_runs=0)
+
+
+@pytest.mark.parametrize("extra", [{"device": "cuda:0"}, {"loader": {"workers": 0}},
+                                   {"world_size": 2}])
+def test_a_step_that_does_not_share_its_cores_is_measured_once(tmp_path, extra):
+    """The same runs, had the step run on a GPU, the batches been loaded in the main process,
+    or the step had a rank per CPU (one thread each, taking turns with the loader)."""
+    prefix = copy_of("script_cpu", tmp_path)
+    if "world_size" in extra:
+        for r in store.load_runs(prefix):
+            job = dataclasses.replace(r.spec.job, nproc_per_node=2)
+            store.write_run(prefix, dataclasses.replace(r, spec=dataclasses.replace(r.spec,
+                                                                                    job=job)))
+    _rewritten(prefix, "cached-cpus2", **extra)
+    runs = store.load_runs(prefix)
+    sw = Sweep(runs[0].spec.job, prefix=str(prefix))
+    assert sweep.next_repeat(sw, [r.spec for r in runs], 2) == []
+    assert shares_cores(next(r for r in runs if r.run_id == "cached-cpus1")) is False
+
+
+def test_the_built_in_job_on_the_sim_device_is_measured_once(tmp_path):
+    prefix = copy_of("uncertainty_pair", tmp_path)
+    runs = store.load_runs(prefix)
+    sw = Sweep(runs[0].spec.job, prefix=str(prefix))
+    assert sweep.next_repeat(sw, [r.spec for r in runs], 2) == []
+
+
+@pytest.mark.slow
+def test_a_script_trained_on_the_cpu_gets_three_cached_runs_where_it_shares_its_cores(
+        small_dataset, tmp_path, capsys):
+    """The real harness on pytorch/examples' script (a step on the CPU, 1 worker): its cached
+    run at 1 CPU once, at 2 CPUs three times, each its own run, and the progress says why."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs")
+    prefix = tmp_path / "r"
+    assert harness("--data", small_dataset, "--prefix", prefix, "--modes", "cached", "--cpus",
+                   "1,2", "--iters", 6, "--warmup", 2, "--no-plots", "--no-advice",
+                   "--shared-core-runs", 3, SCRIPTS / "train_examples.py", small_dataset,
+                   "-j", 1, "-b", 8, "--img-size", 32) == 0
+    runs = store.load_runs(prefix)
+    assert sorted(r.run_id for r in runs) == ["cached-cpus1", "cached-cpus2", "cached-cpus2-r2",
+                                              "cached-cpus2-r3"]
+    assert all(r.ok for r in runs)
+    assert len({r.started_unix_s for r in runs}) == 4  # four measurements, none copied
+    assert "the step runs on the CPU beside the workers" in capsys.readouterr().err

@@ -48,6 +48,22 @@ class JobAsRun:
         return cls(**{f.name: d[f.name] for f in fields(cls)})
 
 
+def run_cpus(run: RunResult) -> int:
+    """The run's CPUs: as asked, else (`--cpus all`) the machine's count when it ran."""
+    cpus = run.spec.resources.cpus
+    return int(cpus if cpus is not None else run.environment.get("cpus_available") or 1)
+
+
+def shares_cores(run: RunResult) -> bool:
+    """The step runs on the CPU in more threads than the node has ranks (a thread per CPU, as
+    torch starts them), beside DataLoader workers on the same cores. Its rate varies from
+    run to run far more than a one-thread step's: the step's threads wait on each other
+    while a worker holds one of their cores (on 2 cores, a script's cached runs lay up to
+    33% from their mean where its 1-CPU runs lay within 7%)."""
+    job = job_as_run(run)
+    return job.step_uses_cpu and job.workers > 0 and run_cpus(run) > run.spec.job.nproc_per_node
+
+
 def _device(run: RunResult, extra: dict[str, Any]) -> str:
     """The built-in job's `--device` (its `sim` step is not a torch device); a script's
     own record (`cuda:0` -> `cuda`)."""

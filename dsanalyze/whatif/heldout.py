@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from dsanalyze.analysis.jobrun import JobAsRun, job_as_run
+from dsanalyze.analysis.jobrun import JobAsRun, job_as_run, run_cpus
 from dsanalyze.config import Mode, RunSpec
 from dsanalyze.records import RunResult
 from dsanalyze.whatif import pipeline
@@ -40,12 +40,6 @@ def _batches_per_epoch(result: RunResult) -> int:
         return r0.epoch.count(r0.epoch[0])
     per_step = max(1, int(statistics.median(r0.samples or [1]))) * len(result.ranks)
     return max(len(r0.iter_s), (result.dataset.num_files or 0) // per_step, 1)
-
-
-def run_cpus(result: RunResult) -> int:
-    """The run's CPUs: as asked, else (`--cpus all`) the machine's count when it ran."""
-    cpus = result.spec.resources.cpus
-    return int(cpus if cpus is not None else result.environment.get("cpus_available") or 1)
 
 
 @dataclass(frozen=True)
