@@ -28,7 +28,7 @@ from dsanalyze.whatif import fit_loop
 from dsanalyze.whatif.assumptions import Assume, Assumption
 from dsanalyze.whatif.intervals import rel_sigma_for, untested
 from dsanalyze.whatif.laws import cpu_stretch, run_config, stretch_from
-from dsanalyze.whatif.model import HeldOut
+from dsanalyze.whatif.model import HeldOut, Z
 from dsanalyze.whatif.pipeline import Pipeline, simulate
 
 BATCHES, BATCH = 80, 2  # many batches a worker: none runs out of work mid-run
@@ -185,3 +185,26 @@ def test_a_worker_count_without_its_own_stretch_takes_the_nearest_and_says_so(cp
         own = replace(model, cpu_stretch_by_cpus=((2, workers, 1.0 + carried / 10),))
         assert rel_sigma_for(model, cfg) > rel_sigma_for(own, cfg)
     assert stretch_from(model, whatif.Config.of(1, workers=workers)) is None
+
+
+@settings(max_examples=12, deadline=None)
+@given(fitted=st.integers(1, 4), workers=st.integers(0, 8))
+def test_a_carried_sharing_widens_the_interval_by_the_gain_it_predicts(cpu_script, fitted,
+                                                                       workers):
+    """A cached run cannot tell whether its workers or the step's sharing of the cores held
+    its rate: a worker count that carries another's sharing is predicted as the model has it
+    (more workers, more prep), and its interval's sigma holds at least the root mean square
+    distance to the other end of the range, the carried count's own rate (|ln(ratio)| over
+    sqrt(3), a uniform range's). The carried count itself, and 1 CPU, carry nothing."""
+    _, model = cpu_script
+    model = replace(model, cpu_stretch_by_cpus=((2, fitted, 1.2),))
+    asked = whatif.predict(model, whatif.Config.of(2, workers=workers))
+    own = whatif.predict(model, whatif.Config.of(2, workers=fitted))
+    sigma = math.log(asked.rate_sps_high / asked.rate_sps) / Z
+    gain = abs(math.log(asked.rate_sps / own.rate_sps))
+    assert sigma >= gain / math.sqrt(3) - 1e-9
+    assert math.log(own.rate_sps_high / own.rate_sps) / Z < sigma or workers == fitted \
+        or gain < 1e-6
+    one = whatif.predict(model, whatif.Config.of(1, workers=workers))
+    assert whatif.predict(replace(model, cpu_stretch_by_cpus=()),
+                          whatif.Config.of(1, workers=workers)).rate_sps_high == one.rate_sps_high

@@ -173,7 +173,7 @@ def predict(model: Model, cfg: Config) -> Prediction:
                         cfg.nnodes)
     g = compute_sps(model, cfg) * cfg.nnodes
     epoch_s, cached_s, compute_s = n / disk.rate_sps, n / cached.rate_sps, n / g
-    low, high = interval(model, cfg, disk.rate_sps, disk.held_rel, loop)
+    low, high = interval(model, cfg, disk.rate_sps, disk.held_rel, loop, disk.sharing_rel)
     return Prediction(
         cfg, ranks, disk.rate_sps, epoch_s, compute_s, max(0.0, cached_s - compute_s),
         max(0.0, epoch_s - cached_s), n / disk.epoch1_sps if disk.epoch1_sps else None,

@@ -12,6 +12,7 @@ gives both (`loop_share`). The delta method then gives (`Spread.sigma`)
 
     sigma^2 = (s * rel_sigma * loop)^2 + (storage_rel_sigma * (1 - loop))^2
               + sum over the untested assumptions of (weight * u)^2 + held_rel^2
+              + sharing_rel^2
 
 with s = `SETTINGS.fit_sigma_scale`, u = `SETTINGS.untested_sigma`; an assumption about the
 loop (CPUs, workers, the step) weighs `loop`, one about the storage (a throttle, the device,
@@ -54,13 +55,14 @@ class Spread:
     storage_rel: float  # the storage's (`Model.storage_rel_sigma`, else the noise floor)
     weights: tuple[float, ...] = ()  # each untested assumption's weight
     held_rel: float = 0.0  # the step held by the outside work (`Rates.held_rel`)
+    sharing_rel: float = 0.0  # a carried sharing of the cores (`Rates.sharing_rel`)
 
     def sigma(self, scale: float | None = None, untested_sigma: float | None = None) -> float:
         """The relative sigma at `SETTINGS`' constants (or the ones given: the tuning bench)."""
         s = SETTINGS.fit_sigma_scale if scale is None else scale
         u = SETTINGS.untested_sigma if untested_sigma is None else untested_sigma
         parts = [s * self.fit_rel * self.loop, self.storage_rel * (1 - self.loop),
-                 self.held_rel, *(w * u for w in self.weights)]
+                 self.held_rel, self.sharing_rel, *(w * u for w in self.weights)]
         return math.sqrt(sum(x * x for x in parts))
 
     def interval(self, rate_sps: float) -> tuple[float, float]:
@@ -73,11 +75,12 @@ def _weight(a: Assumption, loop: float) -> float:
     return loop if a.kind in LOOP_SIDE else 1 - loop if a.kind in STORAGE_SIDE else 1.0
 
 
-def spread(model: Model, cfg: Config, held_rel: float = 0.0, loop: float = 1.0) -> Spread:
+def spread(model: Model, cfg: Config, held_rel: float = 0.0, loop: float = 1.0,
+           sharing_rel: float = 0.0) -> Spread:
     """The sigma's parts for `cfg`, whose rate moves `loop` with the loop's costs."""
     storage = model.storage_rel_sigma or SETTINGS.noise_floor
     return Spread(loop, model.rel_sigma, storage,
-                  tuple(_weight(a, loop) for a in untested(model, cfg)), held_rel)
+                  tuple(_weight(a, loop) for a in untested(model, cfg)), held_rel, sharing_rel)
 
 
 def rel_sigma_for(model: Model, cfg: Config, loop: float = 1.0) -> float:
@@ -86,12 +89,13 @@ def rel_sigma_for(model: Model, cfg: Config, loop: float = 1.0) -> float:
 
 
 def interval(model: Model, cfg: Config, rate_sps: float, held_rel: float = 0.0,
-             loop: float = 1.0) -> tuple[float, float]:
+             loop: float = 1.0, sharing_rel: float = 0.0) -> tuple[float, float]:
     """The rate's interval at the nominal level: rate x exp(-+z sigma); a step held by the
     outside work (`Rates.held_rel`) adds the size of that effect to sigma, in quadrature:
     the runs measure it loosely (the scripts bench's disk runs at every core of the machine
-    were held from nil to twice as long as the law says)."""
-    return spread(model, cfg, held_rel, loop).interval(rate_sps)
+    were held from nil to twice as long as the law says); so does a carried sharing of the
+    cores (`Rates.sharing_rel`)."""
+    return spread(model, cfg, held_rel, loop, sharing_rel).interval(rate_sps)
 
 
 def probe_factor(model: Model) -> float:

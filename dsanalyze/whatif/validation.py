@@ -138,7 +138,8 @@ def check(model: Model, config: tuple[RunResult, ...], split: str) -> Check:
     cfg = run_config(model, blind)
     cache = run_cache(model, blind) if blind.mode is Mode.DISK else None
     parts = spread(model, cfg, pred.held_rel,
-                   loop_share(model, cfg, blind.layout, blind.mode, cache, pred.rate_sps))
+                   loop_share(model, cfg, blind.layout, blind.mode, cache, pred.rate_sps),
+                   pred.sharing_rel)
     low, high = parts.interval(pred.rate_sps)
     rates = [runrate.run_rate(r) for r in config]
     return Check(run_label(model, config[0]), blind.mode.value, split,
