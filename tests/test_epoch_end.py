@@ -105,6 +105,15 @@ def test_a_synthetic_run_gives_its_step_and_its_work_between_epochs():
     assert found.step_s == pytest.approx((sum(steps[2:]) - 3 * found.epoch_end_s) / 58)
     flat = EpochEnd.of(_synthetic([0.010] * 60, 20))
     assert (flat.epoch_end_s, flat.step_s) == (0.0, pytest.approx(0.010))
+    # 1 ms steps and validation passes of 2.0-2.4 s (Lightning at 960 images): the median
+    # pass times three is more than the window's whole excess; the step is still the 1 ms
+    # of its fastest iterations, not nil
+    fast = [0.001] * 60
+    for end, extra in ((19, 2.0), (39, 2.4), (59, 2.4)):
+        fast[end] = 0.001 + extra
+    found = EpochEnd.of(_synthetic(fast, 20))
+    assert found.epoch_end_s == pytest.approx(2.4)
+    assert found.step_s == pytest.approx(0.001)
 
 
 @pytest.fixture(scope="module")
