@@ -20,7 +20,7 @@
    measurement: the figures are scored on single runs. The cached runs at 2 CPUs, where the
    step shares the cores with the workers, are measured three times, as the harness does for
    any such job (`--shared-core-runs`; sweeps before it have one), and the fit pools them.
-   `--images N` (240): the runs' length, 20 batches an epoch per 240 images. `--rescore`:
+   `--images N` (960): the runs' length, 20 batches an epoch per 240 images. `--rescore`:
    score the runs recorded under DIR, measuring nothing.
 2. Two splits, each held-out configuration predicted from its `HeldOut` alone:
    - leave-one-out (`whatif.validate`'s): each disk configuration of a script predicted by
@@ -45,9 +45,11 @@ bench/interval_tuning.py on them) were chosen with four sweeps of this bench at 
 defaults in view (`TUNED_ON`: seed 5, workers 1,2, none,6M): those are a tuning grid now.
 The work between epochs and the main process's share of the workers' restart were chosen
 with those and with the later scoring sweeps in view (seed 7, workers 1,3, none,5M; seed
-9, workers 1,4, none,4M, twice): tuning grids too. Score on a fresh one, other images,
-worker counts and bandwidth, e.g. `--dir /tmp/dsa-scripts-bench7 --seed 11 --workers 1,3
---bw none,3M`.
+9, workers 1,4, none,4M, twice): tuning grids too. So are the sweep whose miss named the
+carried sharing of the cores (seed 11, workers 1,3, none,3M) and the one whose miss sized
+its interval (`Rates.sharing_rel`; seed 13, 960 images, workers 1,3, none,4.5M). Score on a
+fresh one, other images, worker counts and bandwidth, e.g. `--dir /tmp/dsa-scripts-bench9
+--seed 17 --workers 1,2 --bw none,3.5M`.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
@@ -60,8 +62,9 @@ split is also scored on every held-out single run of the sweep and of DIR/noise,
 the sweep's single runs and then with the fit configurations' repeats in the fit too.
 
 Runtime: 3 scripts x 2 CPU counts x (synthetic, cached, 2 disk runs at the fewest workers;
-cached, 2 disk at the others: the step is measured once), 42 runs, then the fits (two
-scripts at once): about 10 minutes on 2 quiet cores; `--rescore` the fits alone.
+cached, 2 disk at the others: the step is measured once), 42 runs, and the cached runs at 2
+CPUs twice more (12), then the fits (two scripts at once): about 30 minutes on 2 quiet cores
+at 960 images (10 at 240); `--rescore` the fits alone.
 """
 
 from __future__ import annotations
@@ -89,13 +92,17 @@ from dsanalyze.whatif import api as whatif  # noqa: E402
 from dsanalyze.whatif.heldout import HeldOut  # noqa: E402
 from dsanalyze.whatif.validation import check, configurations  # noqa: E402
 
-# seed 5: other images than the interval tuning grid's earlier run of this bench (seed 3)
-IMAGES, CLASSES, SIZE, JITTER, SEED = 240, 4, (400, 300), 0.2, 5
+# seed 5: other images than the interval tuning grid's earlier run of this bench (seed 3).
+# 960 images: 80 batches an epoch, a steady window of 160 (the sweeps before bench8 had 240
+# images, 40: their cached runs at every core lay up to 33% from their mean, at 960 up to 26%)
+IMAGES, CLASSES, SIZE, JITTER, SEED = 960, 4, (400, 300), 0.2, 5
 # the runs whose misses the model's script rules (the CPU stretch, the interval's width) were
 # chosen on: this bench at its defaults (seed 5, workers 1,2, none,6M), four sweeps
 TUNED_ON = ("/tmp/dsa-scripts-bench{,2,3,4} (seed 5, workers 1,2, bandwidths none,6M), "
-            "/tmp/dsa-scripts-bench5 (seed 7, workers 1,3, none,5M) and "
-            "/tmp/dsa-scripts-bench6{,b} (seed 9, workers 1,4, none,4M)")
+            "/tmp/dsa-scripts-bench5 (seed 7, workers 1,3, none,5M), "
+            "/tmp/dsa-scripts-bench6{,b} (seed 9, workers 1,4, none,4M), "
+            "/tmp/dsa-scripts-bench7 (seed 11, workers 1,3, none,3M) and "
+            "/tmp/dsa-scripts-bench8 (seed 13, 960 images, workers 1,3, none,4.5M)")
 SCRIPTS = {  # name: (file under tests/scripts, its own arguments; {w}: its worker count)
     "examples": ("train_examples.py", ("-j", "{w}", "-b", "12", "--epochs", "3",
                                        "--img-size", "32")),
@@ -303,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", default="0")
     ap.add_argument("--seed", type=int, default=SEED, help="the images' seed (a fresh grid)")
     ap.add_argument("--images", type=int, default=IMAGES,
-                    help="the dataset's images (the runs' length: 20 batches an epoch per 240)")
+                    help="the dataset's images (the runs' length: 20 batches an epoch per 240; "
+                         "the sweeps before bench8 had 240)")
     ap.add_argument("--rescore", action="store_true",
                     help="measure no sweep: score the runs under --dir (--noise-repeats aside)")
     ap.add_argument("--repeats-in", type=Path, nargs="*", default=[],

@@ -404,7 +404,8 @@ def shared_core_repeats(sweep: Sweep, again: list[RunSpec],
     todo = [s for s in again if s.mode is Mode.CACHED
             and (r := first.get(dataclasses.replace(s, repeat=1).run_id)) is not None
             and shares_cores(r)]
-    if todo and progress and again[0].repeat == 2:
+    if progress and again[0].repeat == 2 and any(store.completed(sweep.prefix, s) is None
+                                                 for s in todo):
         progress(f"{', '.join(s.run_id.rsplit('-r', 1)[0] for s in todo)}: the step runs on the "
                  f"CPU beside the workers, where one run lies up to a third from the mean: "
                  f"{sweep.shared_core_runs} runs each (--shared-core-runs)")
