@@ -282,9 +282,9 @@ def test_the_built_in_job_on_the_sim_device_is_measured_once(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.whole_machine  # 2 CPUs: more than the one a pytest-xdist worker has here
-# 21 s alone, after `make test`'s 10 minutes: in `make test-extended`; `make test` checks the
-# rule on recorded runs (above) and the flag in every in-process harness run (conftest)
+# 2 CPUs, more than a pytest-xdist worker of `make test` has here, and 21 s alone past its 10
+# minutes: in `make test-extended` (no workers: every CPU); `make test` checks the rule on
+# recorded runs (above) and the flag in every in-process harness run (conftest)
 @pytest.mark.extended
 def test_a_script_trained_on_the_cpu_gets_three_cached_runs_where_it_shares_its_cores(
         small_dataset, tmp_path, capsys):
