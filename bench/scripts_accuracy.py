@@ -47,7 +47,7 @@ The work between epochs and the main process's share of the workers' restart wer
 with those and with the later scoring sweeps in view (seed 7, workers 1,3, none,5M; seed
 9, workers 1,4, none,4M, twice): tuning grids too. So are the sweep whose miss named the
 carried sharing of the cores (seed 11, workers 1,3, none,3M) and the one whose miss sized
-its interval (`Rates.sharing_rel`; seed 13, 960 images, workers 1,3, none,4.5M). Score on a
+its interval (`intervals.carried_sharing_rel`; seed 13, 960 images, workers 1,3, none,4.5M). Score on a
 fresh one, other images, worker counts and bandwidth, e.g. `--dir /tmp/dsa-scripts-bench9
 --seed 17 --workers 1,2 --bw none,3.5M`.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled

@@ -33,7 +33,7 @@ from dsanalyze.whatif import fit_reads
 from dsanalyze.whatif.assumptions import Assumption
 from dsanalyze.whatif.calibrate import fit
 from dsanalyze.whatif.documents import GridRow
-from dsanalyze.whatif.intervals import interval, loop_share, untested
+from dsanalyze.whatif.intervals import carried_sharing_rel, interval, loop_share, untested
 from dsanalyze.whatif.laws import (
     binding_cache,
     compute_sps,
@@ -173,7 +173,9 @@ def predict(model: Model, cfg: Config) -> Prediction:
                         cfg.nnodes)
     g = compute_sps(model, cfg) * cfg.nnodes
     epoch_s, cached_s, compute_s = n / disk.rate_sps, n / cached.rate_sps, n / g
-    low, high = interval(model, cfg, disk.rate_sps, disk.held_rel, loop, disk.sharing_rel)
+    shared = carried_sharing_rel(model, cfg, layout, Mode.DISK, binding_cache(model, cache),
+                                 node.rate_sps)
+    low, high = interval(model, cfg, disk.rate_sps, disk.held_rel, loop, shared)
     return Prediction(
         cfg, ranks, disk.rate_sps, epoch_s, compute_s, max(0.0, cached_s - compute_s),
         max(0.0, epoch_s - cached_s), n / disk.epoch1_sps if disk.epoch1_sps else None,

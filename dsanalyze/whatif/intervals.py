@@ -55,7 +55,7 @@ class Spread:
     storage_rel: float  # the storage's (`Model.storage_rel_sigma`, else the noise floor)
     weights: tuple[float, ...] = ()  # each untested assumption's weight
     held_rel: float = 0.0  # the step held by the outside work (`Rates.held_rel`)
-    sharing_rel: float = 0.0  # a carried sharing of the cores (`Rates.sharing_rel`)
+    sharing_rel: float = 0.0  # a carried sharing of the cores (`carried_sharing_rel`)
 
     def sigma(self, scale: float | None = None, untested_sigma: float | None = None) -> float:
         """The relative sigma at `SETTINGS`' constants (or the ones given: the tuning bench)."""
@@ -94,7 +94,7 @@ def interval(model: Model, cfg: Config, rate_sps: float, held_rel: float = 0.0,
     outside work (`Rates.held_rel`) adds the size of that effect to sigma, in quadrature:
     the runs measure it loosely (the scripts bench's disk runs at every core of the machine
     were held from nil to twice as long as the law says); so does a carried sharing of the
-    cores (`Rates.sharing_rel`)."""
+    cores (`carried_sharing_rel`)."""
     return spread(model, cfg, held_rel, loop, sharing_rel).interval(rate_sps)
 
 
@@ -123,6 +123,22 @@ def loop_share(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
                      else None, device_latency_s=model.device_latency_s / k)
     got = mean_rates(faster, cfg, layout, mode, cache_bytes).rate_sps
     return min(1.0, max(0.0, 1 - math.log(got / rate_sps) / math.log(k)))
+
+
+def carried_sharing_rel(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
+                cache_bytes: float | None, rate_sps: float) -> float:
+    """Where `cfg`'s workers beside a step on the CPU take the sharing of another worker count
+    (`laws.stretch_from`), how far that count's own rate lies from `rate_sps`, as a relative
+    sigma: |ln(ratio)| / sqrt(3), the root mean square distance from one end of a uniform
+    range; 0 elsewhere. A cached run cannot tell whether its rate was held by its workers (more
+    of them are faster, as the model has it) or by how the step's threads share the cores
+    (they are not), and the scripts bench has both (lightning gains from more workers at every
+    core, timm does not): the truth lies anywhere between the two."""
+    carried = stretch_from(model, cfg) if mode in (Mode.CACHED, Mode.DISK) else None
+    if carried is None or not rate_sps:
+        return 0.0
+    other = mean_rates(model, replace(cfg, workers=carried), layout, mode, cache_bytes)
+    return abs(math.log(rate_sps / other.rate_sps)) / math.sqrt(3.0)
 
 
 def _cpu_assumptions(model: Model, cfg: Config) -> list[Assumption]:

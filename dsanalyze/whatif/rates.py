@@ -26,13 +26,10 @@ from dsanalyze.whatif.laws import (
     run_cache,
     run_config,
     step_for,
-    stretch_from,
     usable_cpus,
     workers_for,
 )
 from dsanalyze.whatif.model import Config, Model
-
-SQRT3 = math.sqrt(3.0)
 
 
 def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None,
@@ -147,32 +144,9 @@ class Rates:
     # ln(rate without / with the step held by the outside work, `held_load`): how much of the
     # rate rests on that law, whose size the runs measure loosely (it widens the interval)
     held_rel: float = 0.0
-    # ln(rate / the rate at the worker count whose sharing of the cores it carries) over
-    # sqrt(3), where it carries one (`mean_rates`): widens the interval
-    sharing_rel: float = 0.0
 
 
 def mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
-               cache_bytes: float | None, cold_first: bool | None = None,
-               **override: float) -> Rates:
-    """`held_rates`; where `cfg`'s workers beside a step on the CPU take the sharing of
-    another worker count (`laws.stretch_from`), also how far that count's rate lies from
-    them (`Rates.sharing_rel`): a cached run cannot tell whether its rate was held by its
-    workers (more of them are faster, as the model has it) or by how the step's threads share
-    the cores (they are not), and the scripts bench has both (lightning gains from more
-    workers at every core, timm does not)."""
-    rates = held_rates(model, cfg, layout, mode, cache_bytes, cold_first, **override)
-    carried = stretch_from(model, cfg) if mode in (Mode.CACHED, Mode.DISK) else None
-    if carried is None:
-        return rates
-    other = held_rates(model, replace(cfg, workers=carried), layout, mode, cache_bytes,
-                       cold_first, **override)
-    # the truth anywhere between the two: the root mean square distance from one end of a
-    # uniform range is its width over sqrt(3)
-    return replace(rates, sharing_rel=abs(math.log(rates.rate_sps / other.rate_sps)) / SQRT3)
-
-
-def held_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
                cache_bytes: float | None, cold_first: bool | None = None,
                **override: float) -> Rates:
     """Simulated steady and cold rates (and hit rate) over the layout's windows; where the

@@ -29,7 +29,7 @@ from dsanalyze.whatif import cachesim
 from dsanalyze.whatif.assumptions import Assumption
 from dsanalyze.whatif.calibrate import base_runs, fit
 from dsanalyze.whatif.documents import SplitFigures, Unmade, UnmadeWhy, ValidationDoc
-from dsanalyze.whatif.intervals import Spread, loop_share, spread, untested
+from dsanalyze.whatif.intervals import Spread, carried_sharing_rel, loop_share, spread, untested
 from dsanalyze.whatif.laws import run_cache, run_config
 from dsanalyze.whatif.model import LEVEL, HeldOut, Model, run_cpus
 from dsanalyze.whatif.rates import predict_run
@@ -139,7 +139,7 @@ def check(model: Model, config: tuple[RunResult, ...], split: str) -> Check:
     cache = run_cache(model, blind) if blind.mode is Mode.DISK else None
     parts = spread(model, cfg, pred.held_rel,
                    loop_share(model, cfg, blind.layout, blind.mode, cache, pred.rate_sps),
-                   pred.sharing_rel)
+                   carried_sharing_rel(model, cfg, blind.layout, blind.mode, cache, pred.rate_sps))
     low, high = parts.interval(pred.rate_sps)
     rates = [runrate.run_rate(r) for r in config]
     return Check(run_label(model, config[0]), blind.mode.value, split,
