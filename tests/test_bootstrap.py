@@ -396,11 +396,15 @@ def test_harness_profiles_an_unmodified_imagenet_script(tmp_path, small_dataset,
 @pytest.mark.whole_machine
 @pytest.mark.slow
 def test_synthetic_rate_does_not_depend_on_the_loaders_workers(tmp_path, small_dataset):
+    # Rates from the median steady iteration: the claim is about every replayed step, and
+    # one iteration the host stalls (a CI machine once gave a window of 8 a 95% interval
+    # of 259-908 samples/s) would move a mean of 8 past any bound.
     rates = {}
     for workers in (0, 2):
         prefix, _ = profile_script(tmp_path, small_dataset, 1, "synthetic,cached", workers)
         for run in store.load_runs(prefix):
-            rates[(run.mode.value, workers)] = stalls.run_rate(run).rate_sps
+            steady_s = sorted(run.ranks[0].iter_s[WARMUP:])
+            rates[(run.mode.value, workers)] = BATCH / steady_s[len(steady_s) // 2]
     g0, g2 = rates[("synthetic", 0)], rates[("synthetic", 2)]
     assert abs(g0 - g2) / g2 < 0.15, rates
     # The step sleeps 20 ms: replay is step-bound; real loading with no worker is not.
