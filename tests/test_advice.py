@@ -148,7 +148,8 @@ def test_a_cpu_trained_pick_at_unmeasured_cpus_and_workers_is_refused_naming_the
     pick = predicted_option(d.prediction, d.epochs)
     assert (pick.cpus_used, pick.workers) not in cached and d.choice == d.best_measured
     line = advice_text(a)
-    assert line.startswith(f"Advice: keep {option_label(d.best_measured)} (")
+    assert line.startswith("Advice: measure the what-if model's pick before changing; until "
+                           f"then keep {option_label(d.best_measured)} (")
     assert (f"no cached run had {pick.cpus_used} CPU(s) with {pick.workers} DataLoader "
             "workers per rank") in line
     assert "One run settles it: `dsanalyze verify PREFIX`" in line

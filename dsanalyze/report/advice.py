@@ -199,19 +199,22 @@ def _refused_text(a: Advice) -> str:
     best, pick = d.best_measured, d.prediction
     assert best is not None and pick is not None
     o = predicted_option(pick, d.epochs)
-    keep = (f"Advice: keep {option_label(best)} ({number(best.span_s, '{:.2f}')} s measured for "
-            f"{_epochs(d.epochs)}, {number(best.stall_pct, '{:.0f}')}% stalled, "
-            f"{_bound_text(best)}): the what-if model's pick, "
-            f"{change_text(o, best, d.loader)}, is not advised: ")
+    measured = (f"({number(best.span_s, '{:.2f}')} s measured for {_epochs(d.epochs)}, "
+                f"{number(best.stall_pct, '{:.0f}')}% stalled, {_bound_text(best)})")
+    change = change_text(o, best, d.loader)
     if d.refusal is Refusal.CPU_SHARING:
+        # Not "keep": the measured configuration may be badly stalled; what to do is measure.
         workers = o.workers if o.workers is not None else d.workers
-        return (keep + f"predicted {_rate_text(o, 'steady')}, but the job's step runs on the "
-                f"CPU and no cached run had {o.cpus_used} CPU(s) with {workers} "
+        return (f"Advice: measure the what-if model's pick before changing; until then keep "
+                f"{option_label(best)} {measured}. The pick, {change}, is predicted "
+                f"{_rate_text(o, 'steady')}, but it is not advised untested: the job's step "
+                f"runs on the CPU and no cached run had {o.cpus_used} CPU(s) with {workers} "
                 f"{worker_word(d.loader, workers)} per rank, so how the step shares those "
                 "cores with its loader is taken from another count. One run settles it: "
                 "`dsanalyze verify PREFIX` (or harness.py --verify) measures the pick against "
                 "this prediction.")
-    return (keep + f"the model failed its own check, "
+    return (f"Advice: keep {option_label(best)} {measured}: the what-if model's pick, {change}, "
+            "is not advised: the model failed its own check, "
             f"{error_text(d.error, d.beyond, a.validation_note)}. Measure more configurations "
             "(more CPU counts, worker counts or bandwidths) and ask again.")
 
