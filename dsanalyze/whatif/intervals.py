@@ -126,7 +126,7 @@ def loop_share(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
 
 
 def carried_sharing_rel(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
-                cache_bytes: float | None, rate_sps: float) -> float:
+                        cache_bytes: float | None, rate_sps: float) -> float:
     """Where `cfg`'s workers beside a step on the CPU take the sharing of another worker count
     (`laws.stretch_from`), how far that count's own rate lies from `rate_sps`, as a relative
     sigma: |ln(ratio)| / sqrt(3), the root mean square distance from one end of a uniform
