@@ -50,6 +50,12 @@ class Settings:
         3.0, "x", "outside work per sample above this times every run's median is another "
         "process's load, not the job's",
         "the repeats of bench/whatif_accuracy.py --repeats 2 (5360af0)")
+    throttle_slice_s: float = _tuned(
+        0.02, "s", "blk-throttle's slice where the device's kind was not recorded: a throttle's "
+        "budget unused for up to this long is the readers' later (the kernel's "
+        "DFL_THROTL_SLICE_SSD, HZ / 50; a rotational disk's is HZ / 10, 0.1 s)",
+        "not tuned: the kernel's constant for a non-rotational device, which the runs' storage "
+        "probe records (`storage.throttle_slice_s`)")
     throttle_binds: float = _tuned(
         0.5, "", "a throttled cold window reading under this share of its throttle is not held "
         "by it (no efficiency fitted on it)", f"{ACCURACY_GRID} (bffe67f)")

@@ -9,7 +9,8 @@ dataset's own files, then
 - reads each file of the other half whole (readahead as a loader gets it):
   the bandwidth is their bytes over their time less one latency per file.
 
-The sample's pages are evicted again afterwards. Where the files are so small
+It also records blk-throttle's slice on that disk (`throttle_slice_s`): how long a
+throttle's unused budget stays the readers'. The sample's pages are evicted again afterwards. Where the files are so small
 that one latency per file is more than half their read time, the two cannot be
 told apart: the latency is then reported as 0 and left inside the bandwidth. The what-if model uses these
 as "storage as measured": an unthrottled disk is this device, never infinitely
@@ -24,9 +25,10 @@ import os
 import statistics
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from dsanalyze.resources import pagecache
+from dsanalyze.resources import cgroups, pagecache
 
 PROBE_FILES = 32  # files read per probe (half for the latency, half for the bandwidth)
 LATENCY_READ_BYTES = 4096
@@ -54,9 +56,20 @@ def _read_s(path: str) -> tuple[int, float]:
     return n, time.perf_counter() - t0
 
 
+def throttle_slice_s(path: str) -> float | None:
+    """blk-throttle's slice on the disk holding `path`: the time a throttle's unused budget
+    stays the readers' (the kernel's DFL_THROTL_SLICE_HD, HZ / 10, on a rotational disk;
+    DFL_THROTL_SLICE_SSD, HZ / 50, otherwise); None where no block device holds it."""
+    device = cgroups.whole_disk(path)
+    flag = Path(f"/sys/dev/block/{device}/queue/rotational")
+    if device is None or not flag.exists():
+        return None
+    return 0.1 if flag.read_text().strip() == "1" else 0.02
+
+
 def probe(files: Sequence[str], n_files: int = PROBE_FILES) -> dict[str, Any]:
-    """{"read_bps", "latency_s", "latency_in_bandwidth", "files", "bytes", "resident_bytes"}
-    of the device, cold.
+    """{"read_bps", "latency_s", "latency_in_bandwidth", "files", "bytes", "resident_bytes",
+    "throttle_slice_s"} of the device, cold.
 
     `read_bps` None when the sample is too small to time. `resident_bytes`: of
     the sample after eviction, before the reads (pages another process kept).
@@ -77,4 +90,5 @@ def probe(files: Sequence[str], n_files: int = PROBE_FILES) -> dict[str, Any]:
         busy, latency = total, 0.0
     return {"read_bps": nbytes / busy if nbytes and busy > 0 else None, "latency_s": latency,
             "latency_in_bandwidth": not separable, "files": len(sample), "bytes": nbytes,
-            "resident_bytes": resident}
+            "resident_bytes": resident,
+            "throttle_slice_s": throttle_slice_s(sample[0]) if sample else None}

@@ -34,7 +34,8 @@ from dsanalyze.whatif.runsizes import effective_cache
 
 
 def fit_device(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
-    """The storage device: the harness's cold probe before each disk run (median)."""
+    """The storage device: the harness's cold probe before each disk run (median), and
+    blk-throttle's slice on it as the probes recorded it (else `SETTINGS.throttle_slice_s`)."""
     probes = [(r.run_id, d) for r in disk
               if (d := r.io.storage_device) and d.get("read_bps")]
     if not probes:
@@ -44,7 +45,10 @@ def fit_device(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]
     bps = statistics.median(d["read_bps"] for _, d in probes)
     lat = statistics.median(d.get("latency_s") or 0.0 for _, d in probes)
     spread = [d["read_bps"] for _, d in probes]
-    return replace(model, device_read_bps=bps, device_latency_s=lat), [
+    slices = [d["throttle_slice_s"] for _, d in probes if d.get("throttle_slice_s")]
+    slice_s = max(slices) if slices else SETTINGS.throttle_slice_s
+    return replace(model, device_read_bps=bps, device_latency_s=lat,
+                   throttle_slice_s=slice_s), [
         Param("device_read_bps", bps, "B/s", ids,
               DeviceProbe(len(probes), min(spread), max(spread))),
         Param("device_latency_s", lat, "s", ids, Fixed(Reason.DEVICE_LATENCY))]

@@ -59,6 +59,16 @@ def read_bps_for(model: Model, bps: int | None) -> float | None:
     return got if model.device_read_bps is None else min(got, model.device_read_bps)
 
 
+def read_credit_bytes_for(model: Model, bps: int | None) -> float:
+    """The budget a throttle leaves unused that its readers may bank: one slice of the rate
+    the job gets from it (`pipeline`'s law); none without a throttle or where the device,
+    not the throttle, sets the rate."""
+    got = read_bps_for(model, bps)
+    if bps is None or got is None or got < bps * model.throttle_efficiency:
+        return 0.0
+    return got * model.throttle_slice_s
+
+
 def nearest(counts: Iterable[int], count: int) -> int:
     """The measured count a law carries to `count`: the nearest, the fewer on a tie."""
     return min(counts, key=lambda m: (abs(m - count), m))

@@ -63,6 +63,7 @@ from typing import Any
 from dsanalyze.config import CacheBudget, Resources
 from dsanalyze.errors import ConfigError
 from dsanalyze.plain import PlainJson
+from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import pipeline
 from dsanalyze.whatif.heldout import HeldOut, run_cpus, run_layout
 from dsanalyze.whatif.provenance import Provenance
@@ -165,6 +166,8 @@ class Model:
     allreduce_s: float = 0.0  # t_allreduce of the ring law
     device_read_bps: float | None = None  # the storage device (None: not measured)
     device_latency_s: float = 0.0
+    # a throttle's unused budget the reads may bank for up to this long (blk-throttle's slice)
+    throttle_slice_s: float = SETTINGS.throttle_slice_s
     rel_sigma: float = 0.05  # relative standard error of a predicted rate: the loop's costs
     # the storage's (the runs the storage held: their residual), None: not fitted (`intervals`)
     storage_rel_sigma: float | None = None

@@ -45,6 +45,13 @@ as its inputs:
 - `cpus` cores are shared equally by every process that wants CPU (at most one
   core each); the storage bandwidth `read_bps` is shared equally by every
   worker that is reading (None: reads cost no time: the device was not measured).
+- a throttle (blk-throttle: cgroup v1 blkio, v2 io.max) budgets its bytes per slice of
+  time, not per read: bytes the readers left unused while none was reading are theirs
+  later, up to `read_credit_bytes` (its rate times one slice: 20 ms on a non-rotational
+  device, 100 ms on a rotational one, the kernel's DFL_THROTL_SLICE_*). A worker that
+  reads, then works on the CPU for less than a slice, then reads again, gets the
+  throttle's whole rate; reads served from that budget take no time (the device under
+  the throttle is far faster than it). 0: a device, not a throttle.
 
 Times are seconds, sizes bytes. The simulation is deterministic: the bytes
 each sample misses are an input. A batch of more than `SETTINGS.max_chunks` samples is
@@ -86,6 +93,7 @@ class Pipeline:
     miss_cpu_s_per_byte: float = 0.0  # CPU a worker spends per byte read from storage
     read_latency_s: float = 0.0  # per missed sample, before its bytes flow
     read_overlap: float = 1.0  # share of a sample's prep that runs while its bytes arrive
+    read_credit_bytes: float = 0.0  # a throttle's unused budget the reads may bank
     prefetch_factor: int = PREFETCH_FACTOR
     size_share: float = 0.0  # share of the prep that scales with the sample's bytes (decode)
     receive_s: float = 0.0  # delay, not CPU, for the main process to take a ready batch
@@ -116,6 +124,8 @@ class Pipeline:
             raise ConfigError("pipeline needs ranks, batch size and cpus above 0")
         if self.read_bps is not None and self.read_bps <= 0:
             raise ConfigError("storage bandwidth must be positive, or None")
+        if self.read_credit_bytes < 0:
+            raise ConfigError("a throttle's banked budget cannot be negative")
 
 
 @dataclass(frozen=True)
@@ -286,6 +296,7 @@ class _Sim:
         self.now, self.seq = 0.0, 0
         self.cpu = _PS(p.cpus, 1.0)
         self.io = _PS(p.read_bps or 1.0, math.inf)
+        self.credit = p.read_credit_bytes  # a new slice: its budget, at once
         self.timers: list[tuple[float, int, Event]] = []
         nw = max(1, p.workers)
         self.queues = [[deque() for _ in range(nw)] for _ in range(p.ranks)]
@@ -429,6 +440,16 @@ class _Sim:
             for r in range(self.p.ranks):
                 self._timer(self.p.step_s, StepDone(r))
 
+    def _spend_credit(self) -> None:
+        """The reads in flight take what the throttle left unused, at once, equally (as they
+        share its rate): the first to end as far as the budget goes."""
+        if self.credit <= 0 or not self.io.heap:
+            return
+        k = len(self.io.heap)
+        step = min(self.credit / k, max(0.0, self.io.heap[0][0] - self.io.virtual))
+        self.io.virtual += step
+        self.credit -= step * k
+
     def _gang_starts(self, rank: int) -> None:
         self.gang[rank] = self.p.gang_step_s * self.p.gang_threads
 
@@ -490,6 +511,7 @@ class _Sim:
             self._start_epoch(r, 0)
             self._next(r)
         while not self.done:
+            self._spend_credit()
             dt_cpu, cpu_speed, dt_gang, gang_speed = self._cpu_ahead()
             dt_io, io_speed = self.io.ahead()
             dt_timer = self.timers[0][0] - self.now if self.timers else math.inf
@@ -497,6 +519,8 @@ class _Sim:
             if dt == math.inf:
                 raise ConfigError("the pipeline simulation stalled: no event left")
             self.now += max(0.0, dt)
+            if not self.io.heap:  # no read in flight: the throttle's budget goes unused
+                self.credit = min(self.p.read_credit_bytes, self.credit + self.io.capacity * dt)
             self.cpu.virtual += cpu_speed * dt
             self.io.virtual += io_speed * dt
             for r in self.gang:
