@@ -55,7 +55,7 @@ class Settings:
         "budget unused for up to this long is the readers' later (the kernel's "
         "DFL_THROTL_SLICE_SSD, HZ / 50; a rotational disk's is HZ / 10, 0.1 s)",
         "not tuned: the kernel's constant for a non-rotational device, which the runs' storage "
-        "probe records (`storage.throttle_slice_s`)")
+        "probe records (`storage.throttle_slice_s`) (80a67ad)")
     throttle_binds: float = _tuned(
         0.5, "", "a throttled cold window reading under this share of its throttle is not held "
         "by it (no efficiency fitted on it)", f"{ACCURACY_GRID} (bffe67f)")
