@@ -21,10 +21,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dsanalyze.errors import ResourceError
 from dsanalyze.resources import cgroups, pagecache, storage
 from dsanalyze.whatif.pipeline import Pipeline, simulate
 
-SAMPLES = 120
+SAMPLES = 400
+STEADY = 50  # the last iterations: the budget of the run's first slice long spent
+LONG = 2000  # samples a rate over a whole run is taken on
+
+
+def steady_s(tl) -> float:
+    """The median of the last iterations' times (one sample each)."""
+    return float(np.median(tl.iter_s[-STEADY:])) / tl.samples_per_iter
 
 
 def per_sample_s(nbytes: float, cpu_s: float, bps: float, credit_s: float) -> float:
@@ -33,8 +41,7 @@ def per_sample_s(nbytes: float, cpu_s: float, bps: float, credit_s: float) -> fl
     p = Pipeline(ranks=1, workers=1, batch_size=1, cpus=1, step_s=0.0, main_cpu_s=0.0,
                  prep_cpu_s=0.0, read_bps=bps, miss_cpu_s_per_byte=cpu_s / nbytes,
                  read_credit_bytes=bps * credit_s)
-    tl = simulate(p, [np.full(SAMPLES, float(nbytes))], SAMPLES)
-    return 1 / tl.rate_sps(first=SAMPLES // 4)
+    return steady_s(simulate(p, [np.full(SAMPLES, float(nbytes))], SAMPLES))
 
 
 def law_s(nbytes: float, cpu_s: float, bps: float, slice_s: float) -> float:
@@ -42,23 +49,26 @@ def law_s(nbytes: float, cpu_s: float, bps: float, slice_s: float) -> float:
 
 
 @settings(max_examples=40, deadline=None)
-@given(nbytes=st.floats(4e3, 4e6), cpu_ms=st.floats(0.1, 300.0), bps=st.floats(1e5, 1e8),
-       slice_ms=st.sampled_from([20.0, 100.0]))
-def test_a_reader_banks_the_budget_it_left_unused_up_to_one_slice(nbytes, cpu_ms, bps,
+@given(nbytes=st.floats(4e3, 4e6), read_ms=st.floats(1.0, 1000.0),
+       cpu_ms=st.floats(0.1, 300.0), slice_ms=st.sampled_from([20.0, 100.0]))
+def test_a_reader_banks_the_budget_it_left_unused_up_to_one_slice(nbytes, read_ms, cpu_ms,
                                                                   slice_ms):
-    cpu_s, slice_s = cpu_ms / 1000, slice_ms / 1000
+    """The run's first slice starts with its budget (the kernel rounds the slice up): it is
+    spent by the last iterations, within slice / (SAMPLES - STEADY) of a sample's time."""
+    bps, cpu_s, slice_s = nbytes / (read_ms / 1000), cpu_ms / 1000, slice_ms / 1000
     assert per_sample_s(nbytes, cpu_s, bps, slice_s) == pytest.approx(
-        law_s(nbytes, cpu_s, bps, slice_s), rel=0.01)
+        law_s(nbytes, cpu_s, bps, slice_s), rel=0.01, abs=slice_s / (SAMPLES - STEADY))
     # a device, not a throttle: nothing is banked
     assert per_sample_s(nbytes, cpu_s, bps, 0.0) == pytest.approx(nbytes / bps + cpu_s,
                                                                   rel=0.01)
 
 
 @settings(max_examples=15, deadline=None)
-@given(workers=st.integers(2, 6), cpu_ms=st.floats(0.1, 20.0))
-def test_readers_that_keep_the_throttle_busy_get_its_rate_and_no_more(workers, cpu_ms):
-    """Several workers keep a read in flight at all times: nothing is left unused, and the
-    rate is the throttle's, banked or not (the budget never exceeds the rate over time)."""
+@given(workers=st.integers(1, 6), cpu_ms=st.floats(0.1, 60.0))
+def test_a_banked_budget_never_reads_faster_than_the_throttle(workers, cpu_ms):
+    """Several workers: the budget they bank grows only while none reads, at the
+    throttle's rate, so their rate stays the throttle's at most; and it is never slower
+    than without it."""
     nbytes, bps = 64e3, 2e6
     rates = []
     for credit_s in (0.0, 0.02):
@@ -66,10 +76,10 @@ def test_readers_that_keep_the_throttle_busy_get_its_rate_and_no_more(workers, c
                      main_cpu_s=0.0, prep_cpu_s=0.0, read_bps=bps,
                      miss_cpu_s_per_byte=cpu_ms / 1000 / nbytes,
                      read_credit_bytes=bps * credit_s)
-        tl = simulate(p, [np.full(SAMPLES, nbytes)], SAMPLES)
-        rates.append(tl.rate_sps(first=SAMPLES // 4))
-    assert rates[1] <= bps / nbytes * 1.01
-    assert rates[0] == pytest.approx(rates[1], rel=0.02)
+        tl = simulate(p, [np.full(LONG, nbytes)], LONG)
+        rates.append(LONG / sum(tl.iter_s))  # the first slice's budget: 1 sample in 2000
+    assert rates[1] <= bps / nbytes * 1.002
+    assert rates[1] >= rates[0] * 0.99
 
 
 READER = """
@@ -90,18 +100,25 @@ print(len(paths) / (time.perf_counter() - start))
 
 
 @pytest.mark.whole_machine
-def test_the_kernel_s_throttle_banks_a_reader_s_unused_budget(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cpu_s", [0.008, 0.045])
+def test_the_kernel_s_throttle_banks_a_reader_s_unused_budget(tmp_path: Path,
+                                                              cpu_s: float) -> None:
     """A real blk-throttle (cgroup v1 blkio or v2 io.max) on the disk under tmp_path, a
-    reader of cold 40 KB files that spins 8 ms on the CPU after each: at 2 MB/s a file is
-    20 ms of the throttle, so the reader gets the throttle's rate (the law above, 50 files
-    a second), not the 36 a reader that could not bank would get."""
+    reader of cold 40 KB files that spins on the CPU after each: at 2 MB/s a file is 20 ms
+    of the throttle. Spinning 8 ms, under a slice, the reader gets the throttle's rate (50
+    files a second), not the 36 a reader that could not bank would get; spinning 45 ms,
+    over a slice, it banks one slice (20 ms on a non-rotational disk: 22.2 a second,
+    against 15.4 unbanked)."""
     device = cgroups.whole_disk(tmp_path)
-    hierarchy = cgroups.probe()
-    if device is None or not hierarchy.usable:
-        pytest.skip("no block device under tmp_path, or no writable cgroup hierarchy")
+    if device is None:
+        pytest.skip("no block device under tmp_path to throttle")
+    try:
+        hierarchy = cgroups.probe()
+    except ResourceError as e:
+        pytest.skip(f"no writable cgroup hierarchy: {e}")
     slice_s = storage.throttle_slice_s(str(tmp_path))
     assert slice_s in (0.02, 0.1)
-    nbytes, bps, cpu_s = 40_000, 2_000_000, 0.008
+    nbytes, bps = 40_000, 2_000_000
     paths = []
     for i in range(60):
         path = tmp_path / f"f{i:03d}"
@@ -116,4 +133,4 @@ def test_the_kernel_s_throttle_banks_a_reader_s_unused_budget(tmp_path: Path) ->
     banked = 1 / law_s(nbytes, cpu_s, bps, slice_s)
     unbanked = 1 / (nbytes / bps + cpu_s)
     assert rate == pytest.approx(banked, rel=0.12)
-    assert rate > 1.15 * unbanked
+    assert rate > 1.2 * unbanked
