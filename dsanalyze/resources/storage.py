@@ -61,8 +61,10 @@ def throttle_slice_s(path: str) -> float | None:
     stays the readers' (the kernel's DFL_THROTL_SLICE_HD, HZ / 10, on a rotational disk;
     DFL_THROTL_SLICE_SSD, HZ / 50, otherwise); None where no block device holds it."""
     device = cgroups.whole_disk(path)
+    if device is None:
+        return None
     flag = Path(f"/sys/dev/block/{device}/queue/rotational")
-    if device is None or not flag.exists():
+    if not flag.exists():
         return None
     return 0.1 if flag.read_text().strip() == "1" else 0.02
 

@@ -295,8 +295,7 @@ class _Sim:
         self.epochs = len(miss_bytes)
         self.now, self.seq = 0.0, 0
         self.cpu = _PS(p.cpus, 1.0)
-        self.io = _PS(p.read_bps or 1.0, math.inf)
-        self.credit = p.read_credit_bytes  # a new slice: its budget, at once
+        self.io, self.credit = _PS(p.read_bps or 1.0, math.inf), p.read_credit_bytes  # banked
         self.timers: list[tuple[float, int, Event]] = []
         nw = max(1, p.workers)
         self.queues = [[deque() for _ in range(nw)] for _ in range(p.ranks)]
