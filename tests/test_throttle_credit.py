@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from dsanalyze.errors import ResourceError
 from dsanalyze.resources import cgroups, pagecache, storage
+from dsanalyze.whatif.heldout import HeldOut
 from dsanalyze.whatif.pipeline import Pipeline, simulate
 
 SAMPLES = 400
@@ -134,3 +135,40 @@ def test_the_kernel_s_throttle_banks_a_reader_s_unused_budget(tmp_path: Path,
     unbanked = 1 / (nbytes / bps + cpu_s)
     assert rate == pytest.approx(banked, rel=0.12)
     assert rate > 1.2 * unbanked
+
+
+
+def _with_slices(runs: list, slices: dict):
+    """The runs, each disk run's storage probe recording its CPU count's slice in `slices`
+    (absent: nothing, as a run before the slice's probe)."""
+    from dataclasses import replace
+    out = []
+    for r in runs:
+        if r.io.storage_device:
+            device = {k: v for k, v in r.io.storage_device.items() if k != "throttle_slice_s"}
+            if (s := slices.get(HeldOut.of(r).cpus)) is not None:
+                device["throttle_slice_s"] = s
+            state = {**r.io.cache_state, "storage_device": device}
+            r = replace(r, io=replace(r.io, cache_state=state))
+        out.append(r)
+    return out
+
+
+@pytest.mark.parametrize("slices, expect_s, reason", [
+    ({1: 0.1}, 0.1, "throttle_slice"),  # a rotational disk's, as the 1-CPU runs' probes read it
+    ({1: 0.02, 2: 0.1}, 0.1, "throttle_slice"),  # the longest a probe read: the most banked
+    ({}, 0.02, "throttle_slice_default"),  # runs before the probe: the kernel's default
+])
+def test_the_fit_takes_the_throttle_s_slice_the_storage_probe_read(slices, expect_s, reason):
+    from dsanalyze import store
+    from dsanalyze.whatif import api as whatif
+
+    runs = _with_slices(store.load_runs(Path(__file__).parent / "data" / "script_lightning"),
+                        slices)
+    model = whatif.fit(runs)
+    param = next(p for p in model.params if p.name == "throttle_slice_s")
+    assert model.throttle_slice_s == param.value == expect_s
+    assert param.how.reason.value == reason
+    # the runs named are those whose probe read it: none where the default was taken
+    assert set(param.runs) == {r.run_id for r in runs if r.io.storage_device
+                               and HeldOut.of(r).cpus in slices}

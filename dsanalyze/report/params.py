@@ -68,6 +68,12 @@ REASONS = {
     Reason.DEVICE_PREDATES_PROBE: "not measured: the disk runs predate the storage probe "
                                   "(re-run them); unthrottled storage is taken as never limiting",
     Reason.DEVICE_LATENCY: "median cold 4 KiB read per request",
+    Reason.THROTTLE_SLICE: "blk-throttle's slice on the disk under the data, as the storage probe "
+                           "read it (20 ms non-rotational, 100 ms rotational): a throttle's "
+                           "budget left unused for up to this long is spent by the reads after",
+    Reason.THROTTLE_SLICE_DEFAULT: "not recorded (the runs predate it): the kernel's slice for a "
+                                   "non-rotational disk taken; a throttle's budget left unused "
+                                   "for up to this long is spent by the reads after",
     Reason.NO_UNTHROTTLED_RUN: "not measured: no unthrottled disk run; reads are taken to cost "
                                "no CPU",
     Reason.NO_STORAGE_BOUND_RUN: "not measured: no throttled disk run whose rate its storage "

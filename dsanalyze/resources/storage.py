@@ -9,11 +9,12 @@ dataset's own files, then
 - reads each file of the other half whole (readahead as a loader gets it):
   the bandwidth is their bytes over their time less one latency per file.
 
-It also records blk-throttle's slice on that disk (`throttle_slice_s`): how long a
-throttle's unused budget stays the readers'. The sample's pages are evicted again afterwards. Where the files are so small
-that one latency per file is more than half their read time, the two cannot be
-told apart: the latency is then reported as 0 and left inside the bandwidth. The what-if model uses these
-as "storage as measured": an unthrottled disk is this device, never infinitely
+It also records blk-throttle's slice on that disk (`throttle_slice_s`): how long
+a throttle's unused budget stays the readers'. The sample's pages are evicted
+again afterwards. Where the files are so small that one latency per file is more
+than half their read time, the two cannot be told apart: the latency is then
+reported as 0 and left inside the bandwidth. The what-if model uses these as
+"storage as measured": an unthrottled disk is this device, never infinitely
 fast, and a throttle is min(throttle, device). The bandwidth is that of one
 reader; parallel readers may get more from a device with several queues (an
 assumption the model states).

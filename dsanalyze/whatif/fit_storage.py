@@ -45,13 +45,15 @@ def fit_device(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]
     bps = statistics.median(d["read_bps"] for _, d in probes)
     lat = statistics.median(d.get("latency_s") or 0.0 for _, d in probes)
     spread = [d["read_bps"] for _, d in probes]
-    slices = [d["throttle_slice_s"] for _, d in probes if d.get("throttle_slice_s")]
-    slice_s = max(slices) if slices else SETTINGS.throttle_slice_s
+    sliced = [(i, d["throttle_slice_s"]) for i, d in probes if d.get("throttle_slice_s")]
+    slice_s = max(x for _, x in sliced) if sliced else SETTINGS.throttle_slice_s
     return replace(model, device_read_bps=bps, device_latency_s=lat,
                    throttle_slice_s=slice_s), [
         Param("device_read_bps", bps, "B/s", ids,
               DeviceProbe(len(probes), min(spread), max(spread))),
-        Param("device_latency_s", lat, "s", ids, Fixed(Reason.DEVICE_LATENCY))]
+        Param("device_latency_s", lat, "s", ids, Fixed(Reason.DEVICE_LATENCY)),
+        Param("throttle_slice_s", slice_s, "s", tuple(i for i, _ in sliced), Fixed(
+            Reason.THROTTLE_SLICE if sliced else Reason.THROTTLE_SLICE_DEFAULT))]
 
 
 def _read_runs(disk: list[RunResult]) -> tuple[list[RunResult], bool]:

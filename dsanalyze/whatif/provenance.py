@@ -47,6 +47,8 @@ class Reason(str, enum.Enum):
     OTHERS_FROM_CACHED = "others_from_cached"  # the disk figure taken from the cached runs'
     DEVICE_PREDATES_PROBE = "device_predates_probe"  # device_read_bps
     DEVICE_LATENCY = "device_latency"  # device_latency_s
+    THROTTLE_SLICE = "throttle_slice"  # throttle_slice_s: as the storage probe read it
+    THROTTLE_SLICE_DEFAULT = "throttle_slice_default"  # throttle_slice_s: not recorded
     NO_UNTHROTTLED_RUN = "no_unthrottled_run"  # read_cpu_bps
     NO_BINDING_CACHE = "no_binding_cache"  # cache_slack_bytes
     NO_STORAGE_BOUND_RUN = "no_storage_bound_run"  # storage_rel_sigma
