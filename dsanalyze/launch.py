@@ -365,12 +365,12 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
         line.watch_group(proc.pid)
+        beats = Path(env[rankenv.ENV_RUN_DIR])  # the ranks' heartbeats (`progress`)
         maps = stack.enter_context(MapsRecorder(cg.pids if cg else lambda: tree_pids(proc.pid),
-                                                file_pss=spec.mode is not Mode.DISK))
+                                                file_pss=_pss_while(spec, beats)))
         monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s,
                           pids=cg.pids if cg else None)
-        watchdog = progress.Watchdog(Path(env[rankenv.ENV_RUN_DIR]), spec.job.stall_timeout_s,
-                                     spec.job.startup_timeout_s)
+        watchdog = progress.Watchdog(beats, spec.job.stall_timeout_s, spec.job.startup_timeout_s)
         stall = None
         try:
             with monitor:
@@ -392,6 +392,16 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
                      limiter.record() if limiter is not None else None,
                      gate.record(counters.get("read_bytes")) if gate else None, stall,
                      maps.file_pss_peak_bytes)
+
+
+def _pss_while(spec: RunSpec, beats: Path) -> Callable[[], bool] | None:
+    """When the job's code Pss may be read (`libmaps.MapsRecorder`): while no rank has begun
+    an iteration past its warm-up (each rank's heartbeat counts the batches it took), so that
+    the page-table walks stay out of the window every mode's rate is read on; never in a
+    disk run, whose cold epoch is reported on its own (its code is measured by the others)."""
+    if spec.mode is Mode.DISK:
+        return None
+    return lambda: max(progress.read_progress(beats).values(), default=0) <= spec.job.warmup
 
 
 def _enter_cgroup(stack: ExitStack, spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits,

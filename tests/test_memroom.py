@@ -251,3 +251,45 @@ def test_the_jobs_code_is_its_share_of_the_pages_it_maps(tmp_path: Path) -> None
     assert (1 << 20) - (16 << 10) <= after - before <= 2 * ((1 << 20) + (64 << 10))
     assert memroom.code_bytes((str(lib),), (), after - before) == after - before
     assert memroom.code_bytes((str(lib),), ()) == 8 << 20  # residency alone: the whole file
+
+
+def test_the_code_pss_is_read_only_while_the_job_is_in_its_warm_up(tmp_path: Path) -> None:
+    """The Pss walks every page table of the job, holding its memory map's lock: it is read
+    while no rank has taken a batch past its warm-up (each rank's heartbeat), never in the
+    window a rate is read on, and never in a disk run. A real process maps and touches a
+    library; the recorder reads its Pss in the warm-up and keeps that peak after it, while
+    the mapped files are still listed every sample."""
+    from dsanalyze.config import Job, Mode, Resources, RunSpec
+    from dsanalyze.launch import _pss_while
+    from dsanalyze.progress import Heartbeat
+    from dsanalyze.resources import libmaps, pagecache
+
+    job = Job(data_dir="/d", warmup=2)
+    assert _pss_while(RunSpec(job, Mode.DISK, Resources()), tmp_path) is None
+    reading = _pss_while(RunSpec(job, Mode.CACHED, Resources()), tmp_path)
+    beats = [Heartbeat.open(tmp_path, r) for r in (0, 1)]
+    assert reading()  # before the first batch: imports, the workers' start-up
+    lib = tmp_path / "libwarm.so"
+    lib.write_bytes(os.urandom(4 << 20))
+    pagecache.warm([str(lib)])
+    proc = subprocess.Popen([sys.executable, "-c", MAP_AND_TOUCH, str(lib)], text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        recorder = libmaps.MapsRecorder(lambda: [proc.pid], file_pss=reading)
+        assert proc.stdout.readline().strip() == "mapped"
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "touched"
+        beats[0](2)  # rank 0 took its second batch: the last warm-up iteration runs
+        beats[1](1)
+        assert reading()
+        recorder.sample()
+        warm = recorder.file_pss_peak_bytes
+        assert warm is not None and warm >= 1 << 20  # the 1 MiB it touched, at least
+        beats[1](3)  # rank 1 took the first batch past its warm-up: the window has begun
+        assert not reading()
+        recorder.sample()
+        assert recorder.file_pss_peak_bytes == warm and str(lib) in recorder.files
+    finally:
+        proc.kill()
+        proc.wait()

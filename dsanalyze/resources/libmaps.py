@@ -108,12 +108,19 @@ def tree_pids(root_pid: int) -> set[int]:
 
 class MapsRecorder:
     """Background union of the files mapped by a run's processes, and the peak of their
-    share of those files' pages (`file_pss_bytes`): the job's code as it holds it."""
+    share of those files' pages (`file_pss_bytes`): the job's code as it holds it.
+
+    `file_pss`: whether a sample reads the Pss now (None: never). Each read walks every page
+    table of every process of the job, holding its memory map's lock (85 ms of CPU for a
+    resnet18 main process and 3 workers): once a second all run long it slowed a throttled
+    disk run to -22..-25% of its throttle, and took 8.5% of a core from the runs of every
+    other mode, so the harness reads it only while the job is in its warm-up
+    (`launch._pss_while`), never in the window its rates are read on."""
 
     def __init__(self, pids: Callable[[], Iterable[int]], interval_s: float = INTERVAL_S,
-                 file_pss: bool = True) -> None:
+                 file_pss: Callable[[], bool] | None = lambda: True) -> None:
         self._pids = pids
-        self._file_pss = file_pss  # off: the page-table walks stay out of a throttled run
+        self._file_pss = file_pss
         self._interval_s = interval_s
         self._files: set[str] = set()
         self.file_pss_peak_bytes: int | None = None
@@ -135,7 +142,7 @@ class MapsRecorder:
     def sample(self) -> None:
         pids = list(self._pids())
         self._files |= mapped_files(pids)
-        pss = file_pss_bytes(pids) if self._file_pss else None
+        pss = file_pss_bytes(pids) if self._file_pss is not None and self._file_pss() else None
         if pss is not None:
             self.file_pss_peak_bytes = max(self.file_pss_peak_bytes or 0, pss)
 
