@@ -21,7 +21,7 @@ from dsanalyze.dataset import scan_dataset
 from dsanalyze.records import RunResult
 from dsanalyze.report.advice import advice_text, failure_text, option_label, why_not_validated
 from dsanalyze.report.verdicts import verdict_text
-from dsanalyze.whatif import fit_restart, recommend
+from dsanalyze.whatif import fit_prep, fit_restart, recommend
 from dsanalyze.whatif.advice import Advice, ModelFailure, advise, within
 from dsanalyze.whatif.assumptions import Assume, Assumption, Law
 from dsanalyze.whatif.decision import (
@@ -128,8 +128,10 @@ def test_a_cpu_trained_pick_at_unmeasured_cpus_and_workers_is_refused_naming_the
     2 workers at 2 CPUs, measured 22% under its prediction, outside its interval). With the
     workers' restarts at each epoch (`fit_restart`: its workers do not persist) that pick is
     never given: the fastest measured is kept, or the pick refused (the model with the
-    main process's share of the restarts predicts it faster again). Without them (the model
-    that made that pick) no cached run had the pick's CPUs and workers: it is refused, the
+    main process's share of the restarts predicts it faster again), and so is it with the
+    prep of the 1-CPU runs, where the step takes turns with the workers (`fit_prep.fit_alone`).
+    Without either (the model that made that pick) no cached run had the pick's CPUs and
+    workers: it is refused, the
     line says why and which run settles it, and `verify` would measure that pick. The same
     decision with a cached run at the pick's CPUs and workers gives it."""
     prefix = copy_of("script_cpu_w1", tmp_path)
@@ -140,6 +142,8 @@ def test_a_cpu_trained_pick_at_unmeasured_cpus_and_workers_is_refused_naming_the
         and with_restarts.refusal is Refusal.CPU_SHARING)
     monkeypatch.setattr(fit_restart, "fit", lambda model, results: (
         replace(model, restart_cpu_s=0.0, restart_main_cpu_s=0.0), []))
+    monkeypatch.setattr(fit_prep, "fit_alone", lambda model, cached: (
+        replace(model, prep_alone_cpu_s=None), []))
     cached = {(r.spec.resources.cpus, job_as_run(r).workers) for r in runs
               if r.mode is Mode.CACHED}
     a = app.advise(prefix, runs).advice

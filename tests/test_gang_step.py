@@ -24,7 +24,7 @@ from dsanalyze import store
 from dsanalyze.config import Mode
 from dsanalyze.report.assumptions import assumption_text
 from dsanalyze.whatif import api as whatif
-from dsanalyze.whatif import fit_loop
+from dsanalyze.whatif import fit_loop, fit_prep
 from dsanalyze.whatif.assumptions import Assume, Assumption
 from dsanalyze.whatif.intervals import rel_sigma_for, untested
 from dsanalyze.whatif.laws import cpu_stretch, run_config, stretch_from
@@ -77,7 +77,8 @@ def cpu_script():
     (one fitted on those steps would be meaningless)."""
     runs = store.load_runs(SCRIPT_CPU)
     model = replace(whatif.fit(runs), step_s_by_cpus=((1, 0.080), (2, 0.045)),
-                    prep_cpu_s=0.004, contention=0.0, cpu_stretch_by_cpus=())
+                    prep_cpu_s=0.004, prep_alone_cpu_s=None, contention=0.0,
+                    cpu_stretch_by_cpus=())
     return runs, model
 
 
@@ -116,6 +117,36 @@ def test_the_fit_s_main_cpu_remakes_the_measured_loops() -> None:
         assert sum(sim >= measured for measured, sim in loops) * 2 >= len(loops)
     else:
         assert any(sim == pytest.approx(measured, rel=0.02) for measured, sim in loops)
+
+
+# ---- the prep where a one-thread step takes turns with the workers -----------------------
+
+@settings(max_examples=6, deadline=None)
+@given(ratio=st.floats(0.3, 4.0))
+def test_a_one_thread_step_s_run_gives_its_own_prep_whatever_the_gang_s(cpu_script, ratio):
+    """At 1 CPU the step (one thread) takes turns with the workers: each CPU cost of an
+    iteration adds to it. Beside a gang (2 CPUs) every CPU cost is slowed, so the prep its
+    runs show need not be the one-thread runs': cached runs timed by the simulation with a
+    prep of 4 ms a sample at 1 CPU and `ratio` times that at 2 CPUs give back 4 ms where the
+    step takes turns (within 3%), and the fit remakes the 1-CPU run's rate (within 3%),
+    whatever the 2-CPU runs say. The 2-CPU prediction keeps c_prep's law."""
+    runs, model = cpu_script
+    cached = [r for r in runs if r.mode is Mode.CACHED]
+    timed = [timed_by(model if HeldOut.of(r).cpus == 1 else
+                      replace(model, prep_cpu_s=0.004 * ratio), r) for r in cached]
+    fitted, params = fit_prep.fit_cpu(model, timed)
+    assert fitted.prep_alone_cpu_s == pytest.approx(0.004, rel=0.03)
+    alone = next(p for p in params if p.name == "prep_alone_cpu_s_per_sample")
+    assert alone.runs == tuple(r.run_id for r in timed if HeldOut.of(r).cpus == 1)
+    from dsanalyze.analysis import runrate
+    from dsanalyze.whatif.rates import predict_run
+    one = next(r for r in timed if HeldOut.of(r).cpus == 1)
+    assert predict_run(fitted, HeldOut.of(one)).rate_sps == pytest.approx(
+        runrate.run_rate(one).rate_sps, rel=0.03)
+    two = next(r for r in timed if HeldOut.of(r).cpus == 2)
+    without = replace(fitted, prep_alone_cpu_s=None)
+    assert predict_run(fitted, HeldOut.of(two)).rate_sps == \
+        predict_run(without, HeldOut.of(two)).rate_sps
 
 
 # ---- the stretch of a gang step's CPU work, per CPU count and workers ---------------------

@@ -23,6 +23,7 @@ from dsanalyze.whatif.provenance import (
     MainLoop,
     MainRestart,
     OutsideWork,
+    PrepAlone,
     PrepLaw,
     PrepUnfitted,
     ProbedContention,
@@ -236,6 +237,12 @@ WORDS: dict[type[Provenance], Callable[[Any], str]] = {
     ProbedContention: _probed,
     PrepLaw: _prep_law,
     PrepUnfitted: _prep_unfitted,
+    PrepAlone: lambda h: ((dropped_text(h.dropped) + "; c_prep used where") if h.dropped else
+                          "calibrated: where") +
+                         " the step on the CPU runs one thread a rank and takes turns with the "
+                         "workers, the prep per sample (on one busy core) that makes each cached "
+                         f"such run's simulated rate its measured one; median of {h.runs}: "
+                         f"{_ms_range(h.low_s, h.high_s)}",
     MainLoop: lambda h: (f"measured: each cached run's loop time (iteration - wait, median of "
                          "its steady iterations) beyond its step, as the simulation shares the "
                          f"cores among the job's processes; median of {h.runs}: "

@@ -22,12 +22,13 @@ from dsanalyze.records import LOADER_STAGE, CpuScaling, RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import bounds, pipeline
 from dsanalyze.whatif.fitruns import by_mode, job_key
-from dsanalyze.whatif.laws import compute_sps, run_config
+from dsanalyze.whatif.laws import busy_cores, compute_sps, gang_step, run_config
 from dsanalyze.whatif.model import HeldOut, Model, Param, run_cpus, run_layout
 from dsanalyze.whatif.provenance import (
     Contention,
     Dropped,
     Fixed,
+    PrepAlone,
     PrepLaw,
     PrepUnfitted,
     ProbedContention,
@@ -116,6 +117,7 @@ def _probe(results: list[RunResult]) -> tuple[CpuScaling, list[str]] | None:
 def fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
     """c_prep and its contention law, given the main process's CPU per iteration."""
     loaders, cached = by_mode(results, Mode.LOADER), by_mode(results, Mode.CACHED)
+    model = replace(model, prep_alone_cpu_s=None)  # until `fit_alone` solves it again
     points, prep_runs = _prep_points(model, loaders, cached)
     probe = _probe(results)
     dropped = None
@@ -129,12 +131,41 @@ def fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]
         model = replace(model, prep_cpu_s=c0, contention=alpha,
                         contention_probed=len(points) == 1 and probe is not None)
     params = [_prep_param(model, prep_runs, sorted(points), cached, dropped)]
+    model, alone = fit_alone(model, cached)
+    params += alone
     if model.contention_probed and probe:
         scaling, ids = probe
         params.append(Param("contention", model.contention, "", tuple(ids), ProbedContention(
             scaling.work, scaling.solo_cpu_s or 0.0, scaling.parallel_cpu_s or 0.0,
             scaling.cpus)))
     return model, params
+
+
+def fit_alone(model: Model, cached: list[RunResult]) -> tuple[Model, list[Param]]:
+    """A step on the CPU of one thread a rank (`laws.gang_step` false: at as many CPUs as
+    ranks) takes turns with the workers on the cores, so every CPU cost of an iteration adds
+    to it, however near its compute rate the run is; beside a step of several threads (a
+    gang) every CPU cost is slowed (`fit_loop.fit_stretch`), and c_prep's points from such
+    runs outvote a one-thread run's. The prep where the step takes turns: solved on each such
+    cached run given the main process (on one busy core by the contention law), median;
+    None where there is none, or where it falls out of `bounds.PREP_CPU_S` (c_prep used)."""
+    model = replace(model, prep_alone_cpu_s=None)
+    if not model.step_on_cpu or model.prep_cpu_s is None:
+        return model, []
+    runs = [r for r in cached if runrate.run_rate(r).rate_sps
+            and not gang_step(model, run_config(model, HeldOut.of(r)))]
+    if not runs:
+        return model, []
+    points = [_solve_prep(model, r, Mode.CACHED)
+              / (1 + model.contention * (busy_cores(model, run_config(model, HeldOut.of(r))) - 1))
+              for r in runs]
+    value, ids = statistics.median(points), tuple(r.run_id for r in runs)
+    how = PrepAlone(len(points), min(points), max(points))
+    if not bounds.PREP_CPU_S.holds(value):
+        return model, [Param("prep_alone_cpu_s_per_sample", None, "s", ids, replace(
+            how, dropped=bounds.PREP_CPU_S.dropped(value, ids)))]
+    return replace(model, prep_alone_cpu_s=value), [
+        Param("prep_alone_cpu_s_per_sample", value, "s", ids, how)]
 
 
 def _prep_from_timing(model: Model, results: list[RunResult], dropped: Dropped

@@ -72,10 +72,12 @@ def measured(model: Model, params: list[Param]) -> int:
 
 
 def _prep_dof(model: Model, params: list[Param]) -> int:
-    # c_prep, the contention where the runs (not the machine's probe) fitted it, the
+    # c_prep, the contention where the runs (not the machine's probe) fitted it, the prep
+    # where a step on the CPU takes turns with the workers, the
     # workers' restart where the waits gave one, the main process's share where the first
     # iterations did
     return 1 + int(model.contention > 0 and not model.contention_probed) + \
+        int(model.prep_alone_cpu_s is not None) + \
         int(model.restart_cpu_s > 0) + int(model.restart_main_cpu_s > 0)
 
 

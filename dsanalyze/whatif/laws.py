@@ -44,11 +44,16 @@ def usable_cpus(model: Model, cfg: Config, mode: Mode, rate_sps: float) -> float
 
 
 def prep_cpu_for(model: Model, cfg: Config) -> float:
-    """Worker CPU seconds per sample in `cfg`: the contention law."""
+    """Worker CPU seconds per sample in `cfg`: the contention law, from c_prep, or where a
+    step on the CPU runs one thread a rank (it takes turns with the workers, `gang_step`
+    false) from the prep solved on such runs where one was (`Model.prep_alone_cpu_s`)."""
     if model.prep_cpu_s is None:
         raise ConfigError("the prep rate was not measured: run harness.py with --modes loader "
                           "(or a prep-bound cached run)")
-    return model.prep_cpu_s * (1 + model.contention * (busy_cores(model, cfg) - 1))
+    alone = model.prep_alone_cpu_s is not None and model.step_on_cpu \
+        and not gang_step(model, cfg)
+    base = model.prep_alone_cpu_s if alone else model.prep_cpu_s
+    return base * (1 + model.contention * (busy_cores(model, cfg) - 1))
 
 
 def read_bps_for(model: Model, bps: int | None) -> float | None:

@@ -146,6 +146,9 @@ class Model:
     step_s: float | None  # compute per iteration at `ranks`, all-reduce included
     policy: str
     prep_cpu_s: float | None = None  # c_prep: worker CPU seconds per sample on one busy core
+    # a step on the CPU of one thread a rank (it takes turns with the workers): c_prep solved on
+    # such runs (`fit_prep.fit_alone`); None: none, or out of bounds (c_prep is used there)
+    prep_alone_cpu_s: float | None = None
     main_cpu_s: float = 0.0  # CPU of a rank's main process per iteration
     receive_s: float = 0.0  # delay for the main process to take a ready batch (not CPU)
     miss_cpu_s_per_byte: float = 0.0

@@ -176,6 +176,18 @@ class PrepLaw(Provenance):
 
 
 @dataclass(frozen=True)
+class PrepAlone(Provenance):
+    """A step on the CPU of one thread a rank: the prep per sample on one busy core solved on
+    each of `runs` such cached runs (median used), or dropped out of its bound."""
+
+    kind: ClassVar[str] = "prep_alone"
+    runs: int
+    low_s: float
+    high_s: float
+    dropped: Dropped | None = None
+
+
+@dataclass(frozen=True)
 class PrepUnfitted(Provenance):
     """c_prep out of bounds from the rates: the workers' own timing (`timed_runs` > 0), else
     not measured."""
