@@ -126,23 +126,30 @@ def test_the_fit_s_main_cpu_remakes_the_measured_loops() -> None:
 def test_a_one_thread_step_s_run_gives_its_own_prep_whatever_the_gang_s(cpu_script, ratio):
     """At 1 CPU the step (one thread) takes turns with the workers: each CPU cost of an
     iteration adds to it. Beside a gang (2 CPUs) every CPU cost is slowed, so the prep its
-    runs show need not be the one-thread runs': cached runs timed by the simulation with a
-    prep of 4 ms a sample at 1 CPU and `ratio` times that at 2 CPUs give back 4 ms where the
-    step takes turns (within 3%), and the fit remakes the 1-CPU run's rate (within 3%),
-    whatever the 2-CPU runs say. The 2-CPU prediction keeps c_prep's law."""
-    runs, model = cpu_script
-    cached = [r for r in runs if r.mode is Mode.CACHED]
-    timed = [timed_by(model if HeldOut.of(r).cpus == 1 else
-                      replace(model, prep_cpu_s=0.004 * ratio), r) for r in cached]
-    fitted, params = fit_prep.fit_cpu(model, timed)
-    assert fitted.prep_alone_cpu_s == pytest.approx(0.004, rel=0.03)
-    alone = next(p for p in params if p.name == "prep_alone_cpu_s_per_sample")
-    assert alone.runs == tuple(r.run_id for r in timed if HeldOut.of(r).cpus == 1)
+    runs show need not be the one-thread runs'. Cached runs timed by the simulation with a
+    prep of 4 ms a sample at 1 CPU and `ratio` times that at 2 CPUs give the same prep where
+    the step takes turns as when both had 4 ms, and near 4 ms (within 10%: a timed run's
+    rate and the simulation's predicted mean differ by about 1%, and the prep is a third of
+    a 1-CPU iteration); the fit remakes the 1-CPU run's rate (within 1%) whatever the 2-CPU
+    runs say, and the 2-CPU prediction keeps c_prep's law."""
     from dsanalyze.analysis import runrate
     from dsanalyze.whatif.rates import predict_run
+    runs, model = cpu_script
+    cached = [r for r in runs if r.mode is Mode.CACHED]
+
+    def timed_at(r: float) -> list:
+        return [timed_by(model if HeldOut.of(x).cpus == 1 else
+                         replace(model, prep_cpu_s=0.004 * r), x) for x in cached]
+    timed = timed_at(ratio)
+    fitted, params = fit_prep.fit_cpu(model, timed)
+    same, _ = fit_prep.fit_cpu(model, timed_at(1.0))
+    assert fitted.prep_alone_cpu_s == same.prep_alone_cpu_s
+    assert fitted.prep_alone_cpu_s == pytest.approx(0.004, rel=0.10)
+    alone = next(p for p in params if p.name == "prep_alone_cpu_s_per_sample")
+    assert alone.runs == tuple(r.run_id for r in timed if HeldOut.of(r).cpus == 1)
     one = next(r for r in timed if HeldOut.of(r).cpus == 1)
     assert predict_run(fitted, HeldOut.of(one)).rate_sps == pytest.approx(
-        runrate.run_rate(one).rate_sps, rel=0.03)
+        runrate.run_rate(one).rate_sps, rel=0.01)
     two = next(r for r in timed if HeldOut.of(r).cpus == 2)
     without = replace(fitted, prep_alone_cpu_s=None)
     assert predict_run(fitted, HeldOut.of(two)).rate_sps == \
