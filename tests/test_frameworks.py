@@ -96,7 +96,10 @@ def check_prep_bound(runs: dict[str, store.RunResult]) -> None:
     """Few workers, real decoding, a tiny model: the step alone is faster than the loader,
     and the loader alone bounds the cached rate."""
     rate = {m: stalls.run_rate(r).rate_sps for m, r in runs.items()}
-    assert rate["synthetic"] > 1.5 * rate["cached"], rate
+    # 1.2: the cached run no longer carries the harness's code-Pss walks (85 ms of CPU a second
+    # on the one CPU a test worker's job shares with its harness): timm with 1 worker measured
+    # 259 against 197 (1.32), where 1.5 held with them
+    assert rate["synthetic"] > 1.2 * rate["cached"], rate
     assert rate["cached"] < 1.5 * rate["loader"], rate  # at most the loader's own rate, + noise
 
 
