@@ -148,17 +148,17 @@ def fit_alone(model: Model, cached: list[RunResult]) -> tuple[Model, list[Param]
     gang) every CPU cost is slowed (`fit_loop.fit_stretch`), and c_prep's points from such
     runs outvote a one-thread run's. The prep where the step takes turns: solved on each such
     cached run given the main process (on one busy core by the contention law), median;
-    None where there is none, or where it falls out of `bounds.PREP_CPU_S` (c_prep used)."""
-    model = replace(model, prep_alone_cpu_s=None)
+    None where there is none, or where it falls out of `bounds.PREP_CPU_S` (c_prep used);
+    `fit_cpu`, its caller, clears the one fitted before."""
     if not model.step_on_cpu or model.prep_cpu_s is None:
         return model, []
-    runs = [r for r in cached if runrate.run_rate(r).rate_sps
-            and not gang_step(model, run_config(model, HeldOut.of(r)))]
-    if not runs:
+    alone = [(r, cfg) for r in cached if runrate.run_rate(r).rate_sps
+             and not gang_step(model, cfg := run_config(model, HeldOut.of(r)))]
+    if not alone:
         return model, []
+    runs = [r for r, _ in alone]
     points = [_solve_prep(model, r, Mode.CACHED)
-              / (1 + model.contention * (busy_cores(model, run_config(model, HeldOut.of(r))) - 1))
-              for r in runs]
+              / (1 + model.contention * (busy_cores(model, cfg) - 1)) for r, cfg in alone]
     value, ids = statistics.median(points), tuple(r.run_id for r in runs)
     how = PrepAlone(len(points), min(points), max(points))
     if not bounds.PREP_CPU_S.holds(value):
