@@ -156,9 +156,14 @@ def assert_step_bound_rate(mode: dict, expected_sps: float) -> None:
     A sleep never wakes early: the rate is at most `expected_sps` (1% for the clock and the
     loop's own work). It wakes late by as much as the machine's other processes delay it,
     which the run's own iteration times show: the rate may fall short by 1.5 times their
-    IQR over the median (at least 3%, the quiet machine's tolerance)."""
+    IQR over the median, at least 3% (the quiet machine's tolerance), or 6% when the run
+    itself notes it was disturbed (other processes busy on its CPUs or the ones beside
+    them: a few late wakes among a short run's iterations move its mean, not their IQR;
+    `make test`'s other worker kept the CPU beside a 2-rank run 99% busy and its 16
+    iterations came 3.5% short of the sleep)."""
     rate = mode["rate_sps"]
-    tolerance = max(0.03, 1.5 * (mode.get("iter_iqr_pct") or 0.0) / 100)
+    floor = 0.06 if mode.get("disturbed") else 0.03
+    tolerance = max(floor, 1.5 * (mode.get("iter_iqr_pct") or 0.0) / 100)
     assert rate <= expected_sps * 1.01, (rate, expected_sps)
     assert rate >= expected_sps * (1 - tolerance), (rate, expected_sps, tolerance)
 
