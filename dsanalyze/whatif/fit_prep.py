@@ -22,7 +22,7 @@ from dsanalyze.records import LOADER_STAGE, CpuScaling, RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import bounds, pipeline
 from dsanalyze.whatif.fitruns import by_mode, job_key
-from dsanalyze.whatif.laws import busy_cores, compute_sps, gang_step, run_config
+from dsanalyze.whatif.laws import compute_sps, contention_factor, gang_step, run_config
 from dsanalyze.whatif.model import HeldOut, Model, Param, run_cpus, run_layout
 from dsanalyze.whatif.provenance import (
     Contention,
@@ -157,8 +157,8 @@ def fit_alone(model: Model, cached: list[RunResult]) -> tuple[Model, list[Param]
     if not alone:
         return model, []
     runs = [r for r, _ in alone]
-    points = [_solve_prep(model, r, Mode.CACHED)
-              / (1 + model.contention * (busy_cores(model, cfg) - 1)) for r, cfg in alone]
+    points = [_solve_prep(model, r, Mode.CACHED) / contention_factor(model, cfg)
+              for r, cfg in alone]
     value, ids = statistics.median(points), tuple(r.run_id for r in runs)
     how = PrepAlone(len(points), min(points), max(points))
     if not bounds.PREP_CPU_S.holds(value):

@@ -21,6 +21,12 @@ def busy_cores(model: Model, cfg: Config) -> int:
     return max(1, min(cfg.cpus, (cfg.nproc or model.ranks) * max(1, workers_for(model, cfg))))
 
 
+def contention_factor(model: Model, cfg: Config) -> float:
+    """The contention law's slowdown of a sample's prep in `cfg`: 1 + contention (k - 1), k
+    the busy cores; a prep on one busy core times it is the prep there."""
+    return 1 + model.contention * (busy_cores(model, cfg) - 1)
+
+
 def outside_load(model: Model, cfg: Config, mode: Mode) -> tuple[float, float] | None:
     """(CPU seconds per sample outside the job's cgroup, cores of the machine) for `cfg`, or
     None where not measured. A configuration with more CPUs than this machine is taken to
@@ -53,7 +59,7 @@ def prep_cpu_for(model: Model, cfg: Config) -> float:
     alone = model.prep_alone_cpu_s is not None and model.step_on_cpu \
         and not gang_step(model, cfg)
     base = model.prep_alone_cpu_s if alone else model.prep_cpu_s
-    return base * (1 + model.contention * (busy_cores(model, cfg) - 1))
+    return base * contention_factor(model, cfg)
 
 
 def read_bps_for(model: Model, bps: int | None) -> float | None:
