@@ -10,6 +10,7 @@ from conftest import STEP_BOUND, assert_step_bound_rate, harness
 
 from dsanalyze.analysis.verdict import Verdict
 from dsanalyze.report.verdicts import verdict_text
+from dsanalyze.settings import SETTINGS
 from dsanalyze.store import load_runs
 
 pytestmark = pytest.mark.slow
@@ -63,7 +64,9 @@ def test_two_ranks_all_modes_combined(small_dataset, tmp_path):
     # one worker decoding ~100 KB JPEGs cannot feed a 5 ms step, on a share of the CPUs too
     (1, 16, 5.0, "prep"),
     # two samples per 150 ms step: the loader keeps up easily, given CPUs of its own (on one
-    # CPU of a loaded machine it measured a 13% prep stall: whole machine)
+    # CPU of a loaded machine it measured a 13% prep stall: whole machine). What remains is the
+    # main process taking each batch off the workers' queue: 3.0% (4.5 ms a step) on a slow CI
+    # machine, so the bound is the verdict's own input-bound threshold, not a tighter figure
     pytest.param(2, 2, 150.0, "compute", marks=pytest.mark.whole_machine),
 ])
 def test_cached_prep_stall(small_dataset, tmp_path, workers, batch, step_ms, bound):
@@ -76,7 +79,8 @@ def test_cached_prep_stall(small_dataset, tmp_path, workers, batch, step_ms, bou
     if bound == "prep":
         assert cfg["prep_stall_pct"] > 50 and said(cfg).startswith("likely highly prep-bound")
     else:
-        assert cfg["prep_stall_pct"] < 3 and said(cfg).startswith("compute-bound")
+        assert cfg["prep_stall_pct"] < SETTINGS.input_bound_pct
+        assert said(cfg).startswith("compute-bound")
 
 
 def said(cfg: dict) -> str:
