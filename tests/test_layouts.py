@@ -16,10 +16,10 @@ import pytest
 
 from dsanalyze import store
 from dsanalyze.config import Mode
-from dsanalyze.report.advice import advice_text
+from dsanalyze.report.advice import advice_text, failure_text
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif import pipeline
-from dsanalyze.whatif.advice import advise
+from dsanalyze.whatif.advice import ModelFailure, advise
 from dsanalyze.whatif.heldout import HeldOut
 from dsanalyze.whatif.laws import run_config
 from dsanalyze.whatif.model import run_layout
@@ -82,12 +82,21 @@ def test_a_loader_without_len_gets_its_epochs_length_from_the_epochs_it_ran() ->
     assert run_layout(unsized).batches == recorded
 
 
-def test_a_model_that_fails_on_the_data_is_one_line_of_advice() -> None:
+def test_a_dataset_of_empty_files_is_one_line_of_advice_that_says_why() -> None:
     """The end-of-run advice never crashes a sweep that measured everything: a dataset of empty
-    files (no bytes to weigh a sample's prep by) makes the fit divide by zero, a raw
-    ZeroDivisionError, and the advice is one line naming it."""
+    files (no bytes to weigh a sample's prep by) is refused by the fit with what to do, and the
+    advice is that one line; the table alone decides."""
     runs = store.load_runs(DATA / "whatif_fetch")
     a = advise(runs, [0] * runs[0].dataset.num_files)
-    assert a.model is None and a.note and a.rows == []  # no model: the table alone decides
+    assert a.model is None and a.note and a.note.ours and a.rows == []
     text = advice_text(a)
-    assert "\n" not in text and "ZeroDivisionError" in text and text.startswith("Advice: none")
+    assert "\n" not in text and text.startswith("Advice: none")
+    assert f"{runs[0].dataset.num_files} file(s) hold no bytes" in text and "Error" not in text
+
+
+def test_a_model_that_fails_unexpectedly_is_named_by_its_exception_in_one_line() -> None:
+    """Any other exception of the model (a bug on data it was never tried on) is worded by its
+    type and first line only, not as a refusal of ours."""
+    failure = ModelFailure.of(ZeroDivisionError("float division by zero\nmore"))
+    assert not failure.ours
+    assert failure_text(failure) == "ZeroDivisionError: float division by zero"
