@@ -54,10 +54,6 @@ def fit(results: list[RunResult], sizes: Sequence[int] | None = None,
     weighted by 1 / sigma^2 in the calibrations, and a prediction's interval is never
     narrower than the fit runs' median measured noise.
     """
-    if sizes is not None and not any(sizes):
-        raise ConfigError(f"the dataset's {len(sizes)} file(s) hold no bytes: the what-if "
-                          "weighs each sample's reads and prep by its file's size; profile "
-                          "the files the job really reads")
     ok = _completed(results)
     if rate_rel_sigma is None:
         rate_rel_sigma = uncertainty.rel_sigmas(ok)

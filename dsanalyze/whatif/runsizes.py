@@ -51,6 +51,10 @@ def file_sizes(result: RunResult, sizes: Sequence[int] | None) -> tuple[tuple[in
         source, files = Sizes.MEAN, 0
     else:
         raise ConfigError(f"run {result.run_id} records no dataset size: re-run it with harness.py")
+    if not any(sizes):
+        raise ConfigError(f"the dataset's {len(sizes)} file(s) hold no bytes: the what-if "
+                          "weighs each sample's reads and prep by its file's size; profile "
+                          "the files the job really reads")
     rounded = tuple(int(x) for x in cachesim.page_rounded(sizes))
     q = np.percentile(sizes, [5, 50, 95]).astype(int).tolist()
     how = SampleSizes(source, files, ds.root, q[0], q[1], q[2])
