@@ -227,12 +227,14 @@ class _PS:
 
     def ahead(self, taken: float = 0.0) -> tuple[float, float]:
         """(time until the first job ends, the speed each active job progresses at), with
-        `taken` of the capacity held by others (the cores steps on the CPU use)."""
+        `taken` of the capacity held by others (the cores steps on the CPU use); inf and 0
+        where no job is active or the steps hold every core (no job moves until one of them
+        ends). `_Sim.run` writes this out in its loop."""
         k = len(self.heap)
         if not k:
             return math.inf, 0.0
         speed = min(self.per_job_cap, (self.capacity - taken) / k)
-        if speed <= 0:  # the steps hold every core: no job moves until one of them ends
+        if speed <= 0:
             return math.inf, 0.0
         return max(0.0, self.heap[0][0] - self.virtual) / speed, speed
 
@@ -286,12 +288,22 @@ class _Sim:
         # each sample's bytes, hit or miss: what a re-read of it reads (its misses if not given)
         self.read = self.miss if sample_bytes is None else \
             [np.asarray(b, dtype=float) for b in sample_bytes]
-        self.weight = None  # each sample's prep relative to the mean: the size-scaled share
+        weight = None  # each sample's prep relative to the mean: the size-scaled share
         if sample_bytes is not None and p.size_share > 0:
             mean = float(np.mean(np.concatenate([np.asarray(b, float) for b in sample_bytes])))
-            self.weight = [1 - p.size_share + p.size_share * np.asarray(b, float) / mean
-                           for b in sample_bytes]
+            weight = [1 - p.size_share + p.size_share * np.asarray(b, float) / mean
+                      for b in sample_bytes]
         self.chunk = -(-p.batch_size // SETTINGS.max_chunks)  # samples simulated as one step
+        # per epoch, [batch][chunk][rank]: the chunk's missed bytes, bytes, prep weight and
+        # misses, summed once here (the hot loop reads them, one chunk at a time)
+        self.reread = 0.0 if p.epoch_rereads else p.reread_share  # of each sample's bytes
+        self.miss_sum = [self._chunk_sums(m, batches) for m in self.miss]
+        self.read_sum = self.miss_sum if self.read is self.miss or p.epoch_rereads \
+            or not p.reread_share else [self._chunk_sums(b, batches) for b in self.read]
+        self.weight_sum = None if weight is None else \
+            [self._chunk_sums(w, batches) for w in weight]
+        self.misses = [self._chunk_sums(m != 0, batches) for m in self.miss] \
+            if p.read_latency_s > 0 and p.read_bps is not None else None
         self.epochs = len(miss_bytes)
         self.now, self.seq = 0.0, 0
         self.cpu = _PS(p.cpus, 1.0)
@@ -319,6 +331,17 @@ class _Sim:
             StepDone: self._step_done, GangStarts: self._gang_starts, Restarted: self._restarted,
             EpochEnded: self._epoch_ended}
         self.gang: dict[int, float] = {}  # rank: core-seconds left of its step on the CPU
+
+    def _chunk_sums(self, values: np.ndarray, batches: int) -> list[list[list[float]]]:
+        """`values` (one epoch's, sample i of rank r's batch j at `(j * batch_size + t) *
+        ranks + r`) summed over each chunk of each batch: [batch][chunk][rank]."""
+        p, chunk = self.p, self.chunk
+        chunks = -(-p.batch_size // chunk)
+        per = np.asarray(values, dtype=float)[:batches * p.batch_size * p.ranks].reshape(
+            batches, p.batch_size, p.ranks)
+        padded = np.zeros((batches, chunks * chunk, p.ranks))
+        padded[:, :p.batch_size] = per
+        return padded.reshape(batches, chunks, chunk, p.ranks).sum(axis=2).tolist()
 
     # -- scheduling helpers ------------------------------------------------------------------
     def _seq(self) -> int:
@@ -359,22 +382,20 @@ class _Sim:
     def _sample(self, rank: int, w: int, epoch: int, batch: int, t: int) -> None:
         """Start chunk t of a batch: samples t * chunk .. (t + 1) * chunk - 1."""
         p = self.p
-        first = t * self.chunk
-        n = min(self.chunk, p.batch_size - first)
-        idx = [(batch * p.batch_size + i) * p.ranks + rank for i in range(first, first + n)]
-        reread = 0.0 if p.epoch_rereads else p.reread_share
-        nbytes = max(0.0, float(self.miss[epoch][idx].sum())
-                     + reread * float(self.read[epoch][idx].sum()))
-        prep = p.prep_cpu_s * (n if self.weight is None else float(self.weight[epoch][idx].sum()))
+        n = min(self.chunk, p.batch_size - t * self.chunk)
+        nbytes = max(0.0, self.miss_sum[epoch][batch][t][rank]
+                     + self.reread * self.read_sum[epoch][batch][t][rank])
+        prep = p.prep_cpu_s * (n if self.weight_sum is None
+                               else self.weight_sum[epoch][batch][t][rank])
         key = Chunk(rank, w, epoch, batch, t)
         if nbytes > 0 and p.read_bps is not None:
             # readahead streams the file while the decoder works on what arrived:
             # `read_overlap` of the prep runs alongside the read, the rest after it
             self.pending[key] = 2
-            misses = int(np.count_nonzero(self.miss[epoch][idx]))
-            if p.read_latency_s > 0:
+            if self.misses is not None:  # a latency per missed sample
                 self.io_bytes[key] = nbytes
-                self._timer(p.read_latency_s * misses, ReadStarts(key))
+                self._timer(p.read_latency_s * round(self.misses[epoch][batch][t][rank]),
+                            ReadStarts(key))
             else:
                 self.io.add(nbytes, self._seq(), PartDone(key))
             self._cpu(prep * p.read_overlap, PartDone(key))
@@ -452,19 +473,6 @@ class _Sim:
     def _gang_starts(self, rank: int) -> None:
         self.gang[rank] = self.p.gang_step_s * self.p.gang_threads
 
-    def _gang_speed(self, others: int) -> float:
-        """Cores a step on the CPU moves at beside `others` busy processes: its threads
-        at the pace of the slowest, which shares its core with ceil(others / cpus)."""
-        t = self.p.gang_threads
-        return t / (1 + math.ceil(others / self.p.cpus)) if others else t
-
-    def _cpu_ahead(self) -> tuple[float, float, float, float]:
-        """(time until the first process ends, each process's speed, time until the first
-        step on the CPU ends, its speed): the processes share the cores the steps leave."""
-        gang = self._gang_speed(len(self.cpu.heap))
-        dt_gang = min(self.gang.values()) / gang if self.gang else math.inf
-        return (*self.cpu.ahead(gang * len(self.gang)), dt_gang, gang)
-
     def _step_done(self, rank: int) -> None:
         if self.pos[rank][1] + 1 == self.batches and self.p.epoch_end_s > 0:
             self._timer(self._epoch_end_s(), EpochEnded(rank))  # the work between epochs
@@ -506,38 +514,59 @@ class _Sim:
         self._next_task(*worker)
 
     def run(self) -> Timeline:
+        """The event loop (a few thousand events per simulated epoch, so `_PS.ahead` is
+        written out in it). Each turn: the steps on the CPU move at their threads' pace, the
+        slowest thread's, which shares its core with ceil(others / cpus) busy processes;
+        the processes share the cores the steps leave (`_PS.ahead`, taken = the steps'
+        cores); the reads share the storage; the next event is the first to end."""
         for r in range(self.p.ranks):
             self._start_epoch(r, 0)
             self._next(r)
+        cpu, io, gang, timers, handlers = self.cpu, self.io, self.gang, self.timers, self.handlers
+        cpus, threads, credit_max = self.p.cpus, self.p.gang_threads, self.p.read_credit_bytes
+        inf, ceil, heappop = math.inf, math.ceil, heapq.heappop
         while not self.done:
-            self._spend_credit()
-            dt_cpu, cpu_speed, dt_gang, gang_speed = self._cpu_ahead()
-            dt_io, io_speed = self.io.ahead()
-            dt_timer = self.timers[0][0] - self.now if self.timers else math.inf
+            if self.credit > 0 and io.heap:
+                self._spend_credit()
+            others = len(cpu.heap)
+            gang_speed = threads / (1 + ceil(others / cpus)) if others else threads
+            dt_gang = min(gang.values()) / gang_speed if gang else inf
+            dt_cpu = dt_io = inf
+            cpu_speed = io_speed = 0.0
+            if others:  # cpu.ahead(gang_speed * len(gang))
+                speed = min(cpu.per_job_cap, (cpu.capacity - gang_speed * len(gang)) / others)
+                if speed > 0:
+                    dt_cpu, cpu_speed = max(0.0, cpu.heap[0][0] - cpu.virtual) / speed, speed
+            if io.heap:  # io.ahead()
+                speed = min(io.per_job_cap, (io.capacity - 0.0) / len(io.heap))
+                if speed > 0:
+                    dt_io, io_speed = max(0.0, io.heap[0][0] - io.virtual) / speed, speed
+            dt_timer = timers[0][0] - self.now if timers else inf
             dt = min(dt_cpu, dt_io, dt_timer, dt_gang)
-            if dt == math.inf:
+            if dt == inf:
                 raise ConfigError("the pipeline simulation stalled: no event left")
             self.now += max(0.0, dt)
-            if not self.io.heap:  # no read in flight: the throttle's budget goes unused
-                self.credit = min(self.p.read_credit_bytes, self.credit + self.io.capacity * dt)
-            self.cpu.virtual += cpu_speed * dt
-            self.io.virtual += io_speed * dt
-            for r in self.gang:
-                self.gang[r] -= gang_speed * dt
+            if not io.heap:  # no read in flight: the throttle's budget goes unused
+                self.credit = min(credit_max, self.credit + io.capacity * dt)
+            cpu.virtual += cpu_speed * dt
+            io.virtual += io_speed * dt
+            for r in gang:
+                gang[r] -= gang_speed * dt
             if dt == dt_gang:
-                rank = min(self.gang, key=self.gang.__getitem__)
-                del self.gang[rank]
+                rank = min(gang, key=gang.__getitem__)
+                del gang[rank]
                 self._received(rank)
             elif dt == dt_timer:
-                self._on(heapq.heappop(self.timers)[2])
+                what = heappop(timers)[2]
+                handlers[type(what)](what[0])
             elif dt == dt_cpu:
-                fv, _, what = heapq.heappop(self.cpu.heap)
-                self.cpu.virtual = fv
-                self._on(what)
+                fv, _, what = heappop(cpu.heap)
+                cpu.virtual = fv
+                handlers[type(what)](what[0])
             else:
-                fv, _, what = heapq.heappop(self.io.heap)
-                self.io.virtual = fv
-                self._on(what)
+                fv, _, what = heappop(io.heap)
+                io.virtual = fv
+                handlers[type(what)](what[0])
         return Timeline(tuple(self.wait_s), tuple(self.iter_s), tuple(self.epoch_of),
                         self.p.batch_size * self.p.ranks)
 
