@@ -44,28 +44,101 @@ def test_detect(text, own, version, memory_root):
         assert h.roots["memory"] == Path(memory_root)
 
 
-@pytest.mark.parametrize("controllers,own,v1_too,version", [
-    ("cpuset cpu io memory pids", "/", False, 2),
-    ("cpuset cpu io memory pids", "/jobs/a", False, 2),  # under this process's own cgroup
-    ("cpuset cpu io memory pids", "/", True, 2),  # v2 preferred when it has every controller
-    ("hugetlb", "/", True, 1),  # this machine: a v2 mount with only hugetlb
-    ("cpuset memory pids", "/", False, 0),  # no io controller, no v1: nothing usable
+ALL_V2 = "cpuset cpu io memory pids"
+SYSTEMD_V2 = "cpu io memory pids"  # what systemd hands its slices unless a unit asks cpuset
+
+
+def v2_tree(mount: Path, cgroups_: dict[str, tuple[str, str, str]]) -> None:
+    """A cgroup v2 tree as its files read, written under `mount` (this machine's v2 mount
+    has no cpuset, memory or io: the kernel's side of v2 cannot be run here). Per cgroup:
+    (cgroup.controllers, cgroup.subtree_control, cgroup.procs); every cgroup but the root
+    has a `cgroup.type`, as the kernel's do."""
+    for path, (controllers, subtree, procs) in cgroups_.items():
+        d = mount / path.lstrip("/")
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "cgroup.controllers").write_text(controllers + "\n")
+        (d / "cgroup.subtree_control").write_text(subtree + "\n")
+        (d / "cgroup.procs").write_text(procs)
+        if path != "/":
+            (d / "cgroup.type").write_text("domain\n")
+
+
+@pytest.mark.parametrize("tree,own,v1_too,version,parent,enable", [
+    # root on a systemd server: the harness in a session scope; its slices get no cpuset,
+    # and a scope holding processes cannot hand any controller down: the root can
+    ({"/": (ALL_V2, SYSTEMD_V2, "1\n"), "/user.slice": (SYSTEMD_V2, SYSTEMD_V2, ""),
+      "/user.slice/session-1.scope": (SYSTEMD_V2, "", "4242\n")},
+     "/user.slice/session-1.scope", False, 2, "/", ("cpuset",)),
+    # a delegated parent that already hands all three down (a batch system's job slice)
+    ({"/": (ALL_V2, ALL_V2, "1\n"), "/jobs": (ALL_V2, "cpuset io memory", ""),
+      "/jobs/a": (ALL_V2, "", "4242\n")}, "/jobs/a", False, 2, "/jobs", ()),
+    # an ancestor with no process of its own may list them: it is the nearest
+    ({"/": (ALL_V2, ALL_V2, "1\n"), "/batch": (ALL_V2, "pids", ""),
+      "/batch/job": (ALL_V2, "", "4242\n")}, "/batch/job", False, 2, "/batch",
+     ("cpuset", "memory", "io")),
+    # the harness in the root cgroup (exempt from the no-internal-process rule)
+    ({"/": (ALL_V2, "", "1\n4242\n")}, "/", True, 2, "/", ("cpuset", "memory", "io")),
+    # this machine: a v2 mount with only hugetlb, v1 for the rest
+    ({"/": ("hugetlb", "", "1\n")}, "/", True, 1, None, ()),
+    # no io controller on v2 and no v1: nothing usable
+    ({"/": ("cpuset memory pids", "", "1\n")}, "/", False, 0, None, ()),
 ])
-def test_detect_v2_from_a_real_hierarchy(tmp_path, controllers, own, v1_too, version):
-    """A v2 mount is used when the `cgroup.controllers` of this process's cgroup
-    lists cpuset, memory and io; then every controller's root is that cgroup."""
-    base = tmp_path / own.lstrip("/")
-    base.mkdir(parents=True, exist_ok=True)
-    (base / "cgroup.controllers").write_text(controllers + "\n")
+def test_detect_v2_puts_run_cgroups_under_a_cgroup_that_can_hand_down_controllers(
+        tmp_path, tree, own, v1_too, version, parent, enable):
+    """On v2 the run cgroups go under the deepest of this process's cgroup and its
+    ancestors that lists cpuset, memory and io in its cgroup.subtree_control, or may
+    (the root, or a cgroup with no process of its own), with the ones to list first."""
+    v2_tree(tmp_path, tree)
     text = f"29 23 0:26 / {tmp_path} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
     if v1_too:  # the v1 controllers of HYBRID, without its own v2 mount
         text += "".join(ln for ln in HYBRID.splitlines(True) if "cgroup2" not in ln)
     h = cgroups.detect(text, {"": own, "memory": "/"})
     assert h.version == version
     if version == 2:
-        assert h.roots == {c: base for c in ("cpuset", "memory", "io", "cpu")}
+        root = tmp_path / parent.lstrip("/")
+        assert h.roots == {c: root for c in ("cpuset", "memory", "io", "cpu")}
+        assert h.enable == enable
     elif version == 1:
         assert h.roots["memory"] == Path("/sys/fs/cgroup/memory")
+
+
+def test_a_container_whose_cgroup_holds_its_processes_is_refused_with_the_reason(tmp_path):
+    """A container's namespaced root is not the root: holding the container's processes it
+    cannot hand controllers down, and nothing above it is visible. The refusal says so."""
+    v2_tree(tmp_path, {"/": (ALL_V2, "", "1\n57\n")})
+    (tmp_path / "cgroup.type").write_text("domain\n")  # a namespace's root is not the root
+    h = cgroups.detect(f"29 23 0:26 / {tmp_path} rw - cgroup2 cgroup2 rw\n", {"": "/"})
+    assert h.version == 0 and "cgroup v2" in h.why
+    with pytest.raises(ResourceError, match="holds processes cannot.*--no-cgroups"):
+        cgroups.RunCgroup.create("x", cgroups.Limits(), h)
+
+
+def test_v2_controllers_listed_for_the_runs_are_unlisted_after_the_last(tmp_path):
+    """The writes to the parent's cgroup.subtree_control, on the tree's files (not the
+    kernel's): cpuset listed before the run cgroup is made, unlisted once it is removed,
+    and left listed while another harness's run cgroup is still there."""
+    v2_tree(tmp_path, {"/": (ALL_V2, SYSTEMD_V2, "1\n"),
+                       "/user.slice": (SYSTEMD_V2, SYSTEMD_V2, ""),
+                       "/user.slice/s.scope": (SYSTEMD_V2, "", "4242\n")})
+    h = cgroups.detect(f"29 23 0:26 / {tmp_path} rw - cgroup2 cgroup2 rw\n",
+                       {"": "/user.slice/s.scope"})
+    control = tmp_path / "cgroup.subtree_control"
+    (tmp_path / "cpuset.cpus.effective").write_text("0-1\n")
+    cg = cgroups.RunCgroup.create("a", cgroups.Limits(), h)
+    assert control.read_text() == "+cpuset" and cg.dirs["cpuset"].parent == tmp_path
+    assert (cg.dirs["cpuset"] / "cpuset.cpus").read_text() == "0-1"  # the parent's CPUs
+    for f in cg.dirs["cpuset"].iterdir():  # what the kernel would remove with the directory
+        f.unlink()
+    cg.remove()
+    assert control.read_text() == "-cpuset" and not cg.dirs["cpuset"].exists()
+    control.write_text(SYSTEMD_V2)
+    other = tmp_path / f"{cgroups.PREFIX}1-run"  # another harness's run cgroup
+    other.mkdir()
+    cg = cgroups.RunCgroup.create("b", cgroups.Limits(), h)
+    for f in cg.dirs["cpuset"].iterdir():
+        f.unlink()
+    cg.remove()
+    assert control.read_text() == "+cpuset"  # still listed: the other run uses it
 
 
 def test_whole_disk_of_a_partitionless_root_and_of_proc():

@@ -11,6 +11,17 @@ The hierarchy is detected from /proc/self/mountinfo. A machine may be hybrid
 used when it offers cpuset, memory and io, else v1. Names start with
 `dsanalyze-<harness pid>-`, so `clean_stale` can remove what a killed
 harness left behind.
+
+On v2 a cgroup's children get a controller only when its `cgroup.subtree_control`
+lists it, and a cgroup other than the root may list one only while it holds no
+process of its own (the no-internal-process rule). The harness's own cgroup holds
+the harness, so the run cgroups go under the deepest of its ancestors that hands
+cpuset, memory and io to its children, or can (`_v2_parent`): on a systemd server
+that is usually the root, whose `cgroup.subtree_control` lacks cpuset unless a unit
+asked for it. A controller the harness enables there for its run cgroups is disabled
+again when the last of them is removed (`RunCgroup.remove`). Where none can (the
+namespaced root of a container, holding the container's processes), the one-line
+refusal says so.
 """
 
 from __future__ import annotations
@@ -50,6 +61,9 @@ class Hierarchy:
 
     version: int  # 1 or 2; 0: none usable
     roots: dict[str, Path]  # controller -> directory under which run cgroups go
+    # v2: controllers to list in the parent's cgroup.subtree_control before a run cgroup
+    enable: tuple[str, ...] = ()
+    why: str = ""  # version 0: why no hierarchy is usable
 
     @property
     def usable(self) -> bool:
@@ -87,17 +101,40 @@ def detect(mountinfo: str | None = None, own: dict[str, str] | None = None) -> H
             for c in V1_CONTROLLERS:
                 if c in super_opts:
                     v1[c] = Path(mount_point) / own.get(c, "/").lstrip("/")
+    why = ""
     if v2_root is not None:
         base = v2_root / own.get("", "/").lstrip("/")
-        try:
-            available = (base / "cgroup.controllers").read_text().split()
-        except OSError:
-            available = []
-        if all(c in available for c in REQUIRED_V2):
-            return Hierarchy(2, {c: base for c in REQUIRED_V2 + ("cpu",)})
+        parent = _v2_parent(v2_root, base)
+        if parent is not None:
+            return Hierarchy(2, {c: parent[0] for c in REQUIRED_V2 + ("cpu",)}, parent[1])
+        if all(c in _read(v2_root / "cgroup.controllers").split() for c in REQUIRED_V2):
+            why = (f"cgroup v2: no cgroup from this process's ({base}) up to the mount can "
+                   "give child cgroups cpuset, memory and io (one other than the root that "
+                   "holds processes cannot): run the harness in a cgroup of its own under one "
+                   "that can, or pass --no-cgroups (limits will not be enforced)")
     if all(c in v1 for c in REQUIRED_V1):
         return Hierarchy(1, v1)
-    return Hierarchy(0, {})
+    return Hierarchy(0, {}, why=why)
+
+
+def _v2_parent(mount: Path, own: Path) -> tuple[Path, tuple[str, ...]] | None:
+    """The cgroup the run cgroups go under on v2, with the controllers of REQUIRED_V2 to
+    list in its `cgroup.subtree_control` first; None where none can have them.
+
+    The deepest of `own` and its ancestors up to the mount whose `cgroup.controllers` has
+    all of them and that lists them all in its `cgroup.subtree_control` already, or may:
+    it is the root (no `cgroup.type` file) or holds no process of its own."""
+    chain = [own, *own.parents]
+    for cg in chain[:chain.index(mount) + 1] if mount in chain else [own]:
+        if not all(c in _read(cg / "cgroup.controllers").split() for c in REQUIRED_V2):
+            continue
+        listed = _read(cg / "cgroup.subtree_control").split()
+        missing = tuple(c for c in REQUIRED_V2 if c not in listed)
+        if not missing:
+            return cg, ()
+        if not (cg / "cgroup.type").exists() or not _read(cg / "cgroup.procs").strip():
+            return cg, missing
+    return None
 
 
 def _write(path: Path, value: str) -> None:
@@ -132,16 +169,18 @@ class RunCgroup:
         self.name = name
         self.dirs: dict[str, Path] = {c: root / name for c, root in hierarchy.roots.items()}
         self._unique = sorted(set(self.dirs.values()))
+        self._enabled: tuple[str, ...] = ()  # v2: listed in the parent's subtree_control here
 
     @classmethod
     def create(cls, label: str, limits: Limits, hierarchy: Hierarchy | None = None) -> RunCgroup:
         hierarchy = hierarchy or detect()
         if not hierarchy.usable:
-            raise ResourceError("no writable cgroup v1/v2 hierarchy with cpuset, memory and io: "
-                                "pass --no-cgroups (limits will not be enforced)")
+            raise ResourceError(hierarchy.why or "no writable cgroup v1/v2 hierarchy with cpuset, "
+                                "memory and io: pass --no-cgroups (limits will not be enforced)")
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", label)
         cg = cls(hierarchy, f"{PREFIX}{os.getpid()}-{safe}")
         try:
+            cg._enable_controllers()
             for d in cg._unique:
                 try:
                     d.mkdir()
@@ -155,6 +194,30 @@ class RunCgroup:
             cg.remove()
             raise
         return cg
+
+    def _enable_controllers(self) -> None:
+        """v2: list the controllers the parent does not hand to its children yet in its
+        `cgroup.subtree_control` (`_v2_parent` chose a parent that may)."""
+        if self.hierarchy.version != 2 or not self.hierarchy.enable:
+            return
+        parent = self._unique[0].parent
+        listed = _read(parent / "cgroup.subtree_control").split()
+        missing = tuple(c for c in self.hierarchy.enable if c not in listed)
+        if missing:
+            _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing))
+            self._enabled = missing
+
+    def _disable_controllers(self) -> None:
+        """Unlist what `_enable_controllers` listed, once no run cgroup is left under the
+        parent (another harness's may still use them: then they stay)."""
+        if not self._enabled:
+            return
+        parent = self._unique[0].parent
+        if not any(d.name.startswith(PREFIX) and d.is_dir() for d in parent.iterdir()):
+            with contextlib.suppress(OSError):
+                (parent / "cgroup.subtree_control").write_text(
+                    " ".join(f"-{c}" for c in self._enabled))
+        self._enabled = ()
 
     def __enter__(self) -> RunCgroup:
         return self
@@ -228,7 +291,8 @@ class RunCgroup:
         return len(killed)
 
     def remove(self) -> None:
-        """Kill what is left, then remove the directories (retrying while they drain)."""
+        """Kill what is left, then remove the directories (retrying while they drain), and
+        unlist the controllers this cgroup had the parent hand out."""
         self.kill()
         for d in self._unique:
             for _ in range(100):
@@ -239,6 +303,7 @@ class RunCgroup:
                     break
                 except OSError:
                     time.sleep(0.05)
+        self._disable_controllers()
 
     @property
     def memory_limit_file(self) -> Path:

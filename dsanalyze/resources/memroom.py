@@ -4,7 +4,8 @@
     files = cached_subset(dataset, room, spec)     # None: the whole dataset fits
 
 The page cache the harness warms is charged to the harness's own memory cgroup and to every
-ancestor's (the run cgroups are children of it too), and on the machine it takes what is
+ancestor's (the run cgroups are children of it on v1, of one of its ancestors on v2:
+`cgroups._v2_parent`), and on the machine it takes what is
 available. So the room is the least of `MemAvailable` (/proc/meminfo) and, for the
 harness's memory cgroup and each ancestor with a limit (v1 `memory.limit_in_bytes`, v2
 `memory.max`, found through /proc/self/cgroup), the limit less what it holds that is not
