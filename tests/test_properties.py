@@ -5,12 +5,15 @@
 - The cache simulator's LRU against a brute-force LRU written from its
   definition (the cache holds the most recently read files that fit).
 - Pooling repeats: the pooled rate is the repeats' mean, whatever their order.
+- The simulation's chunk sums (summed once, vectorized) are the sums over the samples
+  the sample order puts in each chunk of each rank's batch, counted one by one.
 - Every record survives its JSON round trip (`to_dict`, `json`, `from_dict`).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -51,7 +54,7 @@ from dsanalyze.records import (
     RunResult,
     Status,
 )
-from dsanalyze.whatif import cachesim
+from dsanalyze.whatif import cachesim, pipeline
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 JOB = Job(data_dir="/d", batch_size=10)
@@ -147,6 +150,33 @@ def test_the_lru_cache_is_the_brute_force_lru(case):
 
 
 # ---- pooling repeats ---------------------------------------------------------------------------
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 13), st.integers(1, 4), st.integers(1, 6),
+       st.integers(0, 5), st.integers(0, 2**32 - 1))
+def test_chunk_sums_are_the_sums_over_each_chunks_samples(ranks, batch, batches, max_chunks,
+                                                          extra, seed):
+    """Sample t of rank r's batch j is `(j * batch + t) * ranks + r` (`cachesim.epoch_order`);
+    a chunk is `ceil(batch / max_chunks)` consecutive samples of a batch, the last one
+    shorter. Each chunk's sum, written as that definition reads, sample by sample."""
+    need = ranks * batch * batches
+    # whole numbers: every order of summing them gives the same float
+    values = np.random.default_rng(seed).integers(0, 10**6, need + extra).astype(float)
+    p = pipeline.Pipeline(ranks, 1, batch, 1, 0.0, 0.0, 1e-3, None)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pipeline, "SETTINGS", replace(pipeline.SETTINGS, max_chunks=max_chunks))
+        sim = pipeline._Sim(p, [values], batches)
+    chunk = -(-batch // max_chunks)
+    got = sim._chunk_sums(values, batches)
+    for j in range(batches):
+        starts = range(0, batch, chunk)
+        assert len(got[j]) == len(starts)
+        for c, first in enumerate(starts):
+            for r in range(ranks):
+                want = sum(values[(j * batch + t) * ranks + r]
+                           for t in range(first, min(first + chunk, batch)))
+                assert got[j][c][r] == want
+
 
 @settings(max_examples=10, deadline=None)
 @given(st.lists(times, min_size=2, max_size=3), st.randoms(use_true_random=False))
