@@ -399,13 +399,19 @@ def test_synthetic_rate_does_not_depend_on_the_loaders_workers(tmp_path, small_d
     # Rates from the median steady iteration: the claim is about every replayed step, and
     # one iteration the host stalls (a CI machine once gave a window of 8 a 95% interval
     # of 259-908 samples/s) would move a mean of 8 past any bound.
-    rates = {}
+    rates, spread = {}, {}
     for workers in (0, 2):
         prefix, _ = profile_script(tmp_path, small_dataset, 1, "synthetic,cached", workers)
         for run in store.load_runs(prefix):
             steady_s = sorted(run.ranks[0].iter_s[WARMUP:])
-            rates[(run.mode.value, workers)] = BATCH / steady_s[len(steady_s) // 2]
+            n, median = len(steady_s), steady_s[len(steady_s) // 2]
+            rates[(run.mode.value, workers)] = BATCH / median
+            spread[(run.mode.value, workers)] = (steady_s[3 * n // 4] - steady_s[n // 4]) / median
     g0, g2 = rates[("synthetic", 0)], rates[("synthetic", 2)]
-    assert abs(g0 - g2) / g2 < 0.15, rates
+    # 15%, or the replays' own spread where wider (conftest's STEP_BOUND rule: 1.5 IQRs over
+    # the median): the full suite's whole-machine phase once measured 607 and 527 samples/s,
+    # the slower replay's iterations spread by an IQR of 13% of their median
+    tolerance = max(0.15, 1.5 * max(spread[("synthetic", 0)], spread[("synthetic", 2)]))
+    assert abs(g0 - g2) / g2 < tolerance, (rates, spread)
     # The step sleeps 20 ms: replay is step-bound; real loading with no worker is not.
     assert g0 > BATCH / 0.030 and rates[("cached", 0)] < 0.8 * g0, rates

@@ -225,19 +225,6 @@ class _PS:
         self.virtual = 0.0  # work done by each job that was active all the time
         self.heap: list[tuple[float, int, Event]] = []
 
-    def ahead(self, taken: float = 0.0) -> tuple[float, float]:
-        """(time until the first job ends, the speed each active job progresses at), with
-        `taken` of the capacity held by others (the cores steps on the CPU use); inf and 0
-        where no job is active or the steps hold every core (no job moves until one of them
-        ends). `_Sim.run` writes this out in its loop."""
-        k = len(self.heap)
-        if not k:
-            return math.inf, 0.0
-        speed = min(self.per_job_cap, (self.capacity - taken) / k)
-        if speed <= 0:
-            return math.inf, 0.0
-        return max(0.0, self.heap[0][0] - self.virtual) / speed, speed
-
     def add(self, work: float, seq: int, what: Event) -> None:
         heapq.heappush(self.heap, (self.virtual + work, seq, what))
 
@@ -404,9 +391,6 @@ class _Sim:
         else:
             self._cpu(prep + nbytes * p.miss_cpu_s_per_byte, ChunkDone(key))
 
-    def _on(self, what: Event) -> None:
-        self.handlers[type(what)](what[0])
-
     def _read_starts(self, key: Chunk) -> None:
         self.io.add(self.io_bytes.pop(key), self._seq(), PartDone(key))
 
@@ -514,11 +498,13 @@ class _Sim:
         self._next_task(*worker)
 
     def run(self) -> Timeline:
-        """The event loop (a few thousand events per simulated epoch, so `_PS.ahead` is
-        written out in it). Each turn: the steps on the CPU move at their threads' pace, the
+        """The event loop (a few thousand events per simulated epoch: its arithmetic is
+        written out here). Each turn: the steps on the CPU move at their threads' pace, the
         slowest thread's, which shares its core with ceil(others / cpus) busy processes;
-        the processes share the cores the steps leave (`_PS.ahead`, taken = the steps'
-        cores); the reads share the storage; the next event is the first to end."""
+        the processes share equally the cores the steps leave, at most one each, and the
+        reads the storage (a `_PS` each: the time until its first job ends is its lead over
+        the virtual time over that speed; none moves while the steps hold every core); the
+        next event is the first to end."""
         for r in range(self.p.ranks):
             self._start_epoch(r, 0)
             self._next(r)
@@ -533,12 +519,12 @@ class _Sim:
             dt_gang = min(gang.values()) / gang_speed if gang else inf
             dt_cpu = dt_io = inf
             cpu_speed = io_speed = 0.0
-            if others:  # cpu.ahead(gang_speed * len(gang))
+            if others:  # the cores the steps leave
                 speed = min(cpu.per_job_cap, (cpu.capacity - gang_speed * len(gang)) / others)
                 if speed > 0:
                     dt_cpu, cpu_speed = max(0.0, cpu.heap[0][0] - cpu.virtual) / speed, speed
-            if io.heap:  # io.ahead()
-                speed = min(io.per_job_cap, (io.capacity - 0.0) / len(io.heap))
+            if io.heap:
+                speed = min(io.per_job_cap, io.capacity / len(io.heap))
                 if speed > 0:
                     dt_io, io_speed = max(0.0, io.heap[0][0] - io.virtual) / speed, speed
             dt_timer = timers[0][0] - self.now if timers else inf
