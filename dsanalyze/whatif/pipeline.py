@@ -271,26 +271,9 @@ class _Sim:
         if any(len(m) < need for m in miss_bytes):
             raise ConfigError(f"every epoch needs {need} sample sizes")
         self.p, self.batches = p, batches
-        self.miss = [np.asarray(m, dtype=float) for m in miss_bytes]
-        # each sample's bytes, hit or miss: what a re-read of it reads (its misses if not given)
-        self.read = self.miss if sample_bytes is None else \
-            [np.asarray(b, dtype=float) for b in sample_bytes]
-        weight = None  # each sample's prep relative to the mean: the size-scaled share
-        if sample_bytes is not None and p.size_share > 0:
-            mean = float(np.mean(np.concatenate([np.asarray(b, float) for b in sample_bytes])))
-            weight = [1 - p.size_share + p.size_share * np.asarray(b, float) / mean
-                      for b in sample_bytes]
         self.chunk = -(-p.batch_size // SETTINGS.max_chunks)  # samples simulated as one step
-        # per epoch, [batch][chunk][rank]: the chunk's missed bytes, bytes, prep weight and
-        # misses, summed once here (the hot loop reads them, one chunk at a time)
         self.reread = 0.0 if p.epoch_rereads else p.reread_share  # of each sample's bytes
-        self.miss_sum = [self._chunk_sums(m, batches) for m in self.miss]
-        self.read_sum = self.miss_sum if self.read is self.miss or p.epoch_rereads \
-            or not p.reread_share else [self._chunk_sums(b, batches) for b in self.read]
-        self.weight_sum = None if weight is None else \
-            [self._chunk_sums(w, batches) for w in weight]
-        self.misses = [self._chunk_sums(m != 0, batches) for m in self.miss] \
-            if p.read_latency_s > 0 and p.read_bps is not None else None
+        self._sum_chunks(miss_bytes, sample_bytes)
         self.epochs = len(miss_bytes)
         self.now, self.seq = 0.0, 0
         self.cpu = _PS(p.cpus, 1.0)
@@ -318,6 +301,27 @@ class _Sim:
             StepDone: self._step_done, GangStarts: self._gang_starts, Restarted: self._restarted,
             EpochEnded: self._epoch_ended}
         self.gang: dict[int, float] = {}  # rank: core-seconds left of its step on the CPU
+
+    def _sum_chunks(self, miss_bytes: Sequence[np.ndarray],
+                    sample_bytes: Sequence[np.ndarray] | None) -> None:
+        """Per epoch, [batch][chunk][rank]: each chunk's missed bytes, bytes (what a re-read
+        reads, hit or miss; its misses where not given), prep weight (each sample's prep
+        relative to the mean: the size-scaled share) and misses, summed once here: the hot
+        loop reads them one chunk at a time. Bytes and misses only where a re-read or a
+        latency needs them."""
+        p, batches = self.p, self.batches
+        miss = [np.asarray(m, dtype=float) for m in miss_bytes]
+        self.miss_sum = [self._chunk_sums(m, batches) for m in miss]
+        self.read_sum = self.miss_sum if sample_bytes is None or not self.reread else \
+            [self._chunk_sums(b, batches) for b in sample_bytes]
+        self.weight_sum = None
+        if sample_bytes is not None and p.size_share > 0:
+            mean = float(np.mean(np.concatenate([np.asarray(b, float) for b in sample_bytes])))
+            self.weight_sum = [self._chunk_sums(
+                1 - p.size_share + p.size_share * np.asarray(b, float) / mean, batches)
+                for b in sample_bytes]
+        self.misses = [self._chunk_sums(m != 0, batches) for m in miss] \
+            if p.read_latency_s > 0 and p.read_bps is not None else None
 
     def _chunk_sums(self, values: np.ndarray, batches: int) -> list[list[list[float]]]:
         """`values` (one epoch's, sample i of rank r's batch j at `(j * batch_size + t) *
@@ -497,43 +501,50 @@ class _Sim:
     def _restarted(self, worker: tuple[int, int]) -> None:
         self._next_task(*worker)
 
+    def _ahead(self) -> tuple[float, float, float, float, float, float, float]:
+        """The next event's distance and the speeds until then: (dt, dt_gang, dt_timer,
+        dt_cpu, gang speed, CPU speed, storage speed). The steps on the CPU move at their
+        threads' pace, the slowest thread's, which shares its core with ceil(others / cpus)
+        busy processes; the processes share equally the cores the steps leave, at most one
+        each, and the reads the storage (a `_PS` each: the time until its first job ends is
+        its lead over the virtual time over that speed; none moves while the steps hold
+        every core). Written out, not in helpers: it runs once per event."""
+        cpu, io, gang, inf = self.cpu, self.io, self.gang, math.inf
+        if self.credit > 0 and io.heap:
+            self._spend_credit()
+        others = len(cpu.heap)
+        threads = self.p.gang_threads
+        gang_speed = threads / (1 + math.ceil(others / self.p.cpus)) if others else threads
+        dt_gang = min(gang.values()) / gang_speed if gang else inf
+        dt_cpu = dt_io = inf
+        cpu_speed = io_speed = 0.0
+        if others:  # the cores the steps leave
+            speed = min(cpu.per_job_cap, (cpu.capacity - gang_speed * len(gang)) / others)
+            if speed > 0:
+                dt_cpu, cpu_speed = max(0.0, cpu.heap[0][0] - cpu.virtual) / speed, speed
+        if io.heap:
+            speed = min(io.per_job_cap, io.capacity / len(io.heap))
+            if speed > 0:
+                dt_io, io_speed = max(0.0, io.heap[0][0] - io.virtual) / speed, speed
+        dt_timer = self.timers[0][0] - self.now if self.timers else inf
+        dt = min(dt_cpu, dt_io, dt_timer, dt_gang)
+        return dt, dt_gang, dt_timer, dt_cpu, gang_speed, cpu_speed, io_speed
+
     def run(self) -> Timeline:
-        """The event loop (a few thousand events per simulated epoch: its arithmetic is
-        written out here). Each turn: the steps on the CPU move at their threads' pace, the
-        slowest thread's, which shares its core with ceil(others / cpus) busy processes;
-        the processes share equally the cores the steps leave, at most one each, and the
-        reads the storage (a `_PS` each: the time until its first job ends is its lead over
-        the virtual time over that speed; none moves while the steps hold every core); the
-        next event is the first to end."""
+        """The event loop: each turn, every clock moves to the next event (`_ahead`), which
+        is then handled (a step on the CPU ending, a timer, a process, a read)."""
         for r in range(self.p.ranks):
             self._start_epoch(r, 0)
             self._next(r)
         cpu, io, gang, timers, handlers = self.cpu, self.io, self.gang, self.timers, self.handlers
-        cpus, threads, credit_max = self.p.cpus, self.p.gang_threads, self.p.read_credit_bytes
-        inf, ceil, heappop = math.inf, math.ceil, heapq.heappop
+        heappop = heapq.heappop
         while not self.done:
-            if self.credit > 0 and io.heap:
-                self._spend_credit()
-            others = len(cpu.heap)
-            gang_speed = threads / (1 + ceil(others / cpus)) if others else threads
-            dt_gang = min(gang.values()) / gang_speed if gang else inf
-            dt_cpu = dt_io = inf
-            cpu_speed = io_speed = 0.0
-            if others:  # the cores the steps leave
-                speed = min(cpu.per_job_cap, (cpu.capacity - gang_speed * len(gang)) / others)
-                if speed > 0:
-                    dt_cpu, cpu_speed = max(0.0, cpu.heap[0][0] - cpu.virtual) / speed, speed
-            if io.heap:
-                speed = min(io.per_job_cap, io.capacity / len(io.heap))
-                if speed > 0:
-                    dt_io, io_speed = max(0.0, io.heap[0][0] - io.virtual) / speed, speed
-            dt_timer = timers[0][0] - self.now if timers else inf
-            dt = min(dt_cpu, dt_io, dt_timer, dt_gang)
-            if dt == inf:
+            dt, dt_gang, dt_timer, dt_cpu, gang_speed, cpu_speed, io_speed = self._ahead()
+            if dt == math.inf:
                 raise ConfigError("the pipeline simulation stalled: no event left")
             self.now += max(0.0, dt)
             if not io.heap:  # no read in flight: the throttle's budget goes unused
-                self.credit = min(credit_max, self.credit + io.capacity * dt)
+                self.credit = min(self.p.read_credit_bytes, self.credit + io.capacity * dt)
             cpu.virtual += cpu_speed * dt
             io.virtual += io_speed * dt
             for r in gang:
@@ -542,17 +553,14 @@ class _Sim:
                 rank = min(gang, key=gang.__getitem__)
                 del gang[rank]
                 self._received(rank)
-            elif dt == dt_timer:
+                continue
+            if dt == dt_timer:
                 what = heappop(timers)[2]
-                handlers[type(what)](what[0])
-            elif dt == dt_cpu:
-                fv, _, what = heappop(cpu.heap)
-                cpu.virtual = fv
-                handlers[type(what)](what[0])
             else:
-                fv, _, what = heappop(io.heap)
-                io.virtual = fv
-                handlers[type(what)](what[0])
+                ps = cpu if dt == dt_cpu else io
+                fv, _, what = heappop(ps.heap)
+                ps.virtual = fv
+            handlers[type(what)](what[0])
         return Timeline(tuple(self.wait_s), tuple(self.iter_s), tuple(self.epoch_of),
                         self.p.batch_size * self.p.ranks)
 
