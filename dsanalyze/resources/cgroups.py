@@ -128,13 +128,19 @@ def _v2_parent(mount: Path, own: Path) -> tuple[Path, tuple[str, ...]] | None:
     for cg in chain[:chain.index(mount) + 1] if mount in chain else [own]:
         if not all(c in _read(cg / "cgroup.controllers").split() for c in REQUIRED_V2):
             continue
-        listed = _read(cg / "cgroup.subtree_control").split()
-        missing = tuple(c for c in REQUIRED_V2 if c not in listed)
+        missing = _unlisted(cg, REQUIRED_V2)
         if not missing:
             return cg, ()
         if not (cg / "cgroup.type").exists() or not _read(cg / "cgroup.procs").strip():
             return cg, missing
     return None
+
+
+def _unlisted(cg: Path, controllers: tuple[str, ...]) -> tuple[str, ...]:
+    """The `controllers` the v2 cgroup `cg` does not list in its `cgroup.subtree_control`
+    (does not hand to its children)."""
+    listed = _read(cg / "cgroup.subtree_control").split()
+    return tuple(c for c in controllers if c not in listed)
 
 
 def _write(path: Path, value: str) -> None:
@@ -195,16 +201,19 @@ class RunCgroup:
             raise
         return cg
 
+    @property
+    def _parent(self) -> Path:
+        """v2: the one cgroup the run cgroup is made under (`_v2_parent`)."""
+        return self._unique[0].parent
+
     def _enable_controllers(self) -> None:
         """v2: list the controllers the parent does not hand to its children yet in its
         `cgroup.subtree_control` (`_v2_parent` chose a parent that may)."""
         if self.hierarchy.version != 2 or not self.hierarchy.enable:
             return
-        parent = self._unique[0].parent
-        listed = _read(parent / "cgroup.subtree_control").split()
-        missing = tuple(c for c in self.hierarchy.enable if c not in listed)
+        missing = _unlisted(self._parent, self.hierarchy.enable)
         if missing:
-            _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing))
+            _write(self._parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing))
             self._enabled = missing
 
     def _disable_controllers(self) -> None:
@@ -212,10 +221,9 @@ class RunCgroup:
         parent (another harness's may still use them: then they stay)."""
         if not self._enabled:
             return
-        parent = self._unique[0].parent
-        if not any(d.name.startswith(PREFIX) and d.is_dir() for d in parent.iterdir()):
+        if not any(d.name.startswith(PREFIX) and d.is_dir() for d in self._parent.iterdir()):
             with contextlib.suppress(OSError):
-                (parent / "cgroup.subtree_control").write_text(
+                (self._parent / "cgroup.subtree_control").write_text(
                     " ".join(f"-{c}" for c in self._enabled))
         self._enabled = ()
 
