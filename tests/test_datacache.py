@@ -287,11 +287,11 @@ def test_disk_runs_hold_the_budget_and_never_read_the_jobs_code_through_the_thro
         assert run.enforced.cache == Knob(How.EVICTION) and run.enforced.memory_limit_bytes is None
         assert str(lib) in run.io.mapped_files
         assert run.io.cache_state["action"] == "evicted_per_file"
-    # the dataset twice, whole pages; at most 1 MiB besides (Python modules the workers
+    # the dataset twice, whole pages; at most 4 MiB besides (Python modules the workers
     # import lazily, PIL's plugins, if not cached: 424 KiB in 2 of 4 runs right after make
-    # test's other tests; never the 16 MiB of code nor torch's)
+    # test's other tests, 1.1 MiB once in make test; never the 16 MiB of code nor torch's)
     through = zero.io.throttle.throttled_read_bytes
-    assert 2 * dataset_bytes <= through <= 2 * dataset_bytes + (1 << 20)
+    assert 2 * dataset_bytes <= through <= 2 * dataset_bytes + (4 << 20)
     warmed = half.io.cache_state
     assert warmed["libraries_warmed_files"] >= 1 and warmed["libraries_warmed_bytes"] >= 16 << 20
     # the code the job had mapped was wholly cached when the throttle came on
