@@ -415,6 +415,8 @@ def _enter_cgroup(stack: ExitStack, spec: RunSpec, ctx: LaunchContext, limits: c
     cg = stack.enter_context(cgroups.RunCgroup.create(
         spec.run_id, replace(limits, read_bps=None), ctx.hierarchy))
     line.watch_cgroups(sorted(set(cg.dirs.values())))
+    if cg.listed:
+        line.unlist_after(*cg.listed)
     if limits.read_bps is None or not limits.device:
         return cg, None
     return cg, stack.enter_context(ThrottleGate(cg, limits.device, limits.read_bps, run_dir,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import needs_cgroups
+from test_lifeline import running
 
 from dsanalyze.errors import ResourceError
 from dsanalyze.resources import cgroups
@@ -139,6 +140,50 @@ def test_v2_controllers_listed_for_the_runs_are_unlisted_after_the_last(tmp_path
         f.unlink()
     cg.remove()
     assert control.read_text() == "+cpuset"  # still listed: the other run uses it
+
+
+# A harness on the tree of files `v2_tree` wrote: its run cgroup made, its reaper told what
+# to watch and unlist, then SIGKILLed (argv: the tree, the harness's own cgroup).
+KILLED_HARNESS = """
+import os, sys, time
+from pathlib import Path
+from dsanalyze.resources import cgroups, lifeline
+mount, own = sys.argv[1:]
+h = cgroups.detect(f"29 23 0:26 / {mount} rw - cgroup2 cgroup2 rw\\n", {"": own})
+cg = cgroups.RunCgroup.create("a", cgroups.Limits(), h)
+for f in cg.dirs["cpuset"].iterdir():  # what the kernel would remove with the directory
+    f.unlink()
+line = lifeline.Lifeline()
+line.watch_cgroups([cg.dirs["cpuset"]])
+line.unlist_after(*cg.listed)
+print(line.reaper_pid, cg.dirs["cpuset"], flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("other_run", [False, True])
+def test_the_reaper_of_a_killed_harness_unlists_what_it_listed_on_v2(tmp_path, other_run):
+    """SIGKILL of a harness that listed cpuset at the root for its run cgroup: its reaper
+    removes the run cgroup and unlists cpuset, as the harness itself would have; with
+    another harness's run cgroup still there, cpuset stays listed."""
+    v2_tree(tmp_path, {"/": (ALL_V2, SYSTEMD_V2, "1\n"),
+                       "/user.slice": (SYSTEMD_V2, SYSTEMD_V2, ""),
+                       "/user.slice/s.scope": (SYSTEMD_V2, "", "4242\n")})
+    (tmp_path / "cpuset.cpus.effective").write_text("0-1\n")
+    if other_run:
+        (tmp_path / f"{cgroups.PREFIX}1-run").mkdir()
+    harness = subprocess.Popen([sys.executable, "-c", KILLED_HARNESS, str(tmp_path),
+                                "/user.slice/s.scope"], stdout=subprocess.PIPE, text=True)
+    reaper, run_dir = harness.stdout.readline().split()
+    control = tmp_path / "cgroup.subtree_control"
+    assert control.read_text() == "+cpuset" and Path(run_dir).is_dir()
+    harness.kill()
+    harness.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while running(int(reaper)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(run_dir).exists()
+    assert control.read_text() == ("+cpuset" if other_run else "-cpuset")
 
 
 def test_whole_disk_of_a_partitionless_root_and_of_proc():

@@ -143,6 +143,19 @@ def _unlisted(cg: Path, controllers: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(c for c in controllers if c not in listed)
 
 
+def unlist_unused(parent: Path, controllers: tuple[str, ...]) -> bool:
+    """v2: unlist `controllers` from `parent`'s `cgroup.subtree_control`, unless a run cgroup
+    (`dsanalyze-*`, this harness's or another's) is still there and may use them. True when
+    they were unlisted."""
+    if any(d.name.startswith(PREFIX) and d.is_dir() for d in parent.iterdir()):
+        return False
+    try:
+        (parent / "cgroup.subtree_control").write_text(" ".join(f"-{c}" for c in controllers))
+    except OSError:
+        return False
+    return True
+
+
 def _write(path: Path, value: str) -> None:
     try:
         path.write_text(value)
@@ -216,15 +229,17 @@ class RunCgroup:
             _write(self._parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing))
             self._enabled = missing
 
+    @property
+    def listed(self) -> tuple[Path, tuple[str, ...]] | None:
+        """v2: the parent and the controllers this cgroup had it list (`_enable_controllers`),
+        for a reaper to unlist should the harness be killed; None where it listed none."""
+        return (self._parent, self._enabled) if self._enabled else None
+
     def _disable_controllers(self) -> None:
         """Unlist what `_enable_controllers` listed, once no run cgroup is left under the
-        parent (another harness's may still use them: then they stay)."""
-        if not self._enabled:
-            return
-        if not any(d.name.startswith(PREFIX) and d.is_dir() for d in self._parent.iterdir()):
-            with contextlib.suppress(OSError):
-                (self._parent / "cgroup.subtree_control").write_text(
-                    " ".join(f"-{c}" for c in self._enabled))
+        parent (`unlist_unused`)."""
+        if self._enabled:
+            unlist_unused(self._parent, self._enabled)
         self._enabled = ()
 
     def __enter__(self) -> RunCgroup:

@@ -13,8 +13,10 @@ to watch as lines; when it ends normally it writes `done`. If instead the pipe
 reaches end-of-file with no `done` (the harness was killed with SIGKILL, by
 the OOM killer, a lost SSH session or a scheduler), the reaper SIGKILLs the
 job's process group and every process in the run's cgroups until none is
-left, removes the cgroups, runs the undo commands it was given (`undo_with`:
-a network namespace to delete), and exits: the last process standing cleans up.
+left, removes the cgroups, unlists the cgroup v2 controllers the harness listed
+for them (`unlist_after`) unless another run cgroup still needs them, runs the
+undo commands it was given (`undo_with`: a network namespace to delete), and
+exits: the last process standing cleans up.
 `cgroups.clean_stale` at the next start remains the fallback for a reaper
 that was itself killed. The reaper imports nothing heavy.
 """
@@ -31,6 +33,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
+
+from dsanalyze.resources import cgroups
 
 REAP_TIMEOUT_S = 30.0
 DONE = "done"
@@ -65,6 +69,12 @@ class Lifeline:
 
     def watch_group(self, pgid: int) -> None:
         self._send(f"pgid {pgid}")
+
+    def unlist_after(self, parent: str | Path, controllers: tuple[str, ...]) -> None:
+        """cgroup v2: controllers the harness listed in `parent`'s `cgroup.subtree_control`
+        for its run cgroups, which the reaper unlists after removing them, unless another
+        run cgroup is still there (`cgroups.unlist_unused`)."""
+        self._send(f"unlist {json.dumps([str(parent), list(controllers)])}")
 
     def undo_with(self, argv: list[str]) -> None:
         """A command the reaper runs after its kills (a network namespace to delete)."""
@@ -164,6 +174,7 @@ def main() -> int:
     pgids: list[int] = []
     dirs: list[str] = []
     commands: list[list[str]] = []
+    listed: list[tuple[Path, tuple[str, ...]]] = []
     for line in sys.stdin:
         word, _, value = line.strip().partition(" ")
         if word == DONE:
@@ -174,7 +185,13 @@ def main() -> int:
             dirs.append(value)
         elif word == "run":
             commands.append(json.loads(value))
+        elif word == "unlist":
+            parent, controllers = json.loads(value)
+            listed.append((Path(parent), tuple(controllers)))
     reaped = reap(pgids, dirs)
+    for parent, controllers in listed:
+        with contextlib.suppress(OSError):
+            cgroups.unlist_unused(parent, controllers)
     undo(commands)
     return 0 if reaped else 1
 
