@@ -8,7 +8,7 @@ DEMO_DATA := results/demo/data
 SERVE_DIR ?= $(DEMO_DATA)
 SERVE_BACKEND ?= http
 
-.PHONY: demo test test-gpu test-extended lint install clean servers system-packages
+.PHONY: demo test test-long test-gpu test-extended lint install clean servers system-packages
 
 # The remote-data runs need ip and tc (iproute2) for their namespaces and links, and curl
 # for webdataset's http:// shards.
@@ -46,11 +46,17 @@ lint: $(STAMP)
 # Two phases: the tests that fit a share of the CPUs on two pytest-xdist workers (each
 # pinned to its own CPUs, tests/conftest.py), then those that need every CPU, alone (from
 # the files that name the mark: collecting every file again costs 10 CPU-s; none found,
-# every file).
+# every file). `make test` (within 10 minutes on 2 cores) leaves out the end-to-end runs
+# marked long; `make test-long` runs those, the same two ways; CI (.ci/run) runs both.
 WHOLE_MACHINE_TESTS = $(shell grep -l whole_machine tests/test_*.py)
+LONG_WHOLE_MACHINE_TESTS = $(shell grep -l 'mark.long' $(WHOLE_MACHINE_TESTS))
 test: lint
-	$(PY) -m pytest -q -ra -n 2 --dist loadscope --no-loadscope-reorder -m 'not extended and not whole_machine'
-	$(PY) -m pytest -q -ra -m 'whole_machine and not extended' $(WHOLE_MACHINE_TESTS)
+	$(PY) -m pytest -q -ra -n 2 --dist loadscope --no-loadscope-reorder -m 'not extended and not long and not whole_machine'
+	$(PY) -m pytest -q -ra -m 'whole_machine and not extended and not long' $(WHOLE_MACHINE_TESTS)
+
+test-long: $(STAMP)
+	$(PY) -m pytest -q -ra -n 2 --dist loadscope --no-loadscope-reorder -m 'long and not extended and not whole_machine'
+	$(PY) -m pytest -q -ra -m 'long and whole_machine and not extended' $(LONG_WHOLE_MACHINE_TESTS)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -ra -m gpu tests/test_gpu.py

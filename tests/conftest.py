@@ -30,26 +30,36 @@ def pytest_configure(config: pytest.Config) -> None:
         os.sched_setaffinity(0, cpus[int(worker.removeprefix("gw")) :: int(count)])
 
 
-# The modules whose tests take longest in all, heaviest first (CPU seconds of each test and
-# its processes, `make test`'s selection, measured per test; the largest unit first:
-# test_nodes.py is one unit of about 100 CPU-s and its nodes' waits, then the noisy sweep of
-# test_repeats.py, about 90): `make test` starts them first and hands the two pytest-xdist
+# The modules whose tests take longest in all, heaviest first (seconds of each test, its
+# fixtures and its processes in `make test`'s selection, --durations=0 at 5c521d1; the
+# largest units first: test_datacache.py and test_verify.py are one unit each, made around a
+# module-scoped fixture): `make test` starts them first and hands the two pytest-xdist
 # workers one unit at a time, in this order (--dist loadscope --no-loadscope-reorder, and
 # pytest_xdist_make_scheduler below), so that the short tests at the end even out the
-# workers' finish.
-LONGEST_MODULES = ("test_nodes.py", "test_repeats.py", "test_frameworks.py", "test_dali.py",
-                   "test_harness.py", "test_advice.py", "test_bootstrap.py", "test_plots.py",
-                   "test_verify.py", "test_datacache.py", "test_measured.py", "test_errors.py",
-                   "test_coldepoch.py", "test_untilci.py", "test_fingerprint.py",
-                   "test_remote_loaders.py", "test_whatif.py", "test_transforms.py",
-                   "test_progress.py", "test_memroom.py")
+# workers' finish. `make test-long` orders its own selection (the tests marked long) by
+# LONGEST_LONG_MODULES: test_nodes.py is one unit of about 180 s there.
+LONGEST_MODULES = ("test_advice.py", "test_harness.py", "test_datacache.py", "test_verify.py",
+                   "test_measured.py", "test_errors.py", "test_plots.py", "test_frameworks.py",
+                   "test_untilci.py", "test_dali.py", "test_fingerprint.py", "test_whatif.py",
+                   "test_transforms.py", "test_fit_reads.py", "test_progress.py",
+                   "test_resources.py", "test_memroom.py", "test_nodes.py", "test_netlaw.py")
+LONGEST_LONG_MODULES = ("test_nodes.py", "test_frameworks.py", "test_repeats.py",
+                        "test_advice.py", "test_bootstrap.py", "test_remote_loaders.py",
+                        "test_verify.py", "test_dali.py", "test_coldepoch.py")
+
+
+def only_long(config: pytest.Config) -> bool:
+    """Whether the selection is `make test-long`'s: -m 'long and ...'."""
+    return config.getoption("markexpr", "").startswith("long")
 
 
 def longest_first(item: pytest.Item) -> int:
-    """An item's module's place in LONGEST_MODULES (the others after, in their order): a
-    module's tests stay together, so its module-scoped fixtures are made once per worker."""
+    """An item's module's place in the selection's list of the longest modules (the others
+    after, in their order): a module's tests stay together, so its module-scoped fixtures
+    are made once per worker."""
+    order = LONGEST_LONG_MODULES if only_long(item.config) else LONGEST_MODULES
     name = item.path.name
-    return LONGEST_MODULES.index(name) if name in LONGEST_MODULES else len(LONGEST_MODULES)
+    return order.index(name) if name in order else len(order)
 
 
 @functools.cache

@@ -47,6 +47,7 @@ FIXTURES = sorted(p.name for p in DATA.iterdir() if (p / "runs").is_dir())
 # as whatif_compute and script_cpu do.
 SLOW_FIXTURES = {"whatif_caches", "report_sweep", "report_2ranks", "whatif_fetch",
                  "report_12configs"}
+LONG_FIXTURES = {"script_lightning", "script_cpu_w1"}  # 25-40 s: make test-long (and CI)
 MIB = 1 << 20
 
 def typed(summary: dict) -> Summary:
@@ -121,6 +122,7 @@ def test_a_pick_the_model_s_own_check_rejects_is_refused_with_the_reason():
     assert decide(summary, [a.decision.prediction], facts, None).kind is DecisionKind.CHANGE
 
 
+@pytest.mark.long
 def test_a_cpu_trained_pick_at_unmeasured_cpus_and_workers_is_refused_naming_the_run(
         tmp_path, monkeypatch):
     """tests/data/script_cpu_w1: a pytorch/examples-style script trained on the CPU, its
@@ -272,7 +274,9 @@ def _check_against_table(summary: dict, a: Advice) -> None:
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.extended)
-                                  if n in SLOW_FIXTURES else n for n in FIXTURES])
+                                  if n in SLOW_FIXTURES else
+                                  pytest.param(n, marks=pytest.mark.long)
+                                  if n in LONG_FIXTURES else n for n in FIXTURES])
 def test_advice_recommend_and_report_agree(name, tmp_path, capsys):
     """On every committed fixture: the harness's advice line, `whatif --recommend` with its
     defaults and the report say the same sentence, and it agrees with the table."""

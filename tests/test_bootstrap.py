@@ -368,7 +368,8 @@ def profile_script(tmp_path: Path, data: Path, world: int, modes: str, workers: 
 
 @pytest.mark.slow
 # 1 rank repeats a path the framework tests take (make test-extended runs it)
-@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.extended), 2])
+@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.extended),
+                                   pytest.param(2, marks=pytest.mark.long)])
 def test_harness_profiles_an_unmodified_imagenet_script(tmp_path, small_dataset, world):
     prefix, log = profile_script(tmp_path, small_dataset, world, "synthetic,cached,disk", 2)
     runs = {r.mode.value: r for r in store.load_runs(prefix)}
@@ -395,6 +396,7 @@ def test_harness_profiles_an_unmodified_imagenet_script(tmp_path, small_dataset,
 
 @pytest.mark.whole_machine
 @pytest.mark.slow
+@pytest.mark.long
 def test_synthetic_rate_does_not_depend_on_the_loaders_workers(tmp_path, small_dataset):
     # Rates from the median steady iteration: the claim is about every replayed step, and
     # one iteration the host stalls (a CI machine once gave a window of 8 a 95% interval

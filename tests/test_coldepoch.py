@@ -57,6 +57,7 @@ def test_one_epoch_under_a_cache_of_zero_is_its_steady_state():
 
 @pytest.mark.slow
 @needs_cgroups
+@pytest.mark.long
 def test_two_throttled_epochs_with_unlimited_cache_show_the_cold_fetch_stall(
         small_dataset, tmp_path, capsys):
     prefix = tmp_path / "r"

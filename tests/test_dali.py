@@ -181,7 +181,7 @@ def _runs(prefix: Path) -> dict[str, store.RunResult]:
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc,batch,window", [
     (1, 16, ("--iters", "5")),
-    (2, 8, ("--epochs", "2")),  # two fresh passes over each rank's shard
+    pytest.param(2, 8, ("--epochs", "2"), marks=pytest.mark.long),  # two fresh passes over each rank's shard
 ])
 def test_harness_dali_all_modes(small_dataset: Path, tmp_path: Path, nproc: int, batch: int,
                                 window: tuple[str, str]) -> None:

@@ -3,22 +3,23 @@ torchdata.nodes, webdataset (tests/scripts/), end to end through the real harnes
 
 One harness invocation per pattern and rank count, a tiny model and a few iterations;
 the asserts read its stored run JSONs. Every pattern runs at 1 and 2 ranks in all four
-modes. `make test` (which must stay within 10 minutes on 2 cores) runs the set below;
-`make test-extended` the others (marked EXTENDED), each of whose code paths a default
-test or test_bootstrap.py also takes. In `make test` only webdataset runs the disk mode
+modes. `make test` (which must stay within 10 minutes on 2 cores) runs the short ones;
+`make test-long` (marked LONG; CI runs it after `make test`) one run of each pattern;
+`make test-extended` the others (marked EXTENDED), each of whose code paths a LONG test
+or test_bootstrap.py also takes. Among the LONG runs only webdataset runs the disk mode
 (CORE modes for the others): a rank runs the same code in a disk run as in a cached one,
 whatever its loader, and the harness's eviction does not depend on the loader; the
 EXTENDED variants run all four modes.
 
-| pattern                     | make test                       | extended             |
-| timm PrefetchLoader         | 1 rank                          | 2 ranks              |
-| timm DataLoader             | (a DataLoader: test_bootstrap)  | 1 rank, 2 ranks      |
-| Lightning Trainer.fit       | 2 ranks (DDP, sanity check)     | 1 rank               |
-| LightningCLI + DataModule   | 1 rank, cached, max_steps       | 1 rank, 2 ranks      |
-| Hugging Face Trainer        | 1 rank (accelerate's shard)     | 2 ranks              |
-| accelerate loop             | (accelerate's shard: HF)        | 1 rank, 2 ranks      |
-| torchdata.nodes             | 1 rank, no --data               | 2 ranks, --data      |
-| webdataset                  | 2 ranks, no --data; the report  | 1 rank, --data       |
+| pattern                     | make test          | make test-long                  | extended         |
+| timm PrefetchLoader         |                    | 1 rank                          | 2 ranks          |
+| timm DataLoader             |                    | (a DataLoader: test_bootstrap)  | 1 rank, 2 ranks  |
+| Lightning Trainer.fit       |                    | 2 ranks (DDP, sanity check)     | 1 rank           |
+| LightningCLI + DataModule   | 1 rank, max_steps  |                                 | 1 rank, 2 ranks  |
+| Hugging Face Trainer        |                    | 1 rank (accelerate's shard)     | 2 ranks          |
+| accelerate loop             |                    | (accelerate's shard: HF)        | 1 rank, 2 ranks  |
+| torchdata.nodes             |                    | 1 rank, no --data               | 2 ranks, --data  |
+| webdataset                  | 1 rank, --epochs   | 2 ranks, no --data; the report  | 1 rank, --data   |
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ CORE = "synthetic,cached,loader"  # the modes check_prep_bound compares
 ITERS, WARMUP, BATCH = 10, 2, 8
 IMAGES = 96  # small_dataset
 
-# Variants that repeat a pattern already covered: `make test-extended` runs them (the
-# default suite must stay within ~15 minutes on 2 cores).
+# Variants that repeat a pattern already covered: `make test-extended` runs them. The
+# patterns' own runs, half a minute to two minutes each: `make test-long`, which CI runs
+# after `make test` (which must stay within 10 minutes on 2 cores).
 EXTENDED = pytest.mark.extended
+LONG = pytest.mark.long
 
 
 @pytest.fixture(autouse=True)
@@ -105,7 +108,7 @@ def check_prep_bound(runs: dict[str, store.RunResult]) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("prefetcher,world,modes", [
-    (True, 1, CORE), pytest.param(False, 2, ALL, marks=EXTENDED),
+    pytest.param(True, 1, CORE, marks=LONG), pytest.param(False, 2, ALL, marks=EXTENDED),
     pytest.param(False, 1, ALL, marks=EXTENDED), pytest.param(True, 2, ALL, marks=EXTENDED)])
 def test_timm_create_loader(tmp_path, small_dataset, prefetcher, world, modes):
     args = ["--prefetcher"] if prefetcher else []
@@ -120,7 +123,8 @@ def test_timm_create_loader(tmp_path, small_dataset, prefetcher, world, modes):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world,modes", [pytest.param(1, ALL, marks=EXTENDED), (2, CORE)])
+@pytest.mark.parametrize("world,modes", [pytest.param(1, ALL, marks=EXTENDED),
+                                         pytest.param(2, CORE, marks=LONG)])
 def test_lightning_sanity_check_and_validation_are_not_measured(tmp_path, small_dataset, world,
                                                                 modes):
     """Trainer.fit, loaders on the LightningModule, DDP under torchrun at 2 ranks."""
@@ -190,7 +194,8 @@ def test_lightning_ending_before_the_window(tmp_path, small_dataset, limit, valu
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world,modes", [(1, CORE), pytest.param(2, ALL, marks=EXTENDED)])
+@pytest.mark.parametrize("world,modes", [pytest.param(1, CORE, marks=LONG),
+                                         pytest.param(2, ALL, marks=EXTENDED)])
 def test_huggingface_trainer(tmp_path, small_dataset, world, modes):
     runs = profile(tmp_path / "r", "train_hf.py", small_dataset, "-b", BATCH,
                    "--output-dir", tmp_path / "out", world=world, data=small_dataset, modes=modes)
@@ -210,7 +215,7 @@ def test_accelerate_loop(tmp_path, small_dataset, world):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("world,given,modes", [
-    (1, False, CORE), pytest.param(2, True, ALL, marks=EXTENDED)])
+    pytest.param(1, False, CORE, marks=LONG), pytest.param(2, True, ALL, marks=EXTENDED)])
 def test_torchdata_nodes(tmp_path, small_dataset, capsys, world, given, modes):
     """No --data: the discovery run sees the graph open JPEGs and widens to all of them."""
     runs = profile(tmp_path / "r", "train_torchdata.py", small_dataset, "-b", BATCH, "-j", 1,
@@ -224,7 +229,8 @@ def test_torchdata_nodes(tmp_path, small_dataset, capsys, world, given, modes):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world,given", [(2, False), pytest.param(1, True, marks=EXTENDED)])
+@pytest.mark.parametrize("world,given", [pytest.param(2, False, marks=LONG),
+                                         pytest.param(1, True, marks=EXTENDED)])
 def test_webdataset_shards(tmp_path, shard_dir, world, given, capsys):
     """Shards found from WebDataset's urls (or --data wins); warmed, evicted, read per shard."""
     runs = profile(tmp_path / "r", "train_webdataset.py", shard_dir / SHARDS, "-b", BATCH,

@@ -175,6 +175,7 @@ def node_data(tmp_path_factory, small_dataset) -> Path:
 @STEP_BOUND
 @pytest.mark.slow
 @needs_cgroups
+@pytest.mark.long
 def test_two_harnesses_profile_one_job(node_data, tmp_path):
     port = _free_port_pair()
     batch, step_ms = 4, 40.0
@@ -217,6 +218,7 @@ def test_two_harnesses_profile_one_job(node_data, tmp_path):
 
 @pytest.mark.slow
 @needs_cgroups
+@pytest.mark.long
 def test_a_killed_node_stops_the_run_and_resume_completes(node_data, tmp_path):
     port = _free_port_pair()
     run_args = ("--modes", "synthetic", "-b", 4, "-j", 1, "--warmup", 3, "--sim-step-ms", 40,
@@ -289,6 +291,7 @@ def _start(tmp_path: Path, port: int, data: dict[int, Path], *extra: object) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_two_nodes_on_one_host_over_one_dataset_are_refused_at_once(small_dataset, tmp_path):
     """A common first check of a multi-node set-up: both nodes on 127.0.0.1, one --data. Node 0
     was refused by the dataset's lock and node 1 waited 300 s, then blamed the store's address;

@@ -567,6 +567,7 @@ def _probe(*argv: object) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_harness_draws_the_figures_without_fitting_and_report_fits(small_dataset, tmp_path):
     """harness.py with plots (and no advice) on a fresh prefix draws the measured figures and
     fits no model; `dsanalyze report` fits one and draws the what-if figures."""

@@ -117,6 +117,7 @@ def _bytes(root: Path, pattern: str) -> tuple[int, int]:
 
 
 @needs_netns
+@pytest.mark.long
 def test_s3torchconnector_map_dataset(tiny_images, tmp_path):
     runs = profile_remote(tmp_path / "p", tiny_images, "s3", "train_s3torch.py", "s3://dsanalyze/")
     check_link(runs, *_bytes(tiny_images, "*/*.jpg"), requests_per_sample=1)

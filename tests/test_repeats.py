@@ -173,10 +173,10 @@ def _burn_while_loading(mode: str, burners: Burners) -> threading.Thread:
     pytest.param(False, marks=[pytest.mark.extended, pytest.mark.timing(
         reason="two repeats within ±8% need a machine quieter than the job's own 100 ms step "
                "noise; under load a third repeat is the right answer")]),
-    pytest.param(True, marks=pytest.mark.timing(
+    pytest.param(True, marks=[pytest.mark.long, pytest.mark.timing(
         reason="a third repeat needs the burners' run to be the only disturbed one: when "
                "outside load disturbs the runs it is compared with as well, the two repeats "
-               "can agree, and the stop is held to their own measured interval instead"))],
+               "can agree, and the stop is held to their own measured interval instead")])],
     ids=["steady", "noisy"])
 def test_target_ci_stops_early_on_a_steady_job_and_repeats_a_noisy_one(small_dataset, tmp_path,
                                                                        noisy):
@@ -188,8 +188,8 @@ def test_target_ci_stops_early_on_a_steady_job_and_repeats_a_noisy_one(small_dat
     repeat is run (the most --max-repeats allows). On a loaded machine the runs it is
     compared with can be disturbed too (their own interference records say so), and two
     repeats may then agree: the stop is held to the interval of those two repeats. `make
-    test` runs the noisy sweep (the stop after two repeats is also checked on committed
-    runs, above); the steady sweep is in `make test-extended`."""
+    test-long` runs the noisy sweep (the stop after two repeats is also checked on committed
+    runs, above, in `make test`); the steady sweep is in `make test-extended`."""
     argv = ["--data", small_dataset, "--modes", "synthetic,cached", "--cpus", 1, "-b", 1,
             "-j", 1, "--iters", 24, "--warmup", 3, "--sim-step-ms", 100, "--no-plots",
             "--target-ci", "8%", "--max-repeats", 3]

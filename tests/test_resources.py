@@ -87,6 +87,7 @@ def test_signal_leaves_no_cgroup(small_dataset, tmp_path, sig, code, word):
     assert our_cgroups(proc.pid) == []
 
 
+@pytest.mark.long
 def test_resume_reruns_only_what_was_missing(small_dataset, tmp_path):
     # a dataset of its own: the suite's shared one may still be locked by a job of an earlier
     # test that its lifeline is reaping (the lock is not what this test is about)

@@ -251,6 +251,7 @@ def test_real_runs_stop_once_sure_and_not_on_the_checkpoint_stall(tmp_path, smal
 
 @pytest.mark.slow
 @pytest.mark.timing
+@pytest.mark.long
 def test_a_real_job_whose_step_keeps_slowing_is_not_stopped_on_its_mean(tmp_path, small_dataset):
     """A user's loop whose step grows by 10 ms every 100 steps (20 ms at first): a run that
     stops must have a window whose rate agrees with its own last third's within twice the

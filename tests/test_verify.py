@@ -97,6 +97,7 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_verify_measures_a_recommended_worker_count(tmp_path, swept):
     """A prep-bound job at one CPU and one worker; the decision "2 workers" is run for real
     (the built-in job's -j, into a sub-prefix) and judged by the model fitted before it."""
@@ -156,6 +157,7 @@ def test_harness_verify_checks_its_own_advice(tmp_path, capsys, swept):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_pick_beyond_this_machine_is_checked_by_the_best_one_it_can_run(tmp_path, swept):
     """The prep-bound job at one CPU: its advice asks for more CPUs than a one-CPU machine
     has. `verify` there measures the advice confined to one CPU in its place (the same
