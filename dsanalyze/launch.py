@@ -179,8 +179,11 @@ def job_env(spec: RunSpec, run_dir: Path) -> tuple[dict[str, str], dict[str, Any
         env[rankenv.ENV_EPOCHS] = str(spec.job.epochs)
     if spec.job.loader_index is not None:
         env[rankenv.ENV_LOADER_INDEX] = str(spec.job.loader_index)
+    # OMP_WAIT_POLICY as the job inherits it (None: unset, where OpenMP threads spin a while
+    # before they sleep): the note on a step that shares its cores reads it
     return env, {"omp_num_threads": int(env["OMP_NUM_THREADS"]), "omp_set_by_user": user_omp,
-                 "thread_budget_per_rank": threads}
+                 "thread_budget_per_rank": threads,
+                 "omp_wait_policy": env.get("OMP_WAIT_POLICY")}
 
 
 @functools.cache

@@ -33,6 +33,7 @@ from dsanalyze.analysis.notes import (
     ReadAheadMoved,
     RunNotOk,
     Said,
+    SpinningStep,
     StuckPages,
     SuspectStall,
     WideSpread,
@@ -250,7 +251,8 @@ notes = st.one_of(
               maybe, maybe),
     st.builds(InvertedStall, stall_kinds, modes, modes, finite, finite),
     st.builds(CacheUnbound, words, ints, ints), st.builds(EvictionIncomplete, words, ints, ints),
-    st.builds(StuckPages, words, ints), st.builds(ReadAheadMoved, words, ints, finite))
+    st.builds(StuckPages, words, ints), st.builds(ReadAheadMoved, words, ints, finite),
+    st.builds(SpinningStep, words, ints, ints, ints, st.none() | words))
 configs = st.builds(ConfigSummary, words, st.none() | st.integers(1, 64), words,
                     st.none() | ints, st.none() | ints, st.none() | ints,
                     st.dictionaries(st.sampled_from([m.value for m in Mode]), mode_rates, max_size=3),

@@ -11,10 +11,12 @@ notes were typed (schema < 3).
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from dsanalyze.analysis.interference import Interference
+from dsanalyze.analysis.jobrun import job_as_run, run_cpus, shares_cores
 from dsanalyze.analysis.runrate import RunRate
 from dsanalyze.analysis.uncertainty import Significance, StallInterval
 from dsanalyze.analysis.window import read_ahead_steady
@@ -158,6 +160,37 @@ class ReadAheadMoved(Note):
     fetched_samples: float
 
 
+@dataclass(frozen=True)
+class SpinningStep(Note):
+    """The step runs on the CPU in `threads` threads a rank beside `workers` DataLoader
+    workers a rank on the same `cpus` (`jobrun.shares_cores`), and the job ran with
+    OMP_WAIT_POLICY unset (`policy` None) or other than PASSIVE: a thread that waits for the
+    others spins, on a core a worker needs. Only where the run recorded the policy."""
+
+    kind: ClassVar[str] = "spinning_step"
+    run_id: str
+    threads: int
+    workers: int
+    cpus: int
+    policy: str | None
+
+
+def spinning_step(cached: Sequence[RunResult]) -> SpinningStep | None:
+    """The first cached run whose step shares its cores with the workers while OpenMP threads
+    spin (OMP_WAIT_POLICY recorded and unset, or not PASSIVE); None: none."""
+    for run in cached:
+        threads = run.environment.get("threads") or {}
+        policy = threads.get("omp_wait_policy")
+        if "omp_wait_policy" not in threads or (policy or "").strip().upper() == "PASSIVE":
+            continue
+        if run.ranks and shares_cores(run):
+            n = run.ranks[0].extra.get("torch_threads") or threads.get("omp_num_threads") or 0
+            if n > 1:
+                return SpinningStep(run.run_id, int(n), job_as_run(run).workers, run_cpus(run),
+                                    policy)
+    return None
+
+
 def _busy_pct(r: RunRate) -> float | None:
     shares = [p for p in (r.others_outside_pct, r.others_cpu_pct) if p is not None]
     return max(shares) if shares else None
@@ -195,16 +228,20 @@ def _stall_notes(rates: dict[Mode, list[RunRate]], prep: StallInterval | None,
 
 
 def config_notes(anchor: RunResult, rates: dict[Mode, list[RunRate]],
-                 prep: StallInterval | None, fetch: StallInterval | None) -> tuple[Note, ...]:
+                 prep: StallInterval | None, fetch: StallInterval | None,
+                 cached: Sequence[RunResult] = ()) -> tuple[Note, ...]:
     """A configuration's notes: a wide spread, runs that failed or were disturbed, inverted
-    stalls, and a cache budget that could not bind or pages it could not evict."""
+    stalls, a cache budget that could not bind or pages it could not evict, and a step whose
+    OpenMP threads spin on the cores of its `cached` runs' workers."""
     out: list[Note] = [WideSpread(m.value, r.iter_iqr_pct) for m, rs in rates.items()
                        for r in rs[:1] if m is Mode.SYNTHETIC and r.iter_iqr_pct
                        and r.iter_iqr_pct > SETTINGS.wide_spread_pct]
     out += [RunNotOk(m.value, r.run_id, r.status, r.error) for m, rs in rates.items()
             for r in rs if r.status != "ok"]
     out += [d for rs in rates.values() for r in rs if (d := disturbed(r)) is not None]
-    return tuple(out + _stall_notes(rates, prep, fetch) + budget_notes(anchor))
+    spinning = spinning_step(cached)
+    return tuple(out + _stall_notes(rates, prep, fetch) + budget_notes(anchor)
+                 + ([spinning] if spinning else []))
 
 
 def budget_notes(disk: RunResult) -> list[Note]:

@@ -205,7 +205,7 @@ def _breakdown(anchor: RunResult, group: dict[Mode, list[RunResult]], level: flo
         compute_s=t_g[0] if t_g else None, total_s=total[0] if total else None,
         **_stall_fields("prep", prep), **_stall_fields("fetch", fetch),
         verdict=(v := verdict(prep, fetch)), bound=v.bound.value,
-        notes=config_notes(anchor, rates, prep, fetch),
+        notes=config_notes(anchor, rates, prep, fetch, group.get(Mode.CACHED, ())),
         level=level, net_bw_bps=res.net_bw_bps, net_latency_s=res.net_latency_s)
 
 

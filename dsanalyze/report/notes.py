@@ -25,6 +25,7 @@ from dsanalyze.analysis.notes import (
     ReadAheadMoved,
     RunNotOk,
     Said,
+    SpinningStep,
     StuckPages,
     SuspectStall,
     WideSpread,
@@ -97,6 +98,16 @@ def _read_ahead(n: ReadAheadMoved) -> str:
             f"measure more iterations (--iters) on data larger than the loader reads ahead")
 
 
+def _spinning(n: SpinningStep) -> str:
+    policy = "OMP_WAIT_POLICY unset" if n.policy is None else f"OMP_WAIT_POLICY={n.policy}"
+    spins = "spins before it sleeps" if n.policy is None else "spins"
+    return (f"cached run {n.run_id}: the step runs {n.threads} OpenMP threads a rank on the "
+            f"{n.cpus} CPUs its {n.workers} DataLoader worker(s) a rank use, with {policy}: a "
+            f"thread that waits for the others {spins}, on a core a worker needs; profile "
+            "again with OMP_WAIT_POLICY=PASSIVE in the harness's environment (the job "
+            "inherits it) to measure the job without the spin")
+
+
 WORDS: dict[type[Note], Callable[[Any], str]] = {
     Said: lambda n: n.text,
     WideSpread: lambda n: f"{n.mode}: iteration times spread widely (IQR {n.iqr_pct:.0f}% of "
@@ -108,6 +119,7 @@ WORDS: dict[type[Note], Callable[[Any], str]] = {
     CacheUnbound: _unbound,
     EvictionIncomplete: _eviction,
     ReadAheadMoved: _read_ahead,
+    SpinningStep: _spinning,
     StuckPages: lambda n: f"disk run {n.run_id}: {_mib(n.stuck_bytes, '{:.1f}')} MiB of the "
                           "dataset could not be evicted during the run (mapped by a process): "
                           "the budget held the rest",
