@@ -124,8 +124,10 @@ TUNED_ON = ("/tmp/dsa-scripts-bench{,2,3,4} (seed 5, workers 1,2, bandwidths non
             "/tmp/dsa-scripts-bench13 (seed 31, 960 images, workers 1,2, none,3.5M), "
             "/tmp/dsa-scripts-bench14 (seed 37, 960 images, workers 1,3, none,2.5M), "
             "/tmp/dsa-scripts-bench15 (seed 41, 960 images, workers 1,2, none,3M), "
-            "/tmp/dsa-scripts-bench16 (seed 43, 960 images, workers 1,3, none,4M) and "
-            "/tmp/dsa-scripts-bench17 (seed 47, 960 images, workers 1,2, none,5M)")
+            "/tmp/dsa-scripts-bench16 (seed 43, 960 images, workers 1,3, none,4M), "
+            "/tmp/dsa-scripts-bench17 (seed 47, 960 images, workers 1,2, none,5M) and "
+            "/tmp/dsa-scripts-bench18p (seed 53, 960 images, workers 1,3, none,3.5M, "
+            "OMP_WAIT_POLICY=PASSIVE)")
 SCRIPTS = {  # name: (file under tests/scripts, its own arguments; {w}: its worker count)
     "examples": ("train_examples.py", ("-j", "{w}", "-b", "12", "--epochs", "3",
                                        "--img-size", "32")),
