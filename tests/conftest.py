@@ -53,11 +53,10 @@ def only_long(config: pytest.Config) -> bool:
     return config.getoption("markexpr", "").startswith("long")
 
 
-def longest_first(item: pytest.Item) -> int:
-    """An item's module's place in the selection's list of the longest modules (the others
-    after, in their order): a module's tests stay together, so its module-scoped fixtures
-    are made once per worker."""
-    order = LONGEST_LONG_MODULES if only_long(item.config) else LONGEST_MODULES
+def longest_first(order: tuple[str, ...], item: pytest.Item) -> int:
+    """An item's module's place in `order`, the selection's list of the longest modules (the
+    others after, in their order): a module's tests stay together, so its module-scoped
+    fixtures are made once per worker."""
     name = item.path.name
     return order.index(name) if name in order else len(order)
 
@@ -87,7 +86,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=longest_first)  # stable: the collection's order within each module
+    order = LONGEST_LONG_MODULES if only_long(config) else LONGEST_MODULES
+    # stable: the collection's order within each module
+    items.sort(key=functools.partial(longest_first, order))
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     why = pytest.mark.skip(reason="needs every CPU of the machine, and this pytest-xdist worker "
