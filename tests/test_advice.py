@@ -122,6 +122,34 @@ def test_a_pick_the_model_s_own_check_rejects_is_refused_with_the_reason():
     assert decide(summary, [a.decision.prediction], facts, None).kind is DecisionKind.CHANGE
 
 
+def test_without_a_disk_run_predictions_are_weighed_on_steady_epochs_as_measured():
+    """Cached runs alone measure no cold epoch: the table's spans are steady epochs, and a
+    prediction is weighed the same way. Its cold start (the first epoch's reads and its first
+    batches' wait on an empty prefetch queue) against a measurement without one counted
+    against every change: on a loaded CI machine a 1-CPU prep-bound sweep was told to keep
+    its CPU. A candidate whose steady epoch is 20% shorter than the fastest measured one
+    and whose cold first epoch is 20% longer is the change here, and is not on a table that
+    measured cold epochs."""
+    runs = [r for r in store.load_runs(DATA / "whatif_prep") if r.mode is not Mode.DISK]
+    a = advise(runs)
+    summary = summarize(runs)
+    facts = recommend.facts(a.model, runs, summary)
+    assert not facts.cold and facts.epochs == 1 and not a.decision.cold
+    best = a.decision.best_measured
+    assert best is not None and best.measured
+    p = a.decision.prediction
+    candidate = replace(p, epoch_s=0.8 * best.span_s, epoch1_s=1.2 * best.span_s,
+                        compute_s=0.5 * best.span_s)
+    d = decide(summary, [candidate], facts)
+    assert d.kind is DecisionKind.CHANGE and d.choice.span_s == pytest.approx(0.8 * best.span_s)
+    assert d.choice.stall_pct == pytest.approx(100 * (0.8 - 0.5) / 0.8)
+    line = advice_text(Advice(d, fitted_runs=len(runs)))
+    assert " 1 epoch in " in line and "(cold)" not in line and "first epoch" not in line
+    cold = decide(summary, [candidate], replace(facts, cold=True))
+    assert cold.kind is DecisionKind.KEEP and cold.choice == best
+    assert " 1 epoch (cold) in " in advice_text(Advice(cold, fitted_runs=len(runs)))
+
+
 @pytest.mark.long
 def test_a_cpu_trained_pick_at_unmeasured_cpus_and_workers_is_refused_naming_the_run(
         tmp_path, monkeypatch):

@@ -76,12 +76,14 @@ def change_text(choice: Option, base: Option | None, loader: str = "pytorch") ->
     return ", ".join(parts) or option_label(choice)
 
 
-def _epochs(n: int) -> str:
-    return "1 epoch (cold)" if n == 1 else f"{n} epochs"
+def _epochs(d: Decision) -> str:
+    """The job judged: `1 epoch (cold)`, `3 epochs`; `1 epoch` when its spans are steady
+    epochs (no disk run measured a cold one)."""
+    return f"{d.epochs} epochs" if d.epochs > 1 else "1 epoch (cold)" if d.cold else "1 epoch"
 
 
 def _first_included(d: Decision) -> str:
-    return ", first epoch included" if d.epochs > 1 else ""
+    return ", first epoch included" if d.epochs > 1 and d.cold else ""
 
 
 def _bound_text(o: Option) -> str:
@@ -161,7 +163,7 @@ def _measured_text(a: Advice) -> str:
     there = "; the job is compute-bound there" if o.bound == Bound.COMPUTE.value else \
         f"; within the {d.max_stall_pct:g}% stall budget (the table: {_bound_text(o)})"
     return (f"Advice: no change needed: {option_label(o)} stalls {number(o.stall_pct, '{:.0f}')}"
-            f"% of {_epochs(d.epochs)}{_first_included(d)}, {_rate_text(o, 'measured')}"
+            f"% of {_epochs(d)}{_first_included(d)}, {_rate_text(o, 'measured')}"
             f"{there}.")
 
 
@@ -176,7 +178,7 @@ def _change_text(a: Advice) -> str:
         f" Nothing predicted keeps the stalls under {d.max_stall_pct:g}%: {_reason_text(d)}."
     untested = f" Untested: {'; '.join(map(assumption_text, c.untested))}." if c.untested else ""
     return (f"Advice: give the job {change_text(c, best, d.loader)}: predicted "
-            f"{_rate_text(c, 'steady')}, {_epochs(d.epochs)} in {number(c.span_s, '{:.2f}')} s, "
+            f"{_rate_text(c, 'steady')}, {_epochs(d)} in {number(c.span_s, '{:.2f}')} s, "
             f"{number(c.stall_pct, '{:.0f}')}% stalled{_first_included(d)}{against}.{over}"
             f"{untested} From the what-if model fitted on the {a.fitted_runs} runs of this "
             f"sweep; {error_text(d.error, d.beyond, a.validation_note)}.")
@@ -188,7 +190,7 @@ def _keep_text(a: Advice) -> str:
     assert best is not None
     over = f" ({_reason_text(d)})" if d.reason is not None else ""
     return (f"Advice: keep {option_label(best)}: no configuration of the what-if grid is "
-            f"predicted faster than its measured {_epochs(d.epochs)} in "
+            f"predicted faster than its measured {_epochs(d)} in "
             f"{number(best.span_s, '{:.2f}')} s ({number(best.stall_pct, '{:.0f}')}% "
             f"stalled, {_bound_text(best)}){over}. From the what-if model fitted on the "
             f"{a.fitted_runs} runs of this sweep.")
@@ -198,8 +200,8 @@ def _refused_text(a: Advice) -> str:
     d = a.decision
     best, pick = d.best_measured, d.prediction
     assert best is not None and pick is not None
-    o = predicted_option(pick, d.epochs)
-    measured = (f"({number(best.span_s, '{:.2f}')} s measured for {_epochs(d.epochs)}, "
+    o = predicted_option(pick, d.epochs, d.cold)
+    measured = (f"({number(best.span_s, '{:.2f}')} s measured for {_epochs(d)}, "
                 f"{number(best.stall_pct, '{:.0f}')}% stalled, {_bound_text(best)})")
     change = change_text(o, best, d.loader)
     if d.refusal is Refusal.CPU_SHARING:

@@ -24,7 +24,14 @@ from dsanalyze.config import Mode
 from dsanalyze.errors import DsAnalyzeError
 from dsanalyze.plain import PlainJson, to_plain
 from dsanalyze.records import RunResult
-from dsanalyze.whatif.decision import MAX_STALL_PCT, Decision, Facts, decide, measured_epochs
+from dsanalyze.whatif.decision import (
+    MAX_STALL_PCT,
+    Decision,
+    Facts,
+    cold_measured,
+    decide,
+    measured_epochs,
+)
 from dsanalyze.whatif.documents import GridRow, ValidationDoc
 
 DEFAULT_CACHES = ("0", "25%", "50%", "75%", "100%")  # the what-if's budgets, with the measured
@@ -81,7 +88,8 @@ def table_only(results: Sequence[RunResult], max_stall_pct: float, why: ModelFai
     summary = summarize(list(results))
     ok = [r for r in results if r.ok and r.ranks]
     workers = job_as_run(ok[0]).workers if ok else None
-    facts = Facts(measured_epochs(summary), max_stall_pct, workers, _cpus_of_all(results))
+    facts = Facts(measured_epochs(summary), max_stall_pct, workers, _cpus_of_all(results),
+                  cold=cold_measured(summary))
     return Advice(decide(summary, [], facts), note=why)
 
 

@@ -9,7 +9,11 @@ model's predictions and the validation (`documents.ValidationDoc`) in, a `Decisi
 
 Every configuration is judged over a job of `epochs` epochs, the first cold
 (`coldepoch.job_s`): a measured one by its measured numbers and the table's
-stalls, a prediction only where no run measured its configuration.
+stalls, a prediction only where no run measured its configuration. Like with
+like: when no disk run measured a cold epoch (`cold_measured`: cached runs
+alone), the measured spans are steady epochs, and so are the predictions'
+(`Facts.cold`); a prediction's cold start against a measurement without one
+would count its first batches' wait against the change.
 
 With `Facts.max_cpus`, every configuration, measured or predicted, has at most
 that many CPUs: the decision a machine of that size can check (`--verify`).
@@ -145,7 +149,7 @@ class ErrorQuote:
 class Facts:
     """What the decision needs besides the table and the predictions."""
 
-    epochs: int  # of the job judged, the first cold
+    epochs: int  # of the job judged, the first cold (see `cold`)
     max_stall_pct: float = MAX_STALL_PCT
     workers: int | None = None  # DataLoader workers (DALI threads) per rank the runs had
     all_cpus: int | None = None  # what `--cpus all` was, in CPUs
@@ -155,6 +159,7 @@ class Facts:
     # a step on the CPU: the (CPUs, workers per rank) its cached runs had; None: off the CPU
     cpu_step_runs: tuple[tuple[int, int], ...] | None = None
     max_cpus: int | None = None  # the decision confined to a machine of this many CPUs
+    cold: bool = True  # the spans' first epoch is cold (False: no disk run measured one)
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,7 @@ class Decision:
     loader: str = "pytorch"
     prediction: Any = field(default=None, compare=False)  # whatif Prediction of a CHANGE
     refusal: Refusal | None = None  # REFUSED: why the pick (`prediction`) is not advised
+    cold: bool = True  # the spans' first epoch is cold (`Facts.cold`)
 
     @property
     def meets_budget(self) -> bool:
@@ -184,7 +190,7 @@ class Decision:
                 "best_measured": self.best_measured.to_dict() if self.best_measured else None,
                 "beyond": list(self.beyond), "error": self.error.to_dict() if self.error else None,
                 "reason": self.reason.value if self.reason else None,
-                "refusal": self.refusal.value if self.refusal else None}
+                "refusal": self.refusal.value if self.refusal else None, "cold": self.cold}
 
 
 # ---- the measured table's configurations ----------------------------------------------------
@@ -193,6 +199,11 @@ def measured_epochs(summary: Summary) -> int:
     """Epochs per disk run (the first one cold): 1 when a disk run measured a single epoch."""
     disk = [r for r in summary.runs if r.mode == Mode.DISK.value and r.rate_sps]
     return max((r.steady_epochs + 1 for r in disk), default=1)
+
+
+def cold_measured(summary: Summary) -> bool:
+    """A disk run measured a cold first epoch: the measured spans include one."""
+    return any(r.mode == Mode.DISK.value and r.rate_sps for r in summary.runs)
 
 
 def _stalled_s(cfg: ConfigSummary) -> tuple[float, float | None]:
@@ -247,11 +258,14 @@ def meets_budget(o: Option, cfg: ConfigSummary | None, max_stall_pct: float) -> 
 
 # ---- predictions ----------------------------------------------------------------------------
 
-def predicted_option(p: Any, epochs: int) -> Option:
-    """A whatif `Prediction` over a job of `epochs` epochs."""
+def predicted_option(p: Any, epochs: int, cold: bool = True) -> Option:
+    """A whatif `Prediction` over a job of `epochs` epochs, the first cold unless `cold` is
+    False (steady epochs only)."""
     c = p.config
+    span = p.job_s(epochs) if cold else epochs * p.epoch_s
+    stall_pct = coldepoch.stall_pct(span, span - epochs * p.compute_s)
     return Option(c.cpus, c.cpus, c.cache_spec, c.cache_bytes, c.storage_read_bps, c.workers,
-                  p.rate_sps, p.job_s(epochs), p.job_stall_pct(epochs), False, p.rate_sps_low,
+                  p.rate_sps, span, stall_pct, False, p.rate_sps_low,
                   p.rate_sps_high, untested=tuple(p.untested),
                   fetch_dominates=p.fetch_stall_s > p.prep_stall_s,
                   gpu_speedup=c.gpu_speedup, nproc=p.nproc, nnodes=c.nnodes,
@@ -327,13 +341,13 @@ def decide(summary: Summary, candidates: Sequence[Any], facts: Facts,
                 or o.cpus_used <= facts.max_cpus]
     best = min(measured, key=lambda o: o.span_s, default=None)
     common = dict(epochs=facts.epochs, max_stall_pct=facts.max_stall_pct, workers=facts.workers,
-                  loader=facts.loader, best_measured=best)
+                  loader=facts.loader, best_measured=best, cold=facts.cold)
     calm = [o for o in measured if meets_budget(o, cfgs.get(o.run_id), facts.max_stall_pct)]
     if calm:
         pick = min(calm, key=lambda o: cost(o, facts.workers))
         return Decision(DecisionKind.MEASURED, choice=pick, **common)
     seen = {_hardware(o) for o in measured if Mode.DISK.value in cfgs[o.run_id].modes}
-    preds = [(p, predicted_option(p, facts.epochs)) for p in candidates]
+    preds = [(p, predicted_option(p, facts.epochs, facts.cold)) for p in candidates]
     preds = [(p, o) for p, o in preds if _hardware(o) not in seen]
     faster = [(p, o) for p, o in preds
               if best is None or o.span_s < best.span_s * (1 - facts.tolerance)]

@@ -30,6 +30,7 @@ from dsanalyze.whatif.decision import (
     TOLERANCE,
     Decision,
     Facts,
+    cold_measured,
     decide,
     measured_epochs,
     predicted_option,
@@ -84,7 +85,7 @@ def facts(model: Model, results: Sequence[RunResult], summary: Summary,
     cpus = [run_cpus(r) for r in results if r.ok and r.ranks]
     return Facts(epochs or measured_epochs(summary), max_stall_pct, model.workers,
                  max(cpus, default=None), model.ranks, model.loader,
-                 cpu_step_runs=cpu_step_runs(model, results))
+                 cpu_step_runs=cpu_step_runs(model, results), cold=cold_measured(summary))
 
 
 def cpu_step_runs(model: Model, results: Sequence[RunResult]

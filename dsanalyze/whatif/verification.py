@@ -149,7 +149,7 @@ def verify_plan(decision: Decision | None, job: Job, machine_cpus: int,
     o, predicted = decision.choice, decision.kind is DecisionKind.CHANGE
     refused = decision.refusal is Refusal.CPU_SHARING and decision.prediction is not None
     if refused:  # the one run that settles the refusal: the pick itself
-        o, predicted = predicted_option(decision.prediction, decision.epochs), True
+        o, predicted = predicted_option(decision.prediction, decision.epochs, decision.cold), True
     if not predicted and o.net_latency_s is not None:
         return VerifyPlan(o, reason=NotRun(Unrunnable.MEASURED, run_id=o.run_id))
     why = _unrunnable(o, job, machine_cpus)
