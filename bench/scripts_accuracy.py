@@ -61,9 +61,11 @@ machine name the next law to look at, which makes it a tuning grid from now on. 
 43, workers 1,3, none,4M) scored the model and a stretch of the CPU work on storage tuned on
 bench14/15, which its predeclared rule dropped (docs/design.md); it is a tuning grid now. So is
 bench17 (seed 47, workers 1,2, none,5M), which scored that same model again, with nothing
-chosen on it (leave-one-out 3.6/20.4/79%, extrapolation 2.1/15.9/83%). Score on a fresh one,
-other images, worker counts and bandwidth, e.g.
-`--dir /tmp/dsa-scripts-bench18 --seed 53 --workers 1,3 --bw none,3.5M`.
+chosen on it (leave-one-out 3.6/20.4/79%, extrapolation 2.1/15.9/83%), and bench18p (seed 53,
+the jobs' OpenMP threads passive: a diagnostic), and bench19 (seed 59, workers 1,2, none,4M),
+which scored the model of 14f36c0 with nothing chosen on it (leave-one-out 4.1/15.7/88%,
+extrapolation 1.7/13.6/83%). Score on a fresh one, other images, worker counts and
+bandwidth, e.g. `--dir /tmp/dsa-scripts-bench20 --seed 61 --workers 1,3 --bw none,3M`.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
@@ -125,9 +127,10 @@ TUNED_ON = ("/tmp/dsa-scripts-bench{,2,3,4} (seed 5, workers 1,2, bandwidths non
             "/tmp/dsa-scripts-bench14 (seed 37, 960 images, workers 1,3, none,2.5M), "
             "/tmp/dsa-scripts-bench15 (seed 41, 960 images, workers 1,2, none,3M), "
             "/tmp/dsa-scripts-bench16 (seed 43, 960 images, workers 1,3, none,4M), "
-            "/tmp/dsa-scripts-bench17 (seed 47, 960 images, workers 1,2, none,5M) and "
+            "/tmp/dsa-scripts-bench17 (seed 47, 960 images, workers 1,2, none,5M), "
             "/tmp/dsa-scripts-bench18p (seed 53, 960 images, workers 1,3, none,3.5M, "
-            "OMP_WAIT_POLICY=PASSIVE)")
+            "OMP_WAIT_POLICY=PASSIVE) and "
+            "/tmp/dsa-scripts-bench19 (seed 59, 960 images, workers 1,2, none,4M)")
 SCRIPTS = {  # name: (file under tests/scripts, its own arguments; {w}: its worker count)
     "examples": ("train_examples.py", ("-j", "{w}", "-b", "12", "--epochs", "3",
                                        "--img-size", "32")),
