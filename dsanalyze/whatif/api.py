@@ -82,13 +82,14 @@ class Prediction:
     def stall_pct(self) -> float:
         return 100 * (self.prep_stall_s + self.fetch_stall_s) / self.epoch_s
 
-    def job_s(self, epochs: int = 1) -> float:
-        """A job of `epochs` epochs: the cold first, then steady ones."""
-        return coldepoch.job_s(self.epoch_s, self.epoch1_s, epochs)
+    def job_s(self, epochs: int = 1, cold: bool = True) -> float:
+        """A job of `epochs` epochs: the cold first, then steady ones (every one steady
+        where `cold` is False: to weigh against a measurement without a cold epoch)."""
+        return coldepoch.job_s(self.epoch_s, self.epoch1_s if cold else None, epochs)
 
-    def job_stall_pct(self, epochs: int = 1) -> float:
-        """Share of a job of `epochs` epochs spent stalled (cold first epoch included)."""
-        total = self.job_s(epochs)
+    def job_stall_pct(self, epochs: int = 1, cold: bool = True) -> float:
+        """Share of a job of `epochs` epochs spent stalled (`job_s`'s epochs)."""
+        total = self.job_s(epochs, cold)
         return coldepoch.stall_pct(total, total - epochs * self.compute_s)
 
     def stall_intervals(self) -> dict[str, float]:

@@ -262,11 +262,9 @@ def predicted_option(p: Any, epochs: int, cold: bool = True) -> Option:
     """A whatif `Prediction` over a job of `epochs` epochs, the first cold unless `cold` is
     False (steady epochs only)."""
     c = p.config
-    span = p.job_s(epochs) if cold else epochs * p.epoch_s
-    stall_pct = coldepoch.stall_pct(span, span - epochs * p.compute_s)
     return Option(c.cpus, c.cpus, c.cache_spec, c.cache_bytes, c.storage_read_bps, c.workers,
-                  p.rate_sps, span, stall_pct, False, p.rate_sps_low,
-                  p.rate_sps_high, untested=tuple(p.untested),
+                  p.rate_sps, p.job_s(epochs, cold), p.job_stall_pct(epochs, cold), False,
+                  p.rate_sps_low, p.rate_sps_high, untested=tuple(p.untested),
                   fetch_dominates=p.fetch_stall_s > p.prep_stall_s,
                   gpu_speedup=c.gpu_speedup, nproc=p.nproc, nnodes=c.nnodes,
                   net_bw_bps=c.resources.net_bw_bps, net_latency_s=c.resources.net_latency_s)
