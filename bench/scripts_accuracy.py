@@ -64,8 +64,11 @@ bench17 (seed 47, workers 1,2, none,5M), which scored that same model again, wit
 chosen on it (leave-one-out 3.6/20.4/79%, extrapolation 2.1/15.9/83%), and bench18p (seed 53,
 the jobs' OpenMP threads passive: a diagnostic), and bench19 (seed 59, workers 1,2, none,4M),
 which scored the model of 14f36c0 with nothing chosen on it (leave-one-out 4.1/15.7/88%,
-extrapolation 1.7/13.6/83%). Score on a fresh one, other images, worker counts and
-bandwidth, e.g. `--dir /tmp/dsa-scripts-bench20 --seed 61 --workers 1,3 --bw none,3M`.
+extrapolation 1.7/13.6/83%), and bench20 (seed 61, workers 1,3, none,3M), which scored the
+model of 792dd65 (bench19's) with nothing chosen on it (leave-one-out 1.7/19.2/75%,
+extrapolation 3.0/19.1/89%); the grids' own runs predict their disk runs no better than the
+model (docs/design.md). Score on a fresh one, other images, worker counts and bandwidth, e.g.
+`--dir /tmp/dsa-scripts-bench21 --seed 67 --workers 1,2 --bw none,5M`.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
@@ -129,8 +132,9 @@ TUNED_ON = ("/tmp/dsa-scripts-bench{,2,3,4} (seed 5, workers 1,2, bandwidths non
             "/tmp/dsa-scripts-bench16 (seed 43, 960 images, workers 1,3, none,4M), "
             "/tmp/dsa-scripts-bench17 (seed 47, 960 images, workers 1,2, none,5M), "
             "/tmp/dsa-scripts-bench18p (seed 53, 960 images, workers 1,3, none,3.5M, "
-            "OMP_WAIT_POLICY=PASSIVE) and "
-            "/tmp/dsa-scripts-bench19 (seed 59, 960 images, workers 1,2, none,4M)")
+            "OMP_WAIT_POLICY=PASSIVE), "
+            "/tmp/dsa-scripts-bench19 (seed 59, 960 images, workers 1,2, none,4M) and "
+            "/tmp/dsa-scripts-bench20 (seed 61, 960 images, workers 1,3, none,3M)")
 SCRIPTS = {  # name: (file under tests/scripts, its own arguments; {w}: its worker count)
     "examples": ("train_examples.py", ("-j", "{w}", "-b", "12", "--epochs", "3",
                                        "--img-size", "32")),
@@ -267,6 +271,31 @@ def noise(runs: list[RunResult]) -> list[float]:
     return [100 * (max(v) - min(v)) / statistics.fmean(v) for v in groups.values() if len(v) > 1]
 
 
+def own_runs(runs: list[RunResult]) -> list[float]:
+    """|error| in % of a prediction without a model, from the grid's own runs: each
+    unthrottled disk run of one worker count and CPU count as its cached runs' mean rate times
+    the disk/cached ratio the other worker counts measured at that CPU count (their mean). It
+    knows the held-out configuration's own cached rate, which the model fits but does not
+    copy: what a fit that carried every cached run's residual to its disk run would score."""
+    rates: dict[tuple[int, int, Mode], list[float]] = {}
+    for r in runs:
+        rate = stalls.run_rate(r).rate_sps
+        if rate and (r.mode is Mode.CACHED or (
+                r.mode is Mode.DISK and r.spec.resources.storage_read_bps is None)):
+            held = HeldOut.of(r)
+            rates.setdefault((held.cpus, held.job.workers, r.mode), []).append(rate)
+    out = []
+    for (cpus, w, mode), disk in rates.items():
+        others = [statistics.fmean(rates[(c, o, Mode.DISK)]) /
+                  statistics.fmean(rates[(c, o, Mode.CACHED)])
+                  for (c, o, m) in rates if m is Mode.DISK and c == cpus and o != w
+                  and (c, o, Mode.CACHED) in rates]
+        if mode is Mode.DISK and others and (cpus, w, Mode.CACHED) in rates:
+            predicted = statistics.fmean(rates[(cpus, w, Mode.CACHED)]) * statistics.fmean(others)
+            out += [100 * abs(predicted / x - 1) for x in disk]
+    return out
+
+
 def repeat_noise(dirs: list[Path], scripts: list[str], mode: Mode = Mode.DISK) -> list[float]:
     """How far each `mode` run of a configuration measured more than once (in other sweeps
     of the same grid, or as the harness's repeats: `--noise-repeats`) lies from the mean of
@@ -354,10 +383,11 @@ def main(argv: list[str] | None = None) -> int:
     if ns.noise_repeats > 1:
         measure_noise(ns.dir, scripts, workers, ns.cpus.split(",")[-1], ns.noise_repeats)
     by_script = recorded(ns.dir, ns.scripts.split(","))
-    loo, extra, refused, spread = [], [], [], []
+    loo, extra, refused, spread, own = [], [], [], [], []
     with ProcessPoolExecutor(2) as pool:  # the fits of two scripts at once, on 2 cores
         for name, (held, ex, no) in zip(by_script, pool.map(splits, by_script.values())):
             spread += noise(by_script[name])
+            own += own_runs(by_script[name])
             loo += held
             extra += ex
             refused += [f"{name} {x}" for x in no]
@@ -381,6 +411,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"single-run noise floor: {what} lies from the mean of its configuration's "
                   f"other runs (other sweeps, repeats) by median {statistics.median(floor):.1f}%, "
                   f"max {max(floor):.1f}% over {len(floor)} run(s)")
+    unthrottled = [abs(c.error_pct) for c in loo if c.run_id.split(" ")[0].endswith("bwnone")]
+    if own and unthrottled:
+        print(f"without a model: each unthrottled disk run from its own cached runs x the other "
+              f"worker counts' disk/cached ratio at its CPU count is off by median "
+              f"{statistics.median(own):.1f}%, max {max(own):.1f}% over {len(own)} run(s); the "
+              f"model's leave-one-out on those runs: median {statistics.median(unthrottled):.1f}%, "
+              f"max {max(unthrottled):.1f}% over {len(unthrottled)}")
     again = recorded(noise_dir, scripts) if noise_dir.is_dir() else {}
     if again:
         for pooled, how in ((False, "fitted on the sweep's single runs"),
