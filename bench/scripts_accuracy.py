@@ -284,15 +284,15 @@ def own_runs(runs: list[RunResult]) -> list[float]:
                 r.mode is Mode.DISK and r.spec.resources.storage_read_bps is None)):
             held = HeldOut.of(r)
             rates.setdefault((held.cpus, held.job.workers, r.mode), []).append(rate)
+    ratio = {(c, w): statistics.fmean(disk) / statistics.fmean(rates[(c, w, Mode.CACHED)])
+             for (c, w, mode), disk in rates.items()
+             if mode is Mode.DISK and (c, w, Mode.CACHED) in rates}
     out = []
-    for (cpus, w, mode), disk in rates.items():
-        others = [statistics.fmean(rates[(c, o, Mode.DISK)]) /
-                  statistics.fmean(rates[(c, o, Mode.CACHED)])
-                  for (c, o, m) in rates if m is Mode.DISK and c == cpus and o != w
-                  and (c, o, Mode.CACHED) in rates]
-        if mode is Mode.DISK and others and (cpus, w, Mode.CACHED) in rates:
+    for cpus, w in ratio:
+        others = [x for (c, o), x in ratio.items() if c == cpus and o != w]
+        if others:
             predicted = statistics.fmean(rates[(cpus, w, Mode.CACHED)]) * statistics.fmean(others)
-            out += [100 * abs(predicted / x - 1) for x in disk]
+            out += [100 * abs(predicted / x - 1) for x in rates[(cpus, w, Mode.DISK)]]
     return out
 
 
