@@ -148,14 +148,16 @@ def find_data(sweep: Sweep) -> tuple[DatasetInfo, str]:
 
 def profile(sweep: Sweep, dataset: DatasetInfo | None = None,
             progress: Callable[[str], None] | None = None,
-            lock_wait_s: float = 0.0) -> ProfileOutcome:
+            lock_wait_s: float = 0.0, library_files: tuple[str, ...] = ()) -> ProfileOutcome:
     """Measure every run of the sweep not already complete; `summary.json` is written even
-    when the sweep stops half-way."""
+    when the sweep stops half-way. `library_files`: what runs of the job stored elsewhere
+    mapped (`run_sweep`)."""
     from dsanalyze.analysis.summary import summarize
     from dsanalyze.sweep import run_sweep
 
     try:
-        outcome = run_sweep(sweep, progress=progress, dataset=dataset, lock_wait_s=lock_wait_s)
+        outcome = run_sweep(sweep, progress=progress, dataset=dataset, lock_wait_s=lock_wait_s,
+                            library_files=library_files)
     finally:
         summary = _write_summary(Path(sweep.prefix))
     if outcome.adaptive is not None:
@@ -373,7 +375,10 @@ def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], Non
                   cache=(plan.resources.cache.spec,),
                   storage_bw=(str(plan.resources.storage_read_bps or "none"),), resume=True,
                   use_cgroups=use_cgroups, plots=False)
-    profile(sweep, None, progress, lock_wait_s)
+    # measured as the sweep's disk runs were: the job's code its runs mapped read back first
+    # where it was evicted since (a sub-prefix holds none of those runs to learn it from)
+    profile(sweep, None, progress, lock_wait_s,
+            library_files=tuple(f for r in runs for f in r.io.mapped_files))
     run_id = RunSpec(plan.job, Mode.DISK, plan.resources).run_id
     run = next(r for r in store.load_runs(target) if r.run_id == run_id)
     if not run.ok:

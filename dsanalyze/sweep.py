@@ -150,9 +150,12 @@ def before_meeting(sweep: Sweep, step: Callable[[], Any]) -> Any:
 
 
 def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
-              dataset: DatasetInfo | None = None, lock_wait_s: float = 0.0) -> SweepOutcome:
+              dataset: DatasetInfo | None = None, lock_wait_s: float = 0.0,
+              library_files: tuple[str, ...] = ()) -> SweepOutcome:
     """Measure every run of the sweep that is not already complete (`app.profile` writes
-    summary.json from them).
+    summary.json from them). `library_files`: the files runs of the same job stored
+    elsewhere mapped (`verify`'s run into a sub-prefix), read back before a disk run as
+    those of the sweep's own runs are (`_remember_libraries`).
 
     The dataset stays locked against other harnesses for the whole sweep. With several
     nodes, they meet before any other check: a node whose check fails stops every node at
@@ -170,6 +173,7 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
                 if group is not None:
                     group.meet(dataset.root, sweep.job.timeout_s)
                 measuring, lock = _prepare(sweep, specs, dataset, lock_wait_s, group)
+                measuring.ctx.library_files = tuple(sorted(set(library_files)))
                 # served data: its servers start (and a user's endpoint is checked) before any run
                 measuring.ctx.remote = stack.enter_context(RemoteData.open(sweep, dataset))
             except DsAnalyzeError as e:

@@ -15,7 +15,9 @@ from conftest import copy_of, harness
 from dsanalyze import app, cli, store
 from dsanalyze.analysis.stalls import run_rate
 from dsanalyze.config import Job
+from dsanalyze.records import RunResult
 from dsanalyze.report.advice import not_run_text, option_label, verify_text
+from dsanalyze.resources import libmaps, pagecache
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif.advice import Advice, within
 from dsanalyze.whatif.decision import Decision, DecisionKind, Option, predicted_option
@@ -97,12 +99,26 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
+def _evict_a_library_of_the_job(runs: list[RunResult]) -> str:
+    """Evict one file the job's processes mapped and this process does not (a page mapped
+    here would stay cached); return its path."""
+    here = libmaps.mapped_files([os.getpid()])
+    mapped = sorted({f for r in runs for f in r.io.mapped_files} - here)
+    lib = next(f for f in mapped if f.endswith(".so") and os.path.getsize(f) > 0)
+    pagecache.evict([lib])
+    assert pagecache.file_resident_bytes(lib) < os.path.getsize(lib)
+    return lib
+
+
 @pytest.mark.long
 def test_verify_measures_a_recommended_worker_count(tmp_path, swept):
     """A prep-bound job at one CPU and one worker; the decision "2 workers" is run for real
-    (the built-in job's -j, into a sub-prefix) and judged by the model fitted before it."""
+    (the built-in job's -j, into a sub-prefix) and judged by the model fitted before it,
+    measured as the sweep's disk runs were: the job's code its runs mapped, evicted since,
+    read back before it (the sub-prefix holds none of those runs to learn it from)."""
     prefix = Path(shutil.copytree(swept[1], tmp_path / "prefix"))
     runs = store.load_runs(prefix)
+    evicted = _evict_a_library_of_the_job(runs)
     model = whatif.fit(runs)
     p = whatif.predict(model, whatif.Config.of(1, workers=2))
     d = Decision(DecisionKind.CHANGE, 1, 5.0, predicted_option(p, 1), None, workers=1,
@@ -111,6 +127,7 @@ def test_verify_measures_a_recommended_worker_count(tmp_path, swept):
     assert v.plan.runnable and v.result is not None, v.failed or v.plan.reason
     (run,) = store.load_runs(prefix / "verify-workers2")
     assert run.spec.job.workers == 2 and run.spec.resources.cpus == 1 and run.ok
+    assert evicted in run.io.mapped_files and run.io.cache_state["libraries_warmed_files"] >= 1
     assert len(store.load_runs(prefix)) == len(runs)  # the prefix keeps one job
     r = v.result
     assert r.measured_sps == pytest.approx(run_rate(run).rate_sps)
