@@ -98,7 +98,6 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return data, root / "prefix"
 
 
-@pytest.mark.slow
 def _evict_a_library_of_the_job(runs: list[RunResult]) -> str:
     """Evict one file the job's processes mapped and this process does not (a page mapped
     here would stay cached); return its path."""
@@ -110,6 +109,7 @@ def _evict_a_library_of_the_job(runs: list[RunResult]) -> str:
     return lib
 
 
+@pytest.mark.slow
 @pytest.mark.long
 def test_verify_measures_a_recommended_worker_count(tmp_path, swept):
     """A prep-bound job at one CPU and one worker; the decision "2 workers" is run for real
