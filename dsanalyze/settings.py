@@ -152,6 +152,11 @@ class Settings:
     n_resamples: int = _tuned(
         1000, "resamples", "block bootstrap resamples per interval",
         "not tuned: a common bootstrap size (507397a)")
+    cached_read_share: float = _tuned(
+        0.05, "", "of the data a cached run's measured window went through: read from storage "
+        "beyond this, the run was not cached", "not tuned: a twentieth of the data, well above "
+        "the job's own lazily read code (at most 1.85% of the data in the windows of the 191 "
+        "cached runs of bench14-20, the committed fixtures and the demo) (stop 43)")
     resident_share: float = _tuned(
         0.95, "", "of the warmed bytes: less resident when a cached run starts is not cached",
         "no grid recorded (bdf23b6)")

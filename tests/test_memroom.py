@@ -15,6 +15,7 @@ from conftest import ROOT, harness, needs_cgroups
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dsanalyze.config import format_bytes
 from dsanalyze.instrument.subset import Narrowing
 from dsanalyze.resources import memroom
 from dsanalyze.resources.memroom import Room
@@ -157,6 +158,43 @@ def test_a_cached_run_that_was_not_cached_is_flagged(start_share: float, end_sha
                         "at its start or its end; its prep stall includes fetch time"]
 
 
+@pytest.mark.parametrize("read_share, flagged", [(0.5, True), (0.06, True), (0.04, False)])
+def test_a_cached_run_resident_at_both_ends_that_read_in_its_window_is_flagged(
+        read_share: float, flagged: bool) -> None:
+    """Resident at its start and its end, yet its monitor counted reads from storage inside
+    its measured window (the pages reclaimed while it ran and read back): beyond a twentieth
+    of the data the window went through (its samples over an epoch's, times the bytes
+    warmed) it is named, with the bytes; under it, not (the job's code read lazily)."""
+    from dataclasses import replace
+
+    from dsanalyze import store
+    from dsanalyze.analysis.summary import summarize
+    from dsanalyze.analysis.window import steady_window
+    from dsanalyze.report.summary import notes
+
+    runs = store.load_runs(Path(__file__).parent / "data" / "script_cpu")  # 0 B read in it
+    cached = next(r for r in runs if r.run_id == "cached-cpus1")
+    window = steady_window(cached)
+    lo, hi = window.span_unix_s()
+    warmed = cached.io.cache_state.get("warmed_bytes") or cached.dataset.total_bytes
+    per_epoch = cached.dataset.num_files
+    data = window.samples() / per_epoch * warmed
+    extra = int(read_share * data)
+    # the count grows by `extra` at the first sample inside the window and stays there
+    monitor = tuple({**m, "read_bytes": (m.get("read_bytes") or 0)
+                     + (extra if m["unix_s"] > lo else 0)} for m in cached.monitor)
+    assert any(lo < m["unix_s"] <= hi for m in monitor)
+    run = replace(cached, monitor=monitor)
+    said = [n for n in notes(summarize([run if r is cached else r for r in runs]))
+            if "NOT cached" in n]
+    assert bool(said) is flagged
+    if flagged:
+        assert said == [f"cached-cpus1 was NOT cached: its measured window read "
+                        f"{format_bytes(extra)} from storage, {100 * read_share:.0f}% of the "
+                        "data it went through (the page cache reclaimed while it ran and read "
+                        "back; or files beside the dataset); its prep stall includes fetch time"]
+
+
 @pytest.mark.extended
 @needs_cgroups
 @pytest.mark.skipif(not V1.is_dir(), reason="cgroup v1 memory controller not mounted (v2: "
@@ -293,3 +331,51 @@ def test_the_code_pss_is_read_only_while_the_job_is_in_its_warm_up(tmp_path: Pat
     finally:
         proc.kill()
         proc.wait()
+
+
+@needs_cgroups
+@pytest.mark.parametrize("reclaimed", [True, False])
+def test_a_cached_run_whose_pages_are_reclaimed_while_it_runs_is_flagged(
+        tmp_path: Path, small_dataset: Path, capsys: pytest.CaptureFixture[str],
+        reclaimed: bool) -> None:
+    """Proactive reclaim (a host's DAMON pageout, a memory controller's) takes the page
+    cache from under a cached run and the job reads its pages back: resident at the run's
+    start and end, read from storage in between. Another process evicting the dataset every
+    0.1 s while the run goes leaves most of what each epoch reads to come from storage, so
+    its measured window's reads (the cgroup's count) are at least half the data it went
+    through, and the run is named as not cached; the same run left alone read its code at
+    most and is not."""
+    import threading
+
+    from dsanalyze import store
+    from dsanalyze.resources import pagecache
+
+    files = [str(p) for p in sorted(small_dataset.rglob("*.jpg"))]
+    stop = threading.Event()
+
+    def reclaim() -> None:
+        while not stop.wait(0.1):
+            pagecache.evict(files)
+
+    prefix = tmp_path / "p"
+    thread = threading.Thread(target=reclaim, daemon=True)
+    if reclaimed:
+        thread.start()
+    try:
+        assert harness("--data", small_dataset, "--prefix", prefix, "--modes", "cached",
+                       "--cpus", 1, "--epochs", 3, "--warmup", 2, "-b", 8, "-j", 2,
+                       "--sim-step-ms", 5, "--no-plots", "--no-advice") == 0
+    finally:
+        stop.set()
+        if reclaimed:
+            thread.join()
+    (run,) = store.load_runs(prefix)
+    said = json.loads((prefix / "summary.json").read_text())["measured"].get("not_cached")
+    out = capsys.readouterr().out
+    if not reclaimed:
+        assert not said and "NOT cached" not in out
+        return
+    (n,) = said
+    assert n["run_id"] == run.run_id and n["window_data_bytes"] > 0
+    assert n["window_read_bytes"] >= 0.5 * n["window_data_bytes"]
+    assert f"{run.run_id} was NOT cached: " in out and "; its measured window read " in out

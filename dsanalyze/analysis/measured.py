@@ -11,9 +11,12 @@ state), not the built-in job's `--device` setting.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from dsanalyze.analysis.jobrun import JobAsRun, job_as_run
+from dsanalyze.analysis.runrate import samples_per_epoch
+from dsanalyze.analysis.window import steady_window, window_read_bytes
 from dsanalyze.config import Mode
 from dsanalyze.plain import PlainJson
 from dsanalyze.records import RunResult
@@ -85,6 +88,12 @@ class CachedSubset(PlainJson):
     narrowed: bool  # the ranks' dataset kept the subset alone (a torchvision DatasetFolder)
 
 
+class NotCachedCause(str, enum.Enum):
+    NOT_NARROWED = "not_narrowed"  # a subset warmed, the dataset not narrowed to it
+    NOT_RESIDENT = "not_resident"  # the warmed files not resident at its start or its end
+    READ_IN_WINDOW = "read_in_window"  # resident at both ends, read from storage in between
+
+
 @dataclass(frozen=True)
 class NotCached(PlainJson):
     """A cached run that was not cached: its prep stall includes fetch time."""
@@ -92,6 +101,25 @@ class NotCached(PlainJson):
     run_id: str
     resident_pct: float  # of the bytes warmed, resident when it started or ended (the least)
     narrowed: bool | None = None  # False: a subset was warmed, the dataset not narrowed to it
+    # read from storage during the measured window (the page cache reclaimed while the run
+    # went, its pages read again: resident at both ends), and the data the window went through
+    window_read_bytes: int | None = None
+    window_data_bytes: int | None = None
+
+    @property
+    def read_in_window(self) -> bool:
+        """The window read more than `SETTINGS.cached_read_share` of the data it went through."""
+        return (self.window_read_bytes is not None and bool(self.window_data_bytes)
+                and self.window_read_bytes > SETTINGS.cached_read_share * self.window_data_bytes)
+
+    @property
+    def cause(self) -> NotCachedCause:
+        """Why, the first that holds: not narrowed, not resident, read in its window."""
+        if self.narrowed is False:
+            return NotCachedCause.NOT_NARROWED
+        if self.resident_pct < 100 * SETTINGS.resident_share:
+            return NotCachedCause.NOT_RESIDENT
+        return NotCachedCause.READ_IN_WINDOW
 
 
 def cached_subset(result: RunResult) -> CachedSubset | None:
@@ -106,7 +134,10 @@ def cached_subset(result: RunResult) -> CachedSubset | None:
 def not_cached(result: RunResult) -> NotCached | None:
     """Under SETTINGS.resident_share of what the harness warmed was resident when the cached run
     started (the warm did not fit) or when it ended (evicted during the run: other processes
-    took the memory), or its dataset was not narrowed to the subset warmed."""
+    took the memory), its dataset was not narrowed to the subset warmed, or its measured
+    window read from storage more than SETTINGS.cached_read_share of the data it went through
+    (pages reclaimed while it ran and read back, resident again at its end: a host's
+    proactive reclaim, DAMON's or a memory controller's)."""
     state = result.io.cache_state or {}
     if not result.ok or result.mode is not Mode.CACHED or "resident_before_bytes" not in state:
         return None
@@ -116,10 +147,23 @@ def not_cached(result: RunResult) -> NotCached | None:
                    else after)
     share = resident / warmed if warmed else 1.0
     sub = cached_subset(result)
-    if share < SETTINGS.resident_share or (sub is not None and not sub.narrowed):
-        return NotCached(result.run_id, round(100 * share, 1), None if sub is None else
-                         sub.narrowed)
+    found = NotCached(result.run_id, round(100 * share, 1), None if sub is None else sub.narrowed,
+                      *_window_reads(result))
+    if share < SETTINGS.resident_share or (sub is not None and not sub.narrowed) \
+            or found.read_in_window:
+        return found
     return None
+
+
+def _window_reads(result: RunResult) -> tuple[int | None, int | None]:
+    """(bytes read from storage in the steady window, bytes of data the window went through:
+    its samples over an epoch's, times the dataset's bytes (the warmed subset's, where one))."""
+    window = steady_window(result)
+    per_epoch = samples_per_epoch(result)
+    data = (result.io.cache_state or {}).get("warmed_bytes") or result.dataset.total_bytes
+    if window is None or not per_epoch or not data:
+        return window_read_bytes(result), None
+    return window_read_bytes(result), int(window.samples() / per_epoch * data)
 
 
 @dataclass(frozen=True)

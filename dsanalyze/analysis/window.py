@@ -70,6 +70,25 @@ def steady_window(result: RunResult) -> Window | None:
     return Window(ranks, chosen, epochs, steady_from)
 
 
+def window_read_bytes(result: RunResult) -> int | None:
+    """Bytes the run's cgroup read from storage during its steady window: the monitor's
+    running count (`read_bytes`, sampled every 0.2 s) at the last sample inside the window
+    less that at the last one before it. None: no window, no start time, or no cgroup count
+    (`--no-cgroups`)."""
+    window = steady_window(result)
+    span = window.span_unix_s() if window is not None else None
+    if span is None or result.io.read_bytes_source != "cgroup":
+        return None
+    lo, hi = span
+    rows = [(m["unix_s"], m["read_bytes"]) for m in result.monitor
+            if m.get("read_bytes") is not None and "unix_s" in m]
+    before = [n for t, n in rows if t <= lo]
+    inside = [n for t, n in rows if lo < t <= hi]
+    if not before or not inside:
+        return None
+    return max(0, inside[-1] - before[-1])
+
+
 def read_ahead_drift(result: RunResult) -> float | None:
     """How far a remote run's loader's read-ahead moved over its steady window, as a share of
     the samples the ranks consumed in it: (fetched − consumed) / consumed, the samples the

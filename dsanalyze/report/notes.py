@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dsanalyze.analysis.interference import Interference
-from dsanalyze.analysis.measured import MeasuredWindow, ShortRun
+from dsanalyze.analysis.measured import MeasuredWindow, NotCachedCause, ShortRun
 from dsanalyze.analysis.notes import (
     CacheUnbound,
     Cause,
@@ -190,5 +190,13 @@ def _cache_notes(measured: MeasuredWindow) -> list[str]:
         why = "its dataset could not be narrowed to the warmed subset (not a torchvision " \
               "DatasetFolder)" if n.narrowed is False else \
               f"only {n.resident_pct:g}% of the files warmed were resident at its start or its end"
+        read = (f"its measured window read {format_bytes(n.window_read_bytes or 0)} from "
+                f"storage, {100 * (n.window_read_bytes or 0) / (n.window_data_bytes or 1):.0f}% "
+                "of the data it went through")
+        if n.cause is NotCachedCause.READ_IN_WINDOW:
+            why = f"{read} (the page cache reclaimed while it ran and read back; or files " \
+                  "beside the dataset)"
+        elif n.read_in_window:
+            why = f"{why}; {read}"
         out.append(f"{n.run_id} was NOT cached: {why}; its prep stall includes fetch time")
     return out
