@@ -378,7 +378,7 @@ def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], Non
     # measured as the sweep's disk runs were: the job's code its runs mapped read back first
     # where it was evicted since (a sub-prefix holds none of those runs to learn it from)
     profile(sweep, None, progress, lock_wait_s,
-            library_files=tuple(f for r in runs for f in r.io.mapped_files))
+            library_files=tuple(f for r in runs for f in r.io.mapped_files or ()))
     run_id = RunSpec(plan.job, Mode.DISK, plan.resources).run_id
     run = next(r for r in store.load_runs(target) if r.run_id == run_id)
     if not run.ok:

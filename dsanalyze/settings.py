@@ -156,7 +156,7 @@ class Settings:
         0.05, "", "of the data a cached run's measured window went through: read from storage "
         "beyond this, the run was not cached", "not tuned: a twentieth of the data, well above "
         "the job's own lazily read code (at most 1.85% of the data in the windows of the 191 "
-        "cached runs of bench14-20, the committed fixtures and the demo) (stop 43)")
+        "cached runs of bench14-20, the committed fixtures and the demo) (8208211)")
     resident_share: float = _tuned(
         0.95, "", "of the warmed bytes: less resident when a cached run starts is not cached",
         "no grid recorded (bdf23b6)")
