@@ -17,7 +17,7 @@ from dsanalyze.analysis.stalls import run_rate
 from dsanalyze.config import Job
 from dsanalyze.records import RunResult
 from dsanalyze.report.advice import not_run_text, option_label, verify_text
-from dsanalyze.resources import libmaps, pagecache
+from dsanalyze.resources import pagecache
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif.advice import Advice, within
 from dsanalyze.whatif.decision import Decision, DecisionKind, Option, predicted_option
@@ -98,14 +98,16 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return data, root / "prefix"
 
 
-def _evict_a_library_of_the_job(runs: list[RunResult]) -> str:
-    """Evict one file the job's processes mapped and this process does not (a page mapped
-    here would stay cached); return its path."""
-    here = libmaps.mapped_files([os.getpid()])
-    mapped = sorted({f for r in runs for f in r.io.mapped_files} - here)
-    lib = next(f for f in mapped if f.endswith(".so") and os.path.getsize(f) > 0)
-    pagecache.evict([lib])
-    assert pagecache.file_resident_bytes(lib) < os.path.getsize(lib)
+def _a_library_the_runs_mapped(prefix: Path, runs: list[RunResult]) -> Path:
+    """A 4 MiB file, not in the page cache, added to what each stored run's processes mapped
+    (as a library the job loads): what a disk run of the prefix reads back first."""
+    lib = prefix.parent / "libjob.so"
+    lib.write_bytes(os.urandom(4 << 20))
+    pagecache.evict([str(lib)])
+    assert pagecache.file_resident_bytes(str(lib)) == 0
+    for r in runs:
+        mapped = (*(r.io.mapped_files or ()), str(lib))
+        store.write_run(prefix, replace(r, io=replace(r.io, mapped_files=mapped)))
     return lib
 
 
@@ -117,8 +119,8 @@ def test_verify_measures_a_recommended_worker_count(tmp_path, swept):
     measured as the sweep's disk runs were: the job's code its runs mapped, evicted since,
     read back before it (the sub-prefix holds none of those runs to learn it from)."""
     prefix = Path(shutil.copytree(swept[1], tmp_path / "prefix"))
+    lib = _a_library_the_runs_mapped(prefix, store.load_runs(prefix))
     runs = store.load_runs(prefix)
-    evicted = _evict_a_library_of_the_job(runs)
     model = whatif.fit(runs)
     p = whatif.predict(model, whatif.Config.of(1, workers=2))
     d = Decision(DecisionKind.CHANGE, 1, 5.0, predicted_option(p, 1), None, workers=1,
@@ -127,7 +129,8 @@ def test_verify_measures_a_recommended_worker_count(tmp_path, swept):
     assert v.plan.runnable and v.result is not None, v.failed or v.plan.reason
     (run,) = store.load_runs(prefix / "verify-workers2")
     assert run.spec.job.workers == 2 and run.spec.resources.cpus == 1 and run.ok
-    assert evicted in run.io.mapped_files and run.io.cache_state["libraries_warmed_files"] >= 1
+    assert run.io.cache_state["libraries_warmed_files"] >= 1  # read back before it
+    assert run.io.cache_state["libraries_warmed_bytes"] >= lib.stat().st_size
     assert len(store.load_runs(prefix)) == len(runs)  # the prefix keeps one job
     r = v.result
     assert r.measured_sps == pytest.approx(run_rate(run).rate_sps)
