@@ -114,12 +114,13 @@ class NotCached(PlainJson):
 
     @property
     def cause(self) -> NotCachedCause:
-        """Why, the first that holds: not narrowed, not resident, read in its window."""
+        """Why: not narrowed; else read in its window while resident at both ends; else not
+        resident (the only cause left of a run `not_cached` named)."""
         if self.narrowed is False:
             return NotCachedCause.NOT_NARROWED
-        if self.resident_pct < 100 * SETTINGS.resident_share:
-            return NotCachedCause.NOT_RESIDENT
-        return NotCachedCause.READ_IN_WINDOW
+        if self.read_in_window and self.resident_pct >= 100 * SETTINGS.resident_share:
+            return NotCachedCause.READ_IN_WINDOW
+        return NotCachedCause.NOT_RESIDENT
 
 
 def cached_subset(result: RunResult) -> CachedSubset | None:
