@@ -217,10 +217,17 @@ def test_the_advice_confined_to_a_machine_never_asks_for_more_cpus(name, cpus):
 
 def test_keep_and_no_model_in_words():
     keep = Decision(DecisionKind.KEEP, 1, 5.0, BASE, BASE)
-    assert advice_text(Advice(keep, fitted_runs=3)).startswith(
+    assert advice_text(Advice(keep, fitted_runs=3)) == (
         "Advice: keep cpus=1 cache=unlimited bw=8M/s: no configuration of the what-if grid is "
         "predicted faster than its measured 1 epoch (cold) in 6.00 s (70% stalled, likely "
-        "fetch-bound)")
+        "fetch-bound). Its bw=8M/s is a throttle the sweep put on the storage: no run with "
+        "faster storage measured faster, so faster storage bought nothing in these runs. From "
+        "the what-if model fitted on the 3 runs of this sweep.")
+    # unthrottled: the machine's own storage, nothing to say about it
+    own = replace(BASE, storage_read_bps=None)
+    text = advice_text(Advice(Decision(DecisionKind.KEEP, 1, 5.0, own, own), fitted_runs=3))
+    assert text.startswith("Advice: keep cpus=1 cache=unlimited bw=unthrottled: ")
+    assert "a throttle the sweep put" not in text
     none = Decision(DecisionKind.KEEP, 2, 5.0, BASE, BASE)
     refused = ModelFailure("ConfigError", "no completed runs: run harness.py first", True)
     assert advice_text(Advice(none, note=refused)) == \

@@ -189,11 +189,16 @@ def _keep_text(a: Advice) -> str:
     best = d.best_measured
     assert best is not None
     over = f" ({_reason_text(d)})" if d.reason is not None else ""
+    # a throttle is the sweep's, not a setting of the machine's: say what keeping it means
+    throttle = "" if best.storage_read_bps is None else (
+        f" Its bw={bandwidth_text(best.storage_read_bps)} is a throttle the sweep put on the "
+        "storage: no run with faster storage measured faster, so faster storage bought "
+        "nothing in these runs.")
     return (f"Advice: keep {option_label(best)}: no configuration of the what-if grid is "
             f"predicted faster than its measured {_epochs(d)} in "
             f"{number(best.span_s, '{:.2f}')} s ({number(best.stall_pct, '{:.0f}')}% "
-            f"stalled, {_bound_text(best)}){over}. From the what-if model fitted on the "
-            f"{a.fitted_runs} runs of this sweep.")
+            f"stalled, {_bound_text(best)}){over}.{throttle} From the what-if model fitted on "
+            f"the {a.fitted_runs} runs of this sweep.")
 
 
 def _refused_text(a: Advice) -> str:
