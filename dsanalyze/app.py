@@ -148,16 +148,16 @@ def find_data(sweep: Sweep) -> tuple[DatasetInfo, str]:
 
 def profile(sweep: Sweep, dataset: DatasetInfo | None = None,
             progress: Callable[[str], None] | None = None,
-            lock_wait_s: float = 0.0, library_files: tuple[str, ...] = ()) -> ProfileOutcome:
+            lock_wait_s: float = 0.0, known_runs: Sequence[RunResult] = ()) -> ProfileOutcome:
     """Measure every run of the sweep not already complete; `summary.json` is written even
-    when the sweep stops half-way. `library_files`: what runs of the job stored elsewhere
-    mapped (`run_sweep`)."""
+    when the sweep stops half-way. `known_runs`: runs of the job stored elsewhere
+    (`run_sweep`)."""
     from dsanalyze.analysis.summary import summarize
     from dsanalyze.sweep import run_sweep
 
     try:
         outcome = run_sweep(sweep, progress=progress, dataset=dataset, lock_wait_s=lock_wait_s,
-                            library_files=library_files)
+                            known_runs=known_runs)
     finally:
         summary = _write_summary(Path(sweep.prefix))
     if outcome.adaptive is not None:
@@ -377,8 +377,7 @@ def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], Non
                   use_cgroups=use_cgroups, plots=False)
     # measured as the sweep's disk runs were: the job's code its runs mapped read back first
     # where it was evicted since (a sub-prefix holds none of those runs to learn it from)
-    profile(sweep, None, progress, lock_wait_s,
-            library_files=tuple(f for r in runs for f in r.io.mapped_files or ()))
+    profile(sweep, None, progress, lock_wait_s, known_runs=runs)
     run_id = RunSpec(plan.job, Mode.DISK, plan.resources).run_id
     run = next(r for r in store.load_runs(target) if r.run_id == run_id)
     if not run.ok:

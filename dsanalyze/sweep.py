@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -151,11 +151,11 @@ def before_meeting(sweep: Sweep, step: Callable[[], Any]) -> Any:
 
 def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
               dataset: DatasetInfo | None = None, lock_wait_s: float = 0.0,
-              library_files: tuple[str, ...] = ()) -> SweepOutcome:
+              known_runs: Sequence[RunResult] = ()) -> SweepOutcome:
     """Measure every run of the sweep that is not already complete (`app.profile` writes
-    summary.json from them). `library_files`: the files runs of the same job stored
-    elsewhere mapped (`verify`'s run into a sub-prefix), read back before a disk run as
-    those of the sweep's own runs are (`_remember_libraries`).
+    summary.json from them). `known_runs`: runs of the same job stored elsewhere (`verify`'s
+    run into a sub-prefix): the files they mapped are read back before a disk run as those
+    of the sweep's own runs are (`_remember_libraries`).
 
     The dataset stays locked against other harnesses for the whole sweep. With several
     nodes, they meet before any other check: a node whose check fails stops every node at
@@ -173,7 +173,8 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
                 if group is not None:
                     group.meet(dataset.root, sweep.job.timeout_s)
                 measuring, lock = _prepare(sweep, specs, dataset, lock_wait_s, group)
-                measuring.ctx.library_files = tuple(sorted(set(library_files)))
+                for known in known_runs:
+                    _remember_libraries(measuring.ctx, known)
                 # served data: its servers start (and a user's endpoint is checked) before any run
                 measuring.ctx.remote = stack.enter_context(RemoteData.open(sweep, dataset))
             except DsAnalyzeError as e:
@@ -454,8 +455,9 @@ def real_loader_first(specs: list[RunSpec]) -> list[RunSpec]:
 
 
 def _remember_libraries(ctx: launch.LaunchContext, result: RunResult) -> None:
-    """The files the job's processes mapped in any run so far, measured or resumed: what a
-    disk run reads back first if they were evicted (`libmaps.warm_missing`)."""
+    """The files the job's processes mapped in any run so far, measured, resumed or known from
+    elsewhere (`run_sweep`'s `known_runs`): what a disk run reads back first if they were
+    evicted (`libmaps.warm_missing`)."""
     if result.io.mapped_files:
         ctx.library_files = tuple(sorted({*ctx.library_files, *result.io.mapped_files}))
 

@@ -98,11 +98,10 @@ def outside_cpu_s_per_sample(result: RunResult) -> float | None:
     limiter, and any other process. None: not recorded.
     """
     window = steady_window(result)
-    if window is None or not window.ranks[0].start_unix_s or not window.chosen[0]:
+    span = window.span_unix_s() if window is not None else None
+    if window is None or span is None:
         return None
-    r0, chosen = window.ranks[0], window.chosen[0]  # the window's iterations are consecutive
-    lo = r0.start_unix_s + sum(r0.iter_s[:chosen[0]])
-    hi = r0.start_unix_s + sum(r0.iter_s[:chosen[-1] + 1])
+    lo, hi = span
     samples = window.samples()
     inside = [m for m in result.monitor if lo <= m.get("unix_s", 0.0) <= hi
               and "machine_busy_s" in m and "cpu_usage_s" in m]

@@ -162,9 +162,10 @@ def _window_reads(result: RunResult) -> tuple[int | None, int | None]:
     window = steady_window(result)
     per_epoch = samples_per_epoch(result)
     data = (result.io.cache_state or {}).get("warmed_bytes") or result.dataset.total_bytes
+    read = window_read_bytes(result, window)
     if window is None or not per_epoch or not data:
-        return window_read_bytes(result), None
-    return window_read_bytes(result), int(window.samples() / per_epoch * data)
+        return read, None
+    return read, int(window.samples() / per_epoch * data)
 
 
 @dataclass(frozen=True)

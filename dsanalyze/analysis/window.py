@@ -70,12 +70,11 @@ def steady_window(result: RunResult) -> Window | None:
     return Window(ranks, chosen, epochs, steady_from)
 
 
-def window_read_bytes(result: RunResult) -> int | None:
-    """Bytes the run's cgroup read from storage during its steady window: the monitor's
-    running count (`read_bytes`, sampled every 0.2 s) at the last sample inside the window
-    less that at the last one before it. None: no window, no start time, or no cgroup count
-    (`--no-cgroups`)."""
-    window = steady_window(result)
+def window_read_bytes(result: RunResult, window: Window | None) -> int | None:
+    """Bytes the run's cgroup read from storage during `window` (its `steady_window`): the
+    monitor's running count (`read_bytes`, sampled every 0.2 s) at the last sample inside the
+    window less that at the last one before it. None: no window, no start time, or no cgroup
+    count (`--no-cgroups`)."""
     span = window.span_unix_s() if window is not None else None
     if span is None or result.io.read_bytes_source != "cgroup":
         return None
