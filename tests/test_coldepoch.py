@@ -74,7 +74,9 @@ def test_two_throttled_epochs_with_unlimited_cache_show_the_cold_fetch_stall(
     cold = lines[lines.index(row) + 1]
     cfg = json.loads((prefix / "summary.json").read_text())["configs"][0]
     c = cfg["cold_epoch"]
-    # steady epochs come from the page cache; the first reads 9 MB at 1 MB/s (over 8 s)
+    # steady epochs come from the page cache (no fetch stall: `fetchbound`); the first reads
+    # 9 MB at 1 MB/s (over 8 s)
+    assert cfg["fetch_stall_significance"] == "unread" and cfg["fetch_stall_s"] == 0
     assert c["fetch_stall_pct"] > 40 and c["fetch_stall_s"] > 4
     assert c["fetch_stall_s"] > 3 * cfg["fetch_stall_s"]
     assert c["epoch_s"] == pytest.approx(cfg["modes"]["disk"]["epoch1_s"])

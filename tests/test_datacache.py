@@ -16,6 +16,7 @@ import pytest
 from conftest import drop_pagecache_count, harness, needs_cgroups
 
 from dsanalyze import launch
+from dsanalyze.analysis.fetchbound import fetch_bound
 from dsanalyze.config import Job, Mode, Resources, RunSpec
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.jobs.datasets import make_dataset
@@ -292,6 +293,9 @@ def test_disk_runs_hold_the_budget_and_never_read_the_jobs_code_through_the_thro
     # test's other tests, 1.1 MiB once in make test; never the 16 MiB of code nor torch's)
     through = zero.io.throttle.throttled_read_bytes
     assert 2 * dataset_bytes <= through <= 2 * dataset_bytes + (4 << 20)
+    # its steady window read the dataset again, through the throttle: a fetch stall it can hold
+    bound = fetch_bound(zero)
+    assert bound.window_read_bytes >= dataset_bytes // 2 and not bound.unread
     warmed = half.io.cache_state
     assert warmed["libraries_warmed_files"] >= 1 and warmed["libraries_warmed_bytes"] >= 16 << 20
     # the code the job had mapped was wholly cached when the throttle came on

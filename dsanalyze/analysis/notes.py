@@ -118,6 +118,25 @@ class InvertedStall(Note):
 
 
 @dataclass(frozen=True)
+class UnreadFetch(Note):
+    """The fetch stall is 0: the disk run `run_id` read `window_read_bytes` from storage in
+    its steady window, which could hold it at most `bound_pct` of its time
+    (`fetchbound.FetchBound.unread`). The two runs' rates (`disk_rate_sps`,
+    `cached_rate_sps`) differed by `measured_pct` ± `half_width_pct` of the epoch
+    (`measured`: that difference's `Significance` value), which is not the storage's."""
+
+    kind: ClassVar[str] = "unread_fetch"
+    run_id: str
+    window_read_bytes: int
+    bound_pct: float
+    disk_rate_sps: float | None
+    cached_rate_sps: float | None
+    measured_pct: float
+    half_width_pct: float
+    measured: str = Significance.LIKELY.value
+
+
+@dataclass(frozen=True)
 class CacheUnbound(Note):
     """The cache budget `cache_label` cannot bind: the dataset fits in it (plus the memory
     limit's `margin_bytes`, runs from before the dataset-only budget)."""

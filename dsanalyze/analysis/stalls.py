@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsanalyze.analysis import uncertainty
-from dsanalyze.analysis.notes import Note, config_notes
+from dsanalyze.analysis.fetchbound import fetch_bound
+from dsanalyze.analysis.notes import Note, UnreadFetch, config_notes
 from dsanalyze.analysis.runrate import RunRate, run_rate
 from dsanalyze.analysis.uncertainty import RateMethod, RateSamples, Significance, StallInterval
 from dsanalyze.analysis.verdict import Bound, Verdict, verdict
@@ -195,6 +196,11 @@ def _breakdown(anchor: RunResult, group: dict[Mode, list[RunResult]], level: flo
     fetch = uncertainty.stall_interval(t_d, t_c, total, level) if t_d and t_c else None
     prep = suspect(prep, boot.get(Mode.CACHED), boot.get(Mode.SYNTHETIC), level)
     fetch = suspect(fetch, boot.get(Mode.DISK), boot.get(Mode.CACHED), level)
+    unread = unread_fetch(fetch, ok.get(Mode.DISK, []),
+                          *(b.rate_sps if (b := boot.get(m)) else None
+                            for m in (Mode.DISK, Mode.CACHED)))
+    if unread is not None:
+        fetch = StallInterval.unread()
     res = anchor.spec.resources
     return Breakdown(
         key=res.key if anchor.mode is Mode.DISK else f"cpus{res.cpus or 'all'}",
@@ -205,7 +211,8 @@ def _breakdown(anchor: RunResult, group: dict[Mode, list[RunResult]], level: flo
         compute_s=t_g[0] if t_g else None, total_s=total[0] if total else None,
         **_stall_fields("prep", prep), **_stall_fields("fetch", fetch),
         verdict=(v := verdict(prep, fetch)), bound=v.bound.value,
-        notes=config_notes(anchor, rates, prep, fetch, group.get(Mode.CACHED, ())),
+        notes=config_notes(anchor, rates, prep, fetch, group.get(Mode.CACHED, ()))
+        + ((unread,) if unread is not None else ()),
         level=level, net_bw_bps=res.net_bw_bps, net_latency_s=res.net_latency_s)
 
 
@@ -220,6 +227,23 @@ def suspect(stall: StallInterval | None, slower: RateSamples | None, faster: Rat
     if slower.interval(level).low_sps > faster.interval(level).high_sps:
         return dataclasses.replace(stall, significance=Significance.SUSPECT)
     return stall
+
+
+def unread_fetch(fetch: StallInterval | None, disk: list[RunResult], disk_rate_sps: float | None,
+                 cached_rate_sps: float | None) -> UnreadFetch | None:
+    """The note of a fetch stall the storage cannot have caused: every disk run of the
+    configuration ran its steady window from the page cache (`fetchbound.FetchBound.unread`),
+    with the two runs' difference it replaces; None otherwise, and for a stall inverted or
+    suspect (the disk run measured faster: `suspect` and its notes say what that means)."""
+    if fetch is None or fetch.significance not in (Significance.LIKELY, Significance.WITHIN_NOISE):
+        return None  # an inverted or suspect stall is named as such: its faster run is the news
+    bounds = [fetch_bound(r) for r in disk]
+    if not bounds or not all(b is not None and b.unread for b in bounds):
+        return None
+    worst = max((b for b in bounds if b is not None), key=lambda b: b.bound_pct)
+    return UnreadFetch(worst.run_id, worst.window_read_bytes, worst.bound_pct,
+                       disk_rate_sps, cached_rate_sps, fetch.pct, fetch.half_width_pct,
+                       fetch.significance.value)
 
 
 def enforcement(runs: list[RunResult]) -> dict[str, KnobHold]:

@@ -127,6 +127,10 @@ class Significance(str, enum.Enum):
     # inverted, and the two rates' intervals apart: no noise explains it, something disturbed
     # one run (the summary's note names what it suspects); `stalls.suspect`
     SUSPECT = "suspect"
+    # a fetch stall whose disk run's window read so little from storage that it cannot have
+    # waited on it beyond the noise floor (`fetchbound.FetchBound.unread`): 0, whatever the
+    # two runs measured
+    UNREAD = "unread"
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,11 @@ class StallInterval:
     def half_width_pct(self) -> float:
         """Half the interval's width, in points of the epoch: the `±` printed."""
         return (self.pct_high - self.pct_low) / 2
+
+    @classmethod
+    def unread(cls) -> StallInterval:
+        """A fetch stall the storage cannot have caused (`Significance.UNREAD`): 0."""
+        return cls(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, Significance.UNREAD)
 
 
 def percentiles(x: np.ndarray, level: float) -> tuple[float, float]:

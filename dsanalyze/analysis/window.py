@@ -72,20 +72,27 @@ def steady_window(result: RunResult) -> Window | None:
 
 def window_read_bytes(result: RunResult, window: Window | None) -> int | None:
     """Bytes the run's cgroup read from storage during `window` (its `steady_window`): the
-    monitor's running count (`read_bytes`, sampled every 0.2 s) at the last sample inside the
-    window less that at the last one before it. None: no window, no start time, or no cgroup
-    count (`--no-cgroups`)."""
+    monitor's running count (`read_bytes`, sampled every 0.2 s) from its first sample inside
+    the window to its last, scaled to the window's whole span. The two sampling intervals
+    across the window's edges are left out: they hold the reads of what came before and
+    after it (a disk run's cold first epoch reads up to its last batch, where the window
+    starts). A window holding fewer than two samples: the count from the last sample before
+    it to the last inside it. None: no window, no start time, or no cgroup count
+    (`--no-cgroups`)."""
     span = window.span_unix_s() if window is not None else None
     if span is None or result.io.read_bytes_source != "cgroup":
         return None
     lo, hi = span
     rows = [(m["unix_s"], m["read_bytes"]) for m in result.monitor
             if m.get("read_bytes") is not None and "unix_s" in m]
+    inside = [(t, n) for t, n in rows if lo <= t <= hi]
+    if len(inside) >= 2 and inside[-1][0] > inside[0][0]:
+        (t0, n0), (t1, n1) = inside[0], inside[-1]
+        return max(0, round((n1 - n0) * (hi - lo) / (t1 - t0)))
     before = [n for t, n in rows if t <= lo]
-    inside = [n for t, n in rows if lo < t <= hi]
     if not before or not inside:
         return None
-    return max(0, inside[-1] - before[-1])
+    return max(0, inside[-1][1] - before[-1])
 
 
 def read_ahead_drift(result: RunResult) -> float | None:

@@ -28,6 +28,7 @@ from dsanalyze.analysis.notes import (
     SpinningStep,
     StuckPages,
     SuspectStall,
+    UnreadFetch,
     WideSpread,
 )
 from dsanalyze.analysis.summary import Summary
@@ -78,6 +79,19 @@ def _inverted(n: InvertedStall) -> str:
             f"between the runs); {REPEAT}")
 
 
+def _unread(n: UnreadFetch) -> str:
+    rates = "" if n.disk_rate_sps is None or n.cached_rate_sps is None else \
+        f" ({n.disk_rate_sps:.1f} against {n.cached_rate_sps:.1f} samples/s)"
+    between = f"the {n.measured_pct:+.1f}% ±{n.half_width_pct:.1f} between the two runs{rates}"
+    rest = f"{between} is within their noise" if n.measured == "within_noise" else \
+        (f"{between} is not the storage's: drift between the runs, which neither run's interval "
+         f"holds, or interference (see the runs' other notes); {REPEAT}")
+    return (f"fetch stall 0: disk run {n.run_id} read {format_bytes(n.window_read_bytes)} from "
+            f"storage in its steady window, too little to wait on for more than "
+            f"{n.bound_pct:.1f}% of it: it ran from the page cache, as the cached run did; "
+            f"{rest}")
+
+
 def _unbound(n: CacheUnbound) -> str:
     room = "the budget plus the memory-limit margin" if n.margin_bytes else "the budget"
     return (f"cache {n.cache_label} does not bind: the dataset ({_mib(n.dataset_bytes)} MiB) "
@@ -116,6 +130,7 @@ WORDS: dict[type[Note], Callable[[Any], str]] = {
     Disturbed: _disturbed,
     SuspectStall: _suspect,
     InvertedStall: _inverted,
+    UnreadFetch: _unread,
     CacheUnbound: _unbound,
     EvictionIncomplete: _eviction,
     ReadAheadMoved: _read_ahead,

@@ -51,13 +51,15 @@ class Stall:
     s_low: float | None
     s_high: float | None
     half_pct: float | None  # half the interval's width, in points of the epoch
-    significance: str | None  # likely, within_noise, inverted; None: no interval stored
+    significance: str | None  # a `Significance` value; None: no interval stored
 
     def label(self, kind: str) -> str:
         if self.significance == "within_noise":
             return f"{kind} noise ±{self.half_pct:.0f}%"
         if self.significance in ("inverted", "suspect"):  # the notes say why
             return f"{kind} {self.significance}"
+        if self.significance == "unread":  # its window ran from the page cache: the notes say
+            return f"{kind} 0"
         spread = f" ±{self.half_pct:.0f}" if self.half_pct is not None else ""
         return f"{kind} {self.pct:.0f}%{spread}"
 

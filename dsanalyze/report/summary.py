@@ -54,6 +54,8 @@ def _stall(cfg: ConfigSummary, kind: str) -> str:
         return f"within noise (±{half:.1f}%)"
     if significance == "inverted":  # the slower mode measured faster, beyond noise: see the notes
         return f"inverted (±{half:.1f}%)"
+    if significance == "unread":  # the disk run's window ran from the page cache: see the notes
+        return "0 (page cache)"
     if significance == "suspect":  # ... beyond both rates' intervals: the note says what it suspects
         return "suspect (see note)"
     return f"{number(s)}s {number(pct)}% ±{half:.1f}"
