@@ -94,8 +94,9 @@ class Settings:
         0.01, "", "cores left to the job, found within this share, are simulated no further",
         "no grid recorded: the simulation's own noise (ec56db1)")
     stretch_steps: int = _tuned(
-        3, "steps", "fixed-point steps solving a CPU count's stretch of a step on the CPU "
-        "(`fit_loop.fit_stretch`; the cached rate is about inversely proportional to it)",
+        3, "steps", "secant steps (log rate against log stretch) solving a CPU count's "
+        "stretch of a step on the CPU (`fit_loop.fit_stretch`; the first takes the cached rate "
+        "as inversely proportional to it)",
         "no grid recorded: the third step moves the scripts' stretches by under 1% (1598aa5)")
     seeds: int = _tuned(3, "permutations", "permutations averaged per disk prediction",
                         "no grid recorded; run time against the permutations' spread (ef446db)")

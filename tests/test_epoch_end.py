@@ -19,6 +19,7 @@ The independent reasons:
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -101,8 +102,11 @@ def test_a_synthetic_run_gives_its_step_and_its_work_between_epochs():
     found = EpochEnd.of(_synthetic(steps, 20))
     assert found.epoch_end_s == pytest.approx(0.5, abs=0.0015)
     assert found.ends == 3
-    # the window's time less the median work at its three epoch ends, over its 58 iterations
-    assert found.step_s == pytest.approx((sum(steps[2:]) - 3 * found.epoch_end_s) / 58)
+    # an epoch's time (each of its 20 places once, at the mean of the epochs that hold it:
+    # the warm-up took places 0 and 1 of the first) less the median work at its end
+    epoch_s = sum(statistics.fmean(steps[e * 20 + p] for e in range(3) if e * 20 + p >= 2)
+                  for p in range(20))
+    assert found.step_s == pytest.approx((epoch_s - found.epoch_end_s) / 20)
     flat = EpochEnd.of(_synthetic([0.010] * 60, 20))
     assert (flat.epoch_end_s, flat.step_s) == (0.0, pytest.approx(0.010))
     # 1 ms steps and validation passes of 2.0-2.4 s (Lightning at 960 images): the median

@@ -2,9 +2,11 @@
 interference (`run_rate`), the figures every configuration's breakdown (`stalls`) pools.
 
 A run's rate is its steady state: the iterations after the warm-up, and for a disk run of two
-or more epochs, the epochs after the first (cold) one, which is reported on its own. With
-several ranks, rate = the samples of all ranks / the longest rank's measured time (ranks
-advance together through DDP).
+or more epochs, the epochs after the first (cold) one, which is reported on its own. Rate =
+an epoch's samples (all ranks') over its time (the longest rank's: ranks advance together
+through DDP), each place in the epoch once (`window.per_epoch`): a window whose first epoch
+lacks the warm-up's places still counts every epoch's start once an epoch. `measured_s` and
+`measured_samples` are the window's as it ran.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def run_rate(result: RunResult, interval: bool = False) -> RunRate:
         iqr_pct = (q[2] - q[0]) / med * 100
     ci = uncertainty.rate_interval(result) if interval else None
     return dataclasses.replace(
-        base, rate_sps=samples / measured_s if measured_s > 0 else None,
+        base, rate_sps=window.rate_sps() if measured_s > 0 else None,
         measured_samples=samples, measured_s=measured_s,
         wait_pct=100 * sum(waits) / sum(times) if sum(times) > 0 else None,
         iter_median_s=med, iter_iqr_pct=iqr_pct, epoch1_s=epoch1_s, epoch1_rate_sps=epoch1_rate,

@@ -1,6 +1,7 @@
 """Intervals for rates and for the stalls that subtract them.
 
-A run's rate is `samples / measured time` over its steady window. Iteration
+A run's rate is an epoch's samples over its time, in its steady window
+(`window.per_epoch`: each place in the epoch once, at the mean of the epochs that hold it). Iteration
 times are autocorrelated (a slow decode, a page-cache miss streak, a noisy
 neighbour last for several iterations), so an i.i.d. bootstrap would be too
 narrow. We use the circular block bootstrap (Politis & Romano 1992): resample
@@ -58,7 +59,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from dsanalyze.analysis.window import steady_window
+from dsanalyze.analysis.window import places, steady_window
 from dsanalyze.blockstats import DEFAULT_LEVEL, block_length, small_sample_factor
 from dsanalyze.plain import PlainJson
 from dsanalyze.records import RunResult
@@ -183,12 +184,13 @@ def run_samples(result: RunResult, n_resamples: int = SETTINGS.n_resamples) -> R
 
     Ranks are resampled with the same indices (iteration i of every rank is
     one DDP step); ranks of unequal length are cut to the shortest for the
-    replicates, whose spread is applied relative to the full-window rate.
+    replicates, whose spread is applied relative to the steady rate
+    (`Window.rate_sps`: each place in the epoch once).
     """
     window = steady_window(result)
-    if window is None or window.measured_s() <= 0:
+    rate = window.rate_sps() if window is not None else None
+    if window is None or rate is None:
         return None
-    rate = window.samples() / window.measured_s()
     n = min(len(c) for c in window.chosen)
     iters = np.array([[r.iter_s[i] for i in c[:n]] for r, c in zip(window.ranks, window.chosen)])
     samples = np.array([[r.samples[i] for i in c[:n]] for r, c in zip(window.ranks, window.chosen)])
@@ -197,9 +199,9 @@ def run_samples(result: RunResult, n_resamples: int = SETTINGS.n_resamples) -> R
     hat = samples.sum() / iters.sum(axis=1).max()
     r0, c0 = window.ranks[0], window.chosen[0][:n]
     epochs = [r0.epoch[i] for i in c0]
-    places = epoch_places(epochs, _positions(r0.epoch, c0), b)
-    if places is not None:
-        rep, factor = epoch_replicates(samples, iters, places, n_resamples, rng)
+    groups = epoch_places(epochs, places(r0.epoch, c0), b)
+    if groups is not None:
+        rep, factor = epoch_replicates(samples, iters, groups, n_resamples, rng)
         method = RateMethod(b, n, epochs=len(set(epochs)))
     else:
         idx = block_indices(n, b, n_resamples, rng)
@@ -208,15 +210,6 @@ def run_samples(result: RunResult, n_resamples: int = SETTINGS.n_resamples) -> R
         factor, method = small_sample_factor(n // b), RateMethod(b, n)
     rep = hat + (rep - hat) * factor
     return RateSamples(rate, rate * rep / hat, method)
-
-
-def _positions(epoch: Sequence[int], chosen: Sequence[int]) -> list[int]:
-    """Each chosen iteration's place in its epoch: iterations since the epoch's first one in
-    the rank's record (warm-up included, so the window's first epoch keeps its places)."""
-    first: dict[int, int] = {}
-    for i, e in enumerate(epoch):
-        first.setdefault(e, i)
-    return [i - first[epoch[i]] for i in chosen]
 
 
 def epoch_places(epochs: Sequence[int], positions: Sequence[int], b: int

@@ -23,7 +23,7 @@ import statistics
 from dataclasses import dataclass
 
 from dsanalyze.analysis import runrate
-from dsanalyze.analysis.window import steady_window
+from dsanalyze.analysis.window import places, steady_window
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif.fitruns import per_iter
@@ -57,7 +57,10 @@ class EpochEnd:
         # never faster than the window's fastest iteration: where the passes differ (Lightning's
         # three of 2.0-2.4 s in 238 iterations of 1 ms), the median one times three is more
         # than the window's whole excess and left a step of nil, then a division by it
-        return cls(extra_s, len(ends), max(mean_s - extra_s * len(ends) / len(chosen),
+        # the rate counts each place in the epoch once (`window.per_epoch`): the work between
+        # epochs once in the epoch's places
+        n = len(set(places(r0.epoch, chosen)))
+        return cls(extra_s, len(ends), max(mean_s - extra_s / n,
                                            min(r0.iter_s[i] for i in chosen)))
 
 

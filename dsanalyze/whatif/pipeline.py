@@ -72,6 +72,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dsanalyze.analysis.window import per_epoch, places
 from dsanalyze.errors import ConfigError
 from dsanalyze.settings import SETTINGS
 
@@ -138,11 +139,13 @@ class Timeline:
     samples_per_iter: int  # all ranks together
 
     def rate_sps(self, first: int = 0, epochs: Sequence[int] | None = None) -> float:
-        """Samples per second over iterations `first`.. (and only `epochs` if given)."""
+        """Samples per second over iterations `first`.. (and only `epochs` if given), each
+        place in the epoch once, as a measured run's (`window.per_epoch`)."""
         idx = [i for i in range(first, len(self.iter_s))
                if epochs is None or self.epoch[i] in epochs]
-        total = sum(self.iter_s[i] for i in idx)
-        return len(idx) * self.samples_per_iter / total if total > 0 else math.inf
+        total = per_epoch(self.iter_s, self.epoch, idx)
+        return len(set(places(self.epoch, idx))) * self.samples_per_iter / total \
+            if total > 0 else math.inf
 
     def epoch_s(self, epoch: int) -> float:
         return sum(t for t, e in zip(self.iter_s, self.epoch) if e == epoch)
