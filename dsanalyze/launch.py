@@ -55,7 +55,7 @@ from dsanalyze.records import (
     ThrottleStart,
 )
 from dsanalyze.remote.runlink import RemoteData
-from dsanalyze.resources import cgroups, interrupts, libmaps, memroom, pagecache, storage
+from dsanalyze.resources import cgroups, interrupts, libmaps, memroom, pagecache, reclaim, storage
 from dsanalyze.resources.cacheproc import LimiterProcess
 from dsanalyze.resources.libmaps import MapsRecorder, tree_pids
 from dsanalyze.resources.lifeline import Lifeline
@@ -471,7 +471,8 @@ def _environment(spec: RunSpec, ctx: LaunchContext, ex: Execution, threads: dict
     environment = {"versions": dict(versions()), "threads": threads, "host": socket.gethostname(),
                    "cpus_available": len(os.sched_getaffinity(0)), "gpu": ex.monitor.gpu_status,
                    "cgroup_version": ctx.hierarchy.version if ctx.hierarchy else None,
-                   "argv": job_argv(spec)}
+                   "argv": job_argv(spec),
+                   "page_reclaim": [s.to_dict() for s in reclaim.schemes()]}
     if ctx.cpu_scaling is not None:
         environment["cpu_scaling"] = ctx.cpu_scaling
     if ranks:

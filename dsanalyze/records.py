@@ -360,6 +360,46 @@ class IoRecord:
         return cls(**kw, extra={k: v for k, v in d.items() if k not in known})
 
 
+# DAMON actions that take memory away from where it is (`resources/reclaim.py`)
+RECLAIM_ACTIONS = frozenset({"pageout", "cold", "lru_deprio"})
+
+
+@dataclass(frozen=True)
+class ReclaimScheme:
+    """One DAMON scheme a running kdamond applies (`resources/reclaim.py`), stored in each
+    run's `environment["page_reclaim"]`: its `action` on the memory its context monitors
+    (`operations`: paddr, the physical memory), left idle `min_idle_s` or longer, at most
+    `quota_bps`, sparing the filter types in `excludes` (`anon`: anonymous pages)."""
+
+    kdamond: int
+    action: str
+    operations: str | None = None
+    min_idle_s: float | None = None
+    quota_bps: float | None = None
+    excludes: tuple[str, ...] = ()
+
+    @property
+    def reclaims(self) -> bool:
+        """It takes memory away: the page cache may be reclaimed by it."""
+        return self.action in RECLAIM_ACTIONS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**{f.name: getattr(self, f.name) for f in fields(self)},
+                "excludes": list(self.excludes)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ReclaimScheme:
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        return cls(**{**kw, "excludes": tuple(kw.get("excludes", ()))})
+
+    @classmethod
+    def of_run(cls, run: RunResult) -> tuple[ReclaimScheme, ...]:
+        """The schemes a run recorded (none for runs before the record existed)."""
+        return tuple(cls.from_dict(d) for d in run.environment.get("page_reclaim") or ()
+                     if isinstance(d, dict))
+
+
 @dataclass(frozen=True)
 class CpuScaling:
     """The machine's parallel efficiency, measured once per sweep by the harness

@@ -19,7 +19,7 @@ from dsanalyze.analysis.runrate import samples_per_epoch
 from dsanalyze.analysis.window import steady_window, window_read_bytes
 from dsanalyze.config import Mode
 from dsanalyze.plain import PlainJson
-from dsanalyze.records import RunResult
+from dsanalyze.records import ReclaimScheme, RunResult
 from dsanalyze.settings import SETTINGS
 
 
@@ -105,6 +105,8 @@ class NotCached(PlainJson):
     # went, its pages read again: resident at both ends), and the data the window went through
     window_read_bytes: int | None = None
     window_data_bytes: int | None = None
+    # the machine's own reclaim the run recorded (DAMON schemes that take memory away)
+    reclaim: tuple[ReclaimScheme, ...] = ()
 
     @property
     def read_in_window(self) -> bool:
@@ -149,7 +151,8 @@ def not_cached(result: RunResult) -> NotCached | None:
     share = resident / warmed if warmed else 1.0
     sub = cached_subset(result)
     found = NotCached(result.run_id, round(100 * share, 1), None if sub is None else sub.narrowed,
-                      *_window_reads(result))
+                      *_window_reads(result),
+                      tuple(s for s in ReclaimScheme.of_run(result) if s.reclaims))
     if share < SETTINGS.resident_share or (sub is not None and not sub.narrowed) \
             or found.read_in_window:
         return found

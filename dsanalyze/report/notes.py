@@ -33,6 +33,7 @@ from dsanalyze.analysis.notes import (
 )
 from dsanalyze.analysis.summary import Summary
 from dsanalyze.config import format_bytes
+from dsanalyze.records import ReclaimScheme
 from dsanalyze.report.text import enforcement_text
 
 REPEAT = "repeat with --repeats"
@@ -213,5 +214,15 @@ def _cache_notes(measured: MeasuredWindow) -> list[str]:
                   "beside the dataset)"
         elif n.read_in_window:
             why = f"{why}; {read}"
-        out.append(f"{n.run_id} was NOT cached: {why}; its prep stall includes fetch time")
+        own = "".join(f"; this machine reclaims on its own: {reclaim_text(r)}" for r in n.reclaim)
+        out.append(f"{n.run_id} was NOT cached: {why}{own}; its prep stall includes fetch time")
     return out
+
+
+def reclaim_text(s: ReclaimScheme) -> str:
+    """`DAMON kdamond 0 applies pageout to memory other than anon pages idle 60 s or longer,
+    at most 128M/s`."""
+    spared = f" other than {', '.join(s.excludes)} pages" if s.excludes else ""
+    idle = f" idle {s.min_idle_s:g} s or longer" if s.min_idle_s is not None else ""
+    quota = f", at most {format_bytes(s.quota_bps)}/s" if s.quota_bps else ""
+    return f"DAMON kdamond {s.kdamond} applies {s.action} to memory{spared}{idle}{quota}"
