@@ -67,8 +67,10 @@ which scored the model of 14f36c0 with nothing chosen on it (leave-one-out 4.1/1
 extrapolation 1.7/13.6/83%), and bench20 (seed 61, workers 1,3, none,3M), which scored the
 model of 792dd65 (bench19's) with nothing chosen on it (leave-one-out 1.7/19.2/75%,
 extrapolation 3.0/19.1/89%); the grids' own runs predict their disk runs no better than the
-model (docs/design.md). Score on a fresh one, other images, worker counts and bandwidth, e.g.
-`--dir /tmp/dsa-scripts-bench21 --seed 67 --workers 1,2 --bw none,5M`.
+model (docs/design.md). bench21 (seed 67, workers 1,2, none,5M) scored the model of e96a176
+(a run's rate counts each place in the epoch once; no rule chosen on it): leave-one-out
+1.8/15.0/88%, extrapolation 0.9/23.1/83%. Score on a fresh one, other images, worker counts
+and bandwidth, e.g. `--dir /tmp/dsa-scripts-bench22 --seed 71 --workers 1,3 --bw none,4M`.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
@@ -133,8 +135,9 @@ TUNED_ON = ("/tmp/dsa-scripts-bench{,2,3,4} (seed 5, workers 1,2, bandwidths non
             "/tmp/dsa-scripts-bench17 (seed 47, 960 images, workers 1,2, none,5M), "
             "/tmp/dsa-scripts-bench18p (seed 53, 960 images, workers 1,3, none,3.5M, "
             "OMP_WAIT_POLICY=PASSIVE), "
-            "/tmp/dsa-scripts-bench19 (seed 59, 960 images, workers 1,2, none,4M) and "
-            "/tmp/dsa-scripts-bench20 (seed 61, 960 images, workers 1,3, none,3M)")
+            "/tmp/dsa-scripts-bench19 (seed 59, 960 images, workers 1,2, none,4M), "
+            "/tmp/dsa-scripts-bench20 (seed 61, 960 images, workers 1,3, none,3M) and "
+            "/tmp/dsa-scripts-bench21 (seed 67, 960 images, workers 1,2, none,5M)")
 SCRIPTS = {  # name: (file under tests/scripts, its own arguments; {w}: its worker count)
     "examples": ("train_examples.py", ("-j", "{w}", "-b", "12", "--epochs", "3",
                                        "--img-size", "32")),

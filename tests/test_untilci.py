@@ -120,12 +120,16 @@ def test_a_run_stops_near_the_rate_it_runs_at_when_it_stops(until, slower, every
 
     before, after = local(0.04 * (1 + slower)), local(0.04)
     rate = estimate(x[:stop], np.ones(stop), 2.0, 30).rate_sps
+    # a window that ends inside a stall's period holds one stall more or fewer than its share:
+    # up to a stall's time over the window's (hypothesis: no transient, a 0.1-s stall every 6
+    # steps, stopped at 24 + a few: 4.4% off)
+    slack = stall / every * max(before, after) * every / stop
     if until < stop <= until + stop / 3:
         # the transient ended inside the window's last third, the span the drift guard
         # compares with the whole: a change that young is not yet seen, so the window's
         # rate lies between the two (the example hypothesis found: until 29, 25% slower)
         lo, hi = sorted((before, after))
-        assert lo * (1 - 0.04) <= rate <= hi * (1 + 0.04)
+        assert lo * (1 - 0.04 - slack) <= rate <= hi * (1 + 0.04 + slack)
         return
     at_stop = before if stop <= until else after
     share = stall / every * at_stop
