@@ -20,6 +20,7 @@ from typing import Any
 from dsanalyze.config import Mode, RunSpec
 from dsanalyze.errors import FailureKind
 from dsanalyze.linkrecords import LinkRecord
+from dsanalyze.plain import PlainJson
 
 SCHEMA_VERSION = 2  # 2: typed dataset, enforcement and io records (1 still loads)
 
@@ -365,7 +366,7 @@ RECLAIM_ACTIONS = frozenset({"pageout", "cold", "lru_deprio"})
 
 
 @dataclass(frozen=True)
-class ReclaimScheme:
+class ReclaimScheme(PlainJson):
     """One DAMON scheme a running kdamond applies (`resources/reclaim.py`), stored in each
     run's `environment["page_reclaim"]`: its `action` on the memory its context monitors
     (`operations`: paddr, the physical memory), left idle `min_idle_s` or longer, at most
@@ -382,16 +383,6 @@ class ReclaimScheme:
     def reclaims(self) -> bool:
         """It takes memory away: the page cache may be reclaimed by it."""
         return self.action in RECLAIM_ACTIONS
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**{f.name: getattr(self, f.name) for f in fields(self)},
-                "excludes": list(self.excludes)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ReclaimScheme:
-        known = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in d.items() if k in known}
-        return cls(**{**kw, "excludes": tuple(kw.get("excludes", ()))})
 
     @classmethod
     def of_run(cls, run: RunResult) -> tuple[ReclaimScheme, ...]:
