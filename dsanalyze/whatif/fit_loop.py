@@ -134,17 +134,17 @@ def _stretch_of(model: Model, run: RunResult) -> float:
     alone stopped 3.5% short of a stretch of 0.72 in three)."""
     measured = runrate.run_rate(run).rate_sps or 0.0
     (cpus, workers) = _cores_and_workers(model, run)
-    seen: list[tuple[float, float]] = []  # (log stretch, log predicted / measured)
+    prev: tuple[float, float] | None = None  # the last step's (log stretch, log predicted / measured)
     s = 1.0
     for _ in range(SETTINGS.stretch_steps):
         stretched = replace(model, cpu_stretch_by_cpus=((cpus, workers, s),))
-        off = math.log(predict_run(stretched, HeldOut.of(run)).rate_sps / measured)
-        seen.append((math.log(s), off))
+        here = (math.log(s), math.log(predict_run(stretched, HeldOut.of(run)).rate_sps / measured))
         slope = -1.0
-        if len(seen) >= 2 and seen[-1][0] != seen[-2][0]:
-            found = (seen[-1][1] - seen[-2][1]) / (seen[-1][0] - seen[-2][0])
+        if prev is not None and here[0] != prev[0]:
+            found = (here[1] - prev[1]) / (here[0] - prev[0])
             slope = found if -4.0 < found < -0.25 else slope  # else the proportional step
-        s = math.exp(math.log(s) - off / slope)
+        s = math.exp(here[0] - here[1] / slope)
+        prev = here
     return s
 
 
