@@ -73,10 +73,17 @@ def test_two_ranks_all_modes_combined(small_dataset, tmp_path):
 def test_cached_prep_stall(small_dataset, tmp_path, workers, batch, step_ms, bound):
     prefix = tmp_path / "r"
     rc = harness("--data", small_dataset, "--prefix", prefix, "--modes", "synthetic,cached",
-                 "-b", batch, "-j", workers, "--iters", 10, "--warmup", 3,
+                 "-b", batch, "-j", workers, "--iters", 20 if step_ms < 100 else 10, "--warmup", 3,
                  "--sim-step-ms", step_ms, "--no-plots")
     assert rc == 0
     cfg = summary_of(prefix)["configs"][0]
+    # the cores the job kept busy: the cached run's workers decode, each in one thread (the
+    # DataLoader sets torch's threads to 1 in a worker), beside a main process that mostly
+    # waits or sleeps; the synthetic run's step sleeps on one batch (its window of seconds
+    # at 300 ms a step holds enough of the monitor's samples, every 0.2 s)
+    assert 0 < cfg["modes"]["cached"]["cores_busy"] <= workers + 0.5
+    if step_ms >= 100:
+        assert cfg["modes"]["synthetic"]["cores_busy"] < 0.2
     if bound == "prep":
         assert cfg["prep_stall_pct"] > 50 and said(cfg).startswith("likely highly prep-bound")
     else:

@@ -126,15 +126,28 @@ def test_html_embeds_the_images_and_escapes_text(tmp_path):
     assert "missing.png" not in page
 
 
-def test_terminal_table_is_unchanged():
+def test_terminal_table_layout():
     summary = summary_of(SWEEP)
     lines = report.render_table(summary).splitlines()
     assert lines[0] == ("Stall breakdown per epoch (128 samples) on device sim (30 ms per step); "
-                        "rates in samples/s")
+                        "rates in samples/s; CPUs busy: cores the cached run kept busy, of its CPUs")
     assert lines[1].split() == ["config", "synthetic/s", "cached/s", "disk/s", "epoch", "s",
-                                "compute", "s", "prep", "stall", "fetch", "stall", "verdict"]
+                                "compute", "s", "CPUs", "busy", "prep", "stall", "fetch", "stall",
+                                "verdict"]
     assert len(lines) == 3 + len(summary.configs) + len(report.notes(summary))
     assert report.render_markdown_table(summary).splitlines()[2].startswith("| cpus=1 ")
+
+
+def test_cpus_busy_column_is_within_the_cpus_given():
+    """A cgroup confined to C CPUs cannot keep more than C cores busy; its workers decode
+    JPEGs while the sim step sleeps, so a cached run keeps some core busy."""
+    summary = summary_of(SWEEP)
+    rows = [r for r in report.table_rows(summary) if r[0] != report.COLD_LABEL]
+    assert len(rows) == len(summary.configs)
+    for cfg, row in zip(summary.configs, rows):
+        busy, given = row[report.COLUMNS.index("CPUs busy")].split("/")
+        assert int(given) == cfg.cpus
+        assert 0.1 < float(busy) <= 1.02 * cfg.cpus
 
 
 @pytest.fixture()

@@ -148,7 +148,7 @@ def test_rates_closer_than_their_noise_are_within_noise():
     assert cached.rate_sps_low < synthetic.rate_sps_high
     assert cfg.prep_stall_significance == "within_noise"
     assert cfg.prep_stall_pct_low < 0 < cfg.prep_stall_pct_high
-    cell = report.table_rows(doc)[0][6]
+    cell = report.table_rows(doc)[0][report.COLUMNS.index("prep stall")]
     half = (cfg.prep_stall_pct_high - cfg.prep_stall_pct_low) / 2
     assert cell == f"within noise (±{half:.1f}%)"
 
@@ -161,7 +161,7 @@ def test_a_clearly_fetch_bound_pair_has_an_interval_excluding_zero():
     assert cfg.fetch_stall_s_low > 0 and cfg.fetch_stall_significance == "likely"
     assert verdict_text(cfg.verdict).startswith("likely highly fetch-bound: 34% ±")
     half = (cfg.fetch_stall_pct_high - cfg.fetch_stall_pct_low) / 2
-    assert report.table_rows(doc)[0][7] == \
+    assert report.table_rows(doc)[0][report.COLUMNS.index("fetch stall")] == \
         f"{cfg.fetch_stall_s:.1f}s {cfg.fetch_stall_pct:.1f}% ±{half:.1f}"
     assert "stalls within noise" not in report.render_table(doc)
     run = next(r for r in doc.runs if r.run_id == "disk-cpus1-cachenone-bwnone")

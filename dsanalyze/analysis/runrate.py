@@ -1,5 +1,6 @@
-"""One run's headline numbers: its steady-state rate, wait share, spread, cold first epoch and
-interference (`run_rate`), the figures every configuration's breakdown (`stalls`) pools.
+"""One run's headline numbers: its steady-state rate, wait share, spread, cold first epoch,
+interference and the cores it kept busy (`run_rate`), the figures every configuration's
+breakdown (`stalls`) pools.
 
 A run's rate is its steady state: the iterations after the warm-up, and for a disk run of two
 or more epochs, the epochs after the first (cold) one, which is reported on its own. Rate =
@@ -16,8 +17,9 @@ import statistics
 from dataclasses import dataclass
 
 from dsanalyze.analysis import interference, uncertainty
+from dsanalyze.analysis.jobrun import run_cpus
 from dsanalyze.analysis.uncertainty import RateMethod
-from dsanalyze.analysis.window import steady_window
+from dsanalyze.analysis.window import steady_window, window_cores_busy
 from dsanalyze.plain import PlainJson
 from dsanalyze.records import RunResult
 
@@ -49,6 +51,9 @@ class RunRate(PlainJson):
     others_outside_pct: float | None = None  # ... on the CPUs the run was not given
     others_read_bytes: int | None = None  # bytes others read from the dataset's disk
     disturbed: tuple[str, ...] = ()  # Interference kinds beyond their threshold
+    # cores the job's processes kept busy in the window (`window.window_cores_busy`), of `cpus`
+    cores_busy: float | None = None
+    cpus: int | None = None  # the CPUs the run was given, as resolved when it ran
 
 
 def samples_per_epoch(result: RunResult) -> int | None:
@@ -69,7 +74,8 @@ def run_rate(result: RunResult, interval: bool = False) -> RunRate:
     out of loops that only need the rate).
     """
     base = RunRate(result.run_id, result.mode.value, result.status, error=result.error,
-                   repeat=result.spec.repeat, **interference.of_run(result))
+                   repeat=result.spec.repeat, cpus=run_cpus(result),
+                   **interference.of_run(result))
     window = steady_window(result)
     if window is None:
         return base
@@ -99,4 +105,5 @@ def run_rate(result: RunResult, interval: bool = False) -> RunRate:
         steady_epochs=len(window.epochs) - 1 if window.steady_from is not None else 0,
         samples_per_epoch=samples_per_epoch(result),
         rate_sps_low=ci.low_sps if ci else None, rate_sps_high=ci.high_sps if ci else None,
-        rate_method=ci.method if ci else None, rate_level=ci.level if ci else None)
+        rate_method=ci.method if ci else None, rate_level=ci.level if ci else None,
+        cores_busy=window_cores_busy(result, window))

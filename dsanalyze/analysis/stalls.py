@@ -21,6 +21,7 @@ beside the table are typed notes (`notes.config_notes`).
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,10 @@ class ModeRate(PlainJson):
     epoch1_rate_sps: float | None = None
     disturbed: tuple[str, ...] = ()
     error: str | None = None
+    # cores the job kept busy in its steady window, the mean over the repeats that counted
+    # them (`window.window_cores_busy`), of the `cpus` it was given
+    cores_busy: float | None = None
+    cpus: int | None = None
 
 
 @dataclass(frozen=True)
@@ -135,7 +140,10 @@ def _mode_entry(rates: list[RunRate], samples: RateSamples | None, n: int | None
         time_s=n / rate if (n and rate) else None, wait_pct=first.wait_pct,
         iter_iqr_pct=first.iter_iqr_pct, epoch1_s=first.epoch1_s,
         epoch1_rate_sps=first.epoch1_rate_sps,
-        disturbed=tuple(sorted({k for r in rates for k in r.disturbed})), error=first.error)
+        disturbed=tuple(sorted({k for r in rates for k in r.disturbed})), error=first.error,
+        cores_busy=statistics.mean(busy) if (busy := [r.cores_busy for r in rates
+                                                      if r.cores_busy is not None]) else None,
+        cpus=first.cpus)
 
 
 def breakdowns(results: list[RunResult], level: float = uncertainty.DEFAULT_LEVEL) -> list[Breakdown]:

@@ -105,6 +105,19 @@ def steady_window(result: RunResult) -> Window | None:
     return Window(ranks, chosen, epochs, steady_from)
 
 
+def _inside(result: RunResult, window: Window | None, counter: str
+            ) -> tuple[tuple[float, float], list[tuple[float, float]], list[float]] | None:
+    """The window's span, the monitor's (time, count) samples of `counter` inside it, and the
+    counts sampled before it; None: no window, no start time, or no count."""
+    span = window.span_unix_s() if window is not None else None
+    if span is None:
+        return None
+    lo, hi = span
+    rows = [(m["unix_s"], m[counter]) for m in result.monitor
+            if m.get(counter) is not None and "unix_s" in m]
+    return span, [(t, n) for t, n in rows if lo <= t <= hi], [n for t, n in rows if t <= lo]
+
+
 def window_read_bytes(result: RunResult, window: Window | None) -> int | None:
     """Bytes the run's cgroup read from storage during `window` (its `steady_window`): the
     monitor's running count (`read_bytes`, sampled every 0.2 s) from its first sample inside
@@ -114,20 +127,33 @@ def window_read_bytes(result: RunResult, window: Window | None) -> int | None:
     starts). A window holding fewer than two samples: the count from the last sample before
     it to the last inside it. None: no window, no start time, or no cgroup count
     (`--no-cgroups`)."""
-    span = window.span_unix_s() if window is not None else None
-    if span is None or result.io.read_bytes_source != "cgroup":
+    found = _inside(result, window, "read_bytes") \
+        if result.io.read_bytes_source == "cgroup" else None
+    if found is None:
         return None
-    lo, hi = span
-    rows = [(m["unix_s"], m["read_bytes"]) for m in result.monitor
-            if m.get("read_bytes") is not None and "unix_s" in m]
-    inside = [(t, n) for t, n in rows if lo <= t <= hi]
+    (lo, hi), inside, before = found
     if len(inside) >= 2 and inside[-1][0] > inside[0][0]:
         (t0, n0), (t1, n1) = inside[0], inside[-1]
         return max(0, round((n1 - n0) * (hi - lo) / (t1 - t0)))
-    before = [n for t, n in rows if t <= lo]
     if not before or not inside:
         return None
     return max(0, inside[-1][1] - before[-1])
+
+
+def window_cores_busy(result: RunResult, window: Window | None) -> float | None:
+    """Cores the job kept busy during `window`: its cgroup's CPU time (`cpu_usage_s`, which
+    counts every process of the job, workers too) over wall time, from the monitor's first
+    sample inside the window to its last, the edges left out as `window_read_bytes` leaves
+    them. None: no window, no cgroup count (`--no-cgroups`), a job of several nodes (whose
+    counts are each node's), or fewer than two samples inside the window."""
+    found = _inside(result, window, "cpu_usage_s") if not result.io.nodes else None
+    if found is None:
+        return None
+    _, inside, _ = found
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return None
+    (t0, c0), (t1, c1) = inside[0], inside[-1]
+    return max(0.0, (c1 - c0) / (t1 - t0))
 
 
 def read_ahead_drift(result: RunResult) -> float | None:

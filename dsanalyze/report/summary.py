@@ -28,7 +28,10 @@ from dsanalyze.report.verdicts import cold_text, verdict_text
 from dsanalyze.whatif.documents import ValidationDoc
 
 COLUMNS = ("config", "synthetic/s", "cached/s", "disk/s", "epoch s", "compute s",
-           "prep stall", "fetch stall", "verdict")
+           "CPUs busy", "prep stall", "fetch stall", "verdict")
+# what the "CPUs busy" column holds, said under the table
+CPUS_BUSY_TEXT = ("CPUs busy: the cores the cached run's processes (main process and workers) "
+                  "kept busy in its steady window, of the CPUs it was given")
 
 
 def columns(summary: Summary) -> list[str]:
@@ -80,9 +83,17 @@ def _cold_rows(cfg: ConfigSummary) -> list[list[str]]:
     if not cold:
         return []
     return [[COLD_LABEL, "", "", _num(cold.rate_sps), _num(cold.epoch_s),
-             _num(cold.compute_s), _plain_stall(cold.prep_stall_s, cold.prep_stall_pct),
+             _num(cold.compute_s), "", _plain_stall(cold.prep_stall_s, cold.prep_stall_pct),
              _plain_stall(cold.fetch_stall_s, cold.fetch_stall_pct),
              f"first epoch: {cold_text(cold)}"]]
+
+
+def _cores_busy(cfg: ConfigSummary) -> str:
+    """`1.34/2`: the cores the cached run kept busy, of its CPUs (`-` where not counted)."""
+    entry = cfg.modes.get("cached")
+    if entry is None or entry.cores_busy is None or entry.cpus is None:
+        return "-"
+    return f"{entry.cores_busy:.2f}/{entry.cpus}"
 
 
 def _mode_rate(cfg: ConfigSummary, mode: str) -> float | None:
@@ -95,7 +106,8 @@ def table_rows(summary: Summary) -> list[list[str]]:
     for cfg in summary.configs:
         rates = [_num(_mode_rate(cfg, m)) for m in ("synthetic", "cached", "disk")]
         rows.append([config_label(cfg), *rates, _num(cfg.total_s), _num(cfg.compute_s),
-                     _stall(cfg, "prep"), _stall(cfg, "fetch"), _verdict(cfg)])
+                     _cores_busy(cfg), _stall(cfg, "prep"), _stall(cfg, "fetch"),
+                     _verdict(cfg)])
         rows += _cold_rows(cfg)
     return rows
 
@@ -122,8 +134,10 @@ def render_table(summary: Summary) -> str:
     """Fixed-width text table with a header, then notes."""
     n = summary.samples_per_epoch
     device = f" on device {_device_text(summary)}" if summary.job else ""
-    lines = [f"Stall breakdown per epoch ({n} samples){device}; rates in samples/s" if n else
-             "Stall breakdown", *fixed_width(columns(summary), table_rows(summary), left=frozenset({0, 8}))]
+    lines = [f"Stall breakdown per epoch ({n} samples){device}; rates in samples/s; CPUs busy: "
+             "cores the cached run kept busy, of its CPUs" if n else
+             "Stall breakdown", *fixed_width(columns(summary), table_rows(summary),
+                                             left=frozenset({0, len(COLUMNS) - 1}))]
     lines += node_lines(summary)
     lines += [f"note: {n_}" for n_ in notes(summary)]
     return "\n".join(lines)
@@ -278,7 +292,8 @@ def report_blocks(summary: Summary, figures: Sequence[str] = (),
                            ("ul", _job_lines(summary) + _grid_lines(summary)),
                            ("h2", "Stall breakdown"),
                            ("p", f"Per epoch of {n} samples: rates in samples/s, times in "
-                                 "seconds; a stall's percentage is its share of the epoch."),
+                                 "seconds; a stall's percentage is its share of the epoch. "
+                                 f"{CPUS_BUSY_TEXT}."),
                            ("table", columns(summary), table_rows(summary))]
     if notes(summary):
         blocks.append(("ul", [f"note: {line}" for line in notes(summary)]))
