@@ -336,13 +336,16 @@ class Verified:
     plan: Any  # whatif.verification.VerifyPlan
     result: Any = None  # whatif.verification.Verification, when the run was made
     failed: str = ""  # the run's status and error, when it did not complete
+    # where an earlier check's run of the configuration went, set aside because the prefix's
+    # runs are newer than it (`_set_aside_older`); "" when there was none
+    superseded: str = ""
 
     @property
     def text(self) -> str:
         """The check in one line (`report.advice.verify_text`)."""
         from dsanalyze.report.advice import verify_text
 
-        return verify_text(self.plan, self.result, self.failed)
+        return verify_text(self.plan, self.result, self.failed, self.superseded)
 
 
 def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], None] | None = None,
@@ -371,6 +374,8 @@ def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], Non
     if not plan.runnable or advice.model is None:
         return Verified(advice, plan)
     target = prefix / plan.sub_prefix if plan.sub_prefix else prefix
+    run_id = RunSpec(plan.job, Mode.DISK, plan.resources).run_id
+    superseded = _set_aside_older(target, run_id, runs) if plan.sub_prefix else None
     sweep = Sweep(plan.job, str(target), modes=(Mode.DISK,), cpus=(plan.resources.cpus,),
                   cache=(plan.resources.cache.spec,),
                   storage_bw=(str(plan.resources.storage_read_bps or "none"),), resume=True,
@@ -378,11 +383,37 @@ def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], Non
     # measured as the sweep's disk runs were: the job's code its runs mapped read back first
     # where it was evicted since (a sub-prefix holds none of those runs to learn it from)
     profile(sweep, None, progress, lock_wait_s, known_runs=runs)
-    run_id = RunSpec(plan.job, Mode.DISK, plan.resources).run_id
     run = next(r for r in store.load_runs(target) if r.run_id == run_id)
+    aside = str(superseded.relative_to(prefix)) if superseded else ""
     if not run.ok:
-        return Verified(advice, plan, failed=f"{run.run_id} {run.status}: {run.error}")
-    return Verified(advice, plan, verification(advice.model, plan, run))
+        return Verified(advice, plan, failed=f"{run.run_id} {run.status}: {run.error}",
+                        superseded=aside)
+    return Verified(advice, plan, verification(advice.model, plan, run), superseded=aside)
+
+
+SUPERSEDED = "superseded"  # a check's sub-prefix keeps the runs it set aside here
+
+
+def _set_aside_older(target: Path, run_id: str, runs: list[RunResult]) -> Path | None:
+    """An earlier check's run of the configuration in a check's sub-prefix that started
+    before the prefix's newest run ended: it measured the machine, the data and the job
+    before these runs (a sweep measured again since, `make demo` run again), so it checks
+    nothing of the model fitted on them. It moves to SUB/superseded/RUN_ID-STARTED.json
+    (kept, not read as a run), and the check measures the configuration again; None where
+    there is no such run. A check's run newer than every run of the prefix is the check
+    itself, made after the fit: `verify` again reads it back (`--resume`)."""
+    path = store.run_path(target, run_id)
+    if not path.is_file():
+        return None
+    started = store.read_run(path).started_unix_s
+    newest = max((r.started_unix_s + (r.duration_s or 0.0) for r in runs if r.started_unix_s),
+                 default=None)
+    if started is None or newest is None or started >= newest:
+        return None
+    aside = target / SUPERSEDED / f"{run_id}-{int(started)}.json"
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    path.rename(aside)
+    return aside
 
 
 def _verify_plan(advice: Any, runs: list[RunResult], prefix: Path,

@@ -256,3 +256,36 @@ def test_a_run_that_others_disturbed_does_not_settle_the_check():
     assert said.endswith("verify again when the machine is quiet.")
     assert "(in verify-repeat/: measured again, a run the fit never saw)" in said
     assert busy.to_dict()["disturbed"]["kinds"] == ["cpu"]
+
+
+@pytest.mark.slow
+def test_a_check_older_than_the_sweeps_runs_is_measured_again(tmp_path, swept):
+    """A check's run stored by an earlier `verify`, before the prefix's runs were measured
+    (here: the prefix's own disk run, started 1000 s before any of them): the check measures
+    the configuration again and sets the old run aside, kept. Verified again at once, the
+    new run is newer than every run of the fit: it is the check, read back, not measured a
+    third time."""
+    prefix = Path(shutil.copytree(swept[1], tmp_path / "prefix"))
+    runs = store.load_runs(prefix)
+    disk = next(r for r in runs if r.mode.value == "disk")
+    first = min(r.started_unix_s for r in runs)
+    older = replace(disk, started_unix_s=first - 1000.0)
+    store.write_run(prefix / REPEAT, older)
+    model = whatif.fit(runs)
+    d = Decision(DecisionKind.MEASURED, 1, 5.0, replace(PICK, cpus=1, cpus_used=1, workers=1,
+                                                        measured=True, run_id=disk.run_id), None)
+    v = app.verify(prefix, Advice(d, model=model), use_cgroups=False)
+    assert v.plan.sub_prefix == REPEAT and v.result is not None, v.failed or v.plan.reason
+    aside = prefix / v.superseded
+    assert aside.parent == prefix / REPEAT / "superseded"
+    assert store.read_run(aside).started_unix_s == older.started_unix_s  # kept as it was
+    (again,) = store.load_runs(prefix / REPEAT)
+    newest = max(r.started_unix_s + r.duration_s for r in runs)
+    assert again.started_unix_s >= newest and again.run_id == disk.run_id
+    assert v.result.measured_sps == pytest.approx(run_rate(again).rate_sps)
+    assert v.text.endswith(f"An earlier check's run of it, older than the sweep's runs, was set "
+                           f"aside in {v.superseded}.")
+    v2 = app.verify(prefix, Advice(d, model=model), use_cgroups=False)
+    assert not v2.superseded and v2.result.measured_sps == v.result.measured_sps
+    (same,) = store.load_runs(prefix / REPEAT)
+    assert same.started_unix_s == again.started_unix_s

@@ -268,10 +268,17 @@ def not_run_text(reason: NotRun) -> str:
     return NOT_RUN[reason.why](reason)
 
 
-def verify_text(plan: Any, result: Any = None, failed: str = "") -> str:
+def verify_text(plan: Any, result: Any = None, failed: str = "", superseded: str = "") -> str:
     """The closed loop in one line: `whatif.verification`'s plan and, when it ran, its
     `Verification` (predicted for the run as it ran, measured, the interval); a check made
-    in place of a pick this machine cannot run says so first, and which pick it stands for."""
+    in place of a pick this machine cannot run says so first, and which pick it stands for;
+    an earlier check's run older than the sweep's runs, set aside (`superseded`), last."""
+    line = _verify_line(plan, result, failed)
+    return (f"{line} An earlier check's run of it, older than the sweep's runs, was set "
+            f"aside in {superseded}." if superseded else line)
+
+
+def _verify_line(plan: Any, result: Any, failed: str) -> str:
     if not plan.runnable:
         return f"Verify: not run: {not_run_text(plan.reason)}."
     head = "Verify: "
