@@ -69,8 +69,13 @@ model of 792dd65 (bench19's) with nothing chosen on it (leave-one-out 1.7/19.2/7
 extrapolation 3.0/19.1/89%); the grids' own runs predict their disk runs no better than the
 model (docs/design.md). bench21 (seed 67, workers 1,2, none,5M) scored the model of e96a176
 (a run's rate counts each place in the epoch once; no rule chosen on it): leave-one-out
-1.8/15.0/88%, extrapolation 0.9/23.1/83%. Score on a fresh one, other images, worker counts
-and bandwidth, e.g. `--dir /tmp/dsa-scripts-bench22 --seed 71 --workers 1,3 --bw none,4M`.
+1.8/15.0/88%, extrapolation 0.9/23.1/83%. bench22 (seed 71, workers 1,3, none,4M) scored the
+model of 6a8eec4 (bench21's, with the fetch bound beside it; no rule chosen on it):
+leave-one-out 2.1/20.1/88%, extrapolation 0.6/27.8/89%; its largest miss, timm's 3 workers at
+2 CPUs extrapolated from 1 (+27.8%, as bench21's +20.2% at 2), is a job whose cached run at
+1 worker already kept 1.82 of 2 cores busy (the table's CPUs busy): the next law to look at.
+Score on a fresh one, other images, worker counts and bandwidth, e.g.
+`--dir /tmp/dsa-scripts-bench23 --seed 73 --workers 1,2 --bw none,3.5M`.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
@@ -136,8 +141,9 @@ TUNED_ON = ("/tmp/dsa-scripts-bench{,2,3,4} (seed 5, workers 1,2, bandwidths non
             "/tmp/dsa-scripts-bench18p (seed 53, 960 images, workers 1,3, none,3.5M, "
             "OMP_WAIT_POLICY=PASSIVE), "
             "/tmp/dsa-scripts-bench19 (seed 59, 960 images, workers 1,2, none,4M), "
-            "/tmp/dsa-scripts-bench20 (seed 61, 960 images, workers 1,3, none,3M) and "
-            "/tmp/dsa-scripts-bench21 (seed 67, 960 images, workers 1,2, none,5M)")
+            "/tmp/dsa-scripts-bench20 (seed 61, 960 images, workers 1,3, none,3M), "
+            "/tmp/dsa-scripts-bench21 (seed 67, 960 images, workers 1,2, none,5M) and "
+            "/tmp/dsa-scripts-bench22 (seed 71, 960 images, workers 1,3, none,4M)")
 SCRIPTS = {  # name: (file under tests/scripts, its own arguments; {w}: its worker count)
     "examples": ("train_examples.py", ("-j", "{w}", "-b", "12", "--epochs", "3",
                                        "--img-size", "32")),
