@@ -47,7 +47,14 @@ def gpu_sample(nvml: Any, handles: list[Any]) -> list[dict[str, float]]:
 def tree_sample(root_pid: int, pids: Iterable[int] | None = None) -> dict[str, float]:
     """CPU seconds, RSS, read bytes and CPU affinity of a process and its live descendants,
     or of `pids` (a cgroup's processes: listing them costs far less than finding a
-    process's descendants, which reads every process of the machine)."""
+    process's descendants, which reads every process of the machine).
+
+    The CPU seconds count each process's own and those of its children it has reaped
+    (cutime, cstime): a DataLoader worker that ended (workers that are not persistent end
+    at every epoch) leaves its CPU time to the main process that joined it, so the count
+    only grows. Counted over the live processes alone it fell by each ended worker's time,
+    and a quiet run of a script without cgroups read as 75% of its CPUs taken by others
+    (`analysis.interference`)."""
     cpu_s = rss = read = 0.0
     nproc = affinity = 0
     try:
@@ -58,7 +65,7 @@ def tree_sample(root_pid: int, pids: Iterable[int] | None = None) -> dict[str, f
         try:
             with p.oneshot():
                 t = p.cpu_times()
-                cpu_s += t.user + t.system
+                cpu_s += t.user + t.system + t.children_user + t.children_system
                 rss += p.memory_info().rss
                 read += getattr(p.io_counters(), "read_chars", 0)
                 affinity = max(affinity, len(p.cpu_affinity()))

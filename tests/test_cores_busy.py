@@ -87,3 +87,22 @@ def test_the_table_shows_the_cached_runs_cores_of_its_cpus():
     # repeats: the mean of those counted
     (b,) = breakdowns([cached, RunResult.from_dict({**cached.to_dict(), "monitor": []}), disk])
     assert b.modes["cached"].cores_busy == pytest.approx(1.5)
+
+
+def tree_run(counts: list[float]) -> RunResult:
+    """A cached run without cgroups (`--no-cgroups`): 20 x 0.1 s from T0 after 2 warm-up
+    iterations, the process tree's CPU time sampled every 0.2 s from T0 as `counts`."""
+    return RunResult(RunSpec(JOB, Mode.CACHED, Resources(2)), "ok",
+                     ranks=(rank([0.1] * 20, [0] * 10 + [1] * 10, warmup=2),),
+                     dataset={"files": 100},
+                     monitor=tuple({"unix_s": T0 + 0.2 * i, "tree_cpu_s": c}
+                                   for i, c in enumerate(counts)))
+
+
+def test_without_cgroups_the_process_trees_count_serves_unless_it_falls():
+    steady = tree_run([1.2 * 0.2 * i for i in range(12)])
+    assert window_cores_busy(steady, steady_window(steady)) == pytest.approx(1.2)
+    # a worker ended and its time left the count (a run recorded before the tree counted the
+    # workers its main process reaped): no figure rather than a wrong one
+    fell = tree_run([1.2 * 0.2 * i - (2.0 if i >= 6 else 0.0) for i in range(12)])
+    assert window_cores_busy(fell, steady_window(fell)) is None

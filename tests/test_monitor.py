@@ -46,3 +46,29 @@ def test_a_runs_processes_from_its_cgroup_are_its_process_tree():
     assert abs(by_cgroup["tree_cpu_s"] - by_tree["tree_cpu_s"]) <= 0.05
     assert abs(by_cgroup["tree_rss_bytes"] - by_tree["tree_rss_bytes"]) \
         <= 0.1 * by_tree["tree_rss_bytes"]
+
+
+# A parent whose child burns 0.3 s of CPU and ends, reaped by the parent (as a DataLoader's
+# main process joins a worker that is not persistent at each epoch's end).
+REAPED = """\
+import subprocess, sys, time
+burn = "import time\\nend = time.process_time() + 0.3\\nwhile time.process_time() < end: pass"
+subprocess.run([sys.executable, "-c", burn], check=True)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_tree_keeps_the_cpu_time_of_the_children_that_ended():
+    """The child is gone when the tree is sampled: its 0.3 s burn is counted in the parent,
+    which reaped it (cutime), so the tree's count never falls when a worker ends. The
+    parent itself spins on nothing: counted alone it held well under 0.3 s."""
+    proc = subprocess.Popen([sys.executable, "-c", REAPED], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        sample = tree_sample(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert sample["procs"] == 1
+    assert sample["tree_cpu_s"] >= 0.3

@@ -141,19 +141,27 @@ def window_read_bytes(result: RunResult, window: Window | None) -> int | None:
 
 
 def window_cores_busy(result: RunResult, window: Window | None) -> float | None:
-    """Cores the job kept busy during `window`: its cgroup's CPU time (`cpu_usage_s`, which
-    counts every process of the job, workers too) over wall time, from the monitor's first
-    sample inside the window to its last, the edges left out as `window_read_bytes` leaves
-    them. None: no window, no cgroup count (`--no-cgroups`), a job of several nodes (whose
-    counts are each node's), or fewer than two samples inside the window."""
-    found = _inside(result, window, "cpu_usage_s") if not result.io.nodes else None
-    if found is None:
+    """Cores the job kept busy during `window`: its CPU time over wall time, from the
+    monitor's first sample inside the window to its last, the edges left out as
+    `window_read_bytes` leaves them. The CPU time is the cgroup's (`cpu_usage_s`: every
+    process of the job, workers too), else (`--no-cgroups`) its process tree's
+    (`tree_cpu_s`, which counts the workers that ended in their main process, `monitor.
+    tree_sample`) where that count never falls inside the window (runs recorded before it
+    counted them: their ended workers' time left the count). None: no window, no count, a
+    job of several nodes (whose counts are each node's), or fewer than two samples inside
+    the window."""
+    if result.io.nodes:
         return None
-    _, inside, _ = found
-    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
-        return None
-    (t0, c0), (t1, c1) = inside[0], inside[-1]
-    return max(0.0, (c1 - c0) / (t1 - t0))
+    for counter in ("cpu_usage_s", "tree_cpu_s"):
+        found = _inside(result, window, counter)
+        if found is None or len(found[1]) < 2:
+            continue
+        inside = found[1]
+        if counter == "tree_cpu_s" and any(b < a for (_, a), (_, b) in zip(inside, inside[1:])):
+            return None
+        (t0, c0), (t1, c1) = inside[0], inside[-1]
+        return max(0.0, (c1 - c0) / (t1 - t0)) if t1 > t0 else None
+    return None
 
 
 def read_ahead_drift(result: RunResult) -> float | None:
