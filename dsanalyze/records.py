@@ -392,6 +392,31 @@ class ReclaimScheme(PlainJson):
 
 
 @dataclass(frozen=True)
+class HostSpeed(PlainJson):
+    """The machine's own speed around one run (`resources/hostspeed.py`), stored in its
+    `environment["host_speed"]`: CPU seconds per item of a fixed piece of the dataset's work
+    (`work`: decode or checksum), on one CPU, just before the run started (`before_cpu_s`)
+    and just after it ended (`after_cpu_s`); None where not measured, with `why`."""
+
+    work: str | None = None
+    before_cpu_s: float | None = None
+    after_cpu_s: float | None = None
+    why: str | None = None
+
+    @property
+    def cpu_s(self) -> float | None:
+        """The mean of the two probes that answered (None: neither)."""
+        found = [x for x in (self.before_cpu_s, self.after_cpu_s) if x]
+        return sum(found) / len(found) if found else None
+
+    @classmethod
+    def of_run(cls, run: RunResult) -> HostSpeed | None:
+        """What a run recorded (None for runs before the probe existed)."""
+        d = run.environment.get("host_speed")
+        return cls.from_dict(d) if isinstance(d, dict) else None
+
+
+@dataclass(frozen=True)
 class CpuScaling:
     """The machine's parallel efficiency, measured once per sweep by the harness
     (`resources/cpuscale.py`) and stored in each run's `environment["cpu_scaling"]`.

@@ -41,11 +41,12 @@ from dsanalyze.errors import (
     RunFailed,
 )
 from dsanalyze.fingerprint import Fingerprint, check_resumable, check_unchanged
-from dsanalyze.records import CpuScaling, RunResult, Status
+from dsanalyze.records import CpuScaling, HostSpeed, RunResult, Status
 from dsanalyze.remote.runlink import RemoteData
 from dsanalyze.report.notes import short_text
 from dsanalyze.resources import cgroups, cpuscale, interrupts
 from dsanalyze.resources.datalock import DataLock
+from dsanalyze.resources.hostspeed import HostProbe
 
 if TYPE_CHECKING:  # the adaptive search fits the what-if: imported only when asked for
     from dsanalyze import adaptive
@@ -173,6 +174,7 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
                 if group is not None:
                     group.meet(dataset.root, sweep.job.timeout_s)
                 measuring, lock = _prepare(sweep, specs, dataset, lock_wait_s, group)
+                stack.callback(lambda: measuring.probe.close() if measuring.probe else None)
                 for known in known_runs:
                     _remember_libraries(measuring.ctx, known)
                 # served data: its servers start (and a user's endpoint is checked) before any run
@@ -330,6 +332,9 @@ class _Measuring:
     resume: bool
     fingerprint: Fingerprint  # of the data at the start: each run checks it is unchanged
     group: nodes.NodeGroup | None  # the other nodes, with several
+    # the machine's own speed, timed around each run (`resources/hostspeed.py`): started
+    # before the first run is measured, closed with the sweep
+    probe: HostProbe | None = None
 
 
 def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
@@ -347,9 +352,14 @@ def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
     check_unchanged(datafind.rescan(spec.job, ctx.dataset), fp)
     if ctx.cpu_scaling is None:
         ctx.cpu_scaling = cpu_scaling(ctx, m.resume)
+    if m.probe is None:
+        m.probe = HostProbe.start(ctx.dataset.files)
+    before = m.probe.measure()
     result = _run(spec, ctx, group, seq)
-    result = dataclasses.replace(result, dataset=dataclasses.replace(result.dataset,
-                                                                      fingerprint=fp.to_dict()))
+    speed = HostSpeed(m.probe.work, before, m.probe.measure(), m.probe.why)
+    result = dataclasses.replace(
+        result, dataset=dataclasses.replace(result.dataset, fingerprint=fp.to_dict()),
+        environment={**result.environment, "host_speed": speed.to_dict()})
     store.write_run(ctx.prefix, result)
     outcome.results.append(result)
     _remember_libraries(ctx, result)

@@ -64,29 +64,29 @@ def measure(files: Sequence[str], cpu_ids: Sequence[int] | None = None,
                               stderr=subprocess.PIPE, text=True) for c in cpus]
     try:
         for p in procs:
-            _expect_ready(p)
+            expect_ready(p)
         solo, parallel = [0.0, 0], [0.0, 0]  # CPU seconds, items
         for _ in range(rounds):
-            _add(solo, _phase(procs[:1], phase_s))
-            _add(parallel, _phase(procs, phase_s))
+            _add(solo, phase(procs[:1], phase_s))
+            _add(parallel, phase(procs, phase_s))
     except (OSError, ValueError, subprocess.SubprocessError) as e:
         return CpuScaling(len(cpus), None, work, why=f"the probe failed: {e}",
                           probe_s=time.perf_counter() - t0)
     finally:
-        _stop(procs)
+        stop(procs)
     t1, tn = solo[0] / solo[1], parallel[0] / parallel[1]
     return CpuScaling(len(cpus), max(0.0, (tn / t1 - 1) / (len(cpus) - 1)), work, t1, tn,
                       int(solo[1] + parallel[1]), time.perf_counter() - t0)
 
 
-def _expect_ready(p: subprocess.Popen) -> None:
+def expect_ready(p: subprocess.Popen) -> None:
     line = p.stdout.readline().strip() if p.stdout else ""
     if line != "ready":
         err = (p.stderr.read() if p.poll() is not None and p.stderr else "").strip()
         raise ValueError(f"a worker did not start: {err.splitlines()[-1] if err else line!r}")
 
 
-def _phase(procs: list[subprocess.Popen], seconds: float) -> list[dict[str, float]]:
+def phase(procs: list[subprocess.Popen], seconds: float) -> list[dict[str, float]]:
     """Release every process for one phase at once, then collect their answers."""
     for p in procs:
         p.stdin.write(f"go {seconds}\n")
@@ -99,7 +99,7 @@ def _add(total: list, answers: list[dict[str, float]]) -> None:
     total[1] += sum(a["items"] for a in answers)
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
+def stop(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         try:
             p.stdin.close()
