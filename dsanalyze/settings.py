@@ -134,6 +134,13 @@ class Settings:
     others_cpu_pct: float = _tuned(
         10.0, "% of the run's CPU", "others' share of the run's CPU capacity above which the run "
         "was disturbed", "no grid recorded (507397a)")
+    host_drift_pct: float = _tuned(
+        10.0, "%", "the machine's own speed (a decode timed on one CPU around each run, "
+        "`resources/hostspeed.py`) differing between a configuration's runs by more than this "
+        "is named beside the table",
+        "the probe's spread on the 2-core VM: 2.18-2.24 ms a decode (3%) around back-to-back "
+        "runs, a single 0.1-s phase up to 50% slow now and then, the faster of two counted; "
+        "bench/machine_drift.py's 20-s windows within +-9% (d17d92c)")
     others_machine_pct: float = _tuned(
         40.0, "% of the other CPUs", "others' share of the CPUs the run was not given above which "
         "a neighbour was busy (the harness's own work takes a few percent)",

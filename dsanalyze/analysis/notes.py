@@ -22,7 +22,7 @@ from dsanalyze.analysis.uncertainty import Significance, StallInterval
 from dsanalyze.analysis.window import read_ahead_steady
 from dsanalyze.config import Mode
 from dsanalyze.plain import Tagged
-from dsanalyze.records import CacheAction, RunResult
+from dsanalyze.records import CacheAction, HostSpeed, RunResult
 from dsanalyze.settings import SETTINGS
 
 # more CPU busy outside the job (points) during the slower run than during the faster one that
@@ -177,6 +177,37 @@ class ReadAheadMoved(Note):
     run_id: str
     consumed_samples: int
     fetched_samples: float
+
+
+@dataclass(frozen=True)
+class HostDrift(Note):
+    """The machine's own speed differed between a configuration's runs by more than
+    `SETTINGS.host_drift_pct`: a decode timed on one CPU around each run
+    (`records.HostSpeed`) took `drift_pct` longer around `slow_run` than around
+    `fast_run`."""
+
+    kind: ClassVar[str] = "host_drift"
+    slow_mode: str
+    slow_run: str
+    fast_mode: str
+    fast_run: str
+    drift_pct: float
+
+
+def host_drift(runs: Sequence[RunResult]) -> HostDrift | None:
+    """The note of a configuration whose runs (every mode, repeats too) the machine ran at
+    speeds further apart than `SETTINGS.host_drift_pct`: the slowest against the fastest,
+    each run's speed the mean of its probes before and after it; None otherwise, or where
+    fewer than two runs recorded one."""
+    timed = [(cpu_s, r) for r in runs if r.ok
+             and (speed := HostSpeed.of_run(r)) is not None and (cpu_s := speed.cpu_s)]
+    if len(timed) < 2:
+        return None
+    (slow_s, slow), (fast_s, fast) = max(timed, key=lambda t: t[0]), min(timed, key=lambda t: t[0])
+    drift_pct = 100 * (slow_s / fast_s - 1)
+    if drift_pct <= SETTINGS.host_drift_pct:
+        return None
+    return HostDrift(slow.mode.value, slow.run_id, fast.mode.value, fast.run_id, drift_pct)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Any
 
 from dsanalyze.analysis import uncertainty
 from dsanalyze.analysis.fetchbound import fetch_bound
-from dsanalyze.analysis.notes import Note, UnreadFetch, config_notes
+from dsanalyze.analysis.notes import Note, UnreadFetch, config_notes, host_drift
 from dsanalyze.analysis.runrate import RunRate, run_rate
 from dsanalyze.analysis.uncertainty import RateMethod, RateSamples, Significance, StallInterval
 from dsanalyze.analysis.verdict import Bound, Verdict, verdict
@@ -220,7 +220,9 @@ def _breakdown(anchor: RunResult, group: dict[Mode, list[RunResult]], level: flo
         **_stall_fields("prep", prep), **_stall_fields("fetch", fetch),
         verdict=(v := verdict(prep, fetch)), bound=v.bound.value,
         notes=config_notes(anchor, rates, prep, fetch, group.get(Mode.CACHED, ()))
-        + ((unread,) if unread is not None else ()),
+        + ((unread,) if unread is not None else ())
+        + ((drift,) if (drift := host_drift([r for rs in group.values() for r in rs]))
+           else ()),
         level=level, net_bw_bps=res.net_bw_bps, net_latency_s=res.net_latency_s)
 
 

@@ -20,6 +20,7 @@ from dsanalyze.analysis.notes import (
     Cause,
     Disturbed,
     EvictionIncomplete,
+    HostDrift,
     InvertedStall,
     Note,
     ReadAheadMoved,
@@ -123,6 +124,14 @@ def _spinning(n: SpinningStep) -> str:
             "inherits it) to measure the job without the spin")
 
 
+def _host_drift(n: HostDrift) -> str:
+    return (f"the machine itself ran {n.drift_pct:.0f}% slower around {n.slow_mode} run "
+            f"{n.slow_run} than around {n.fast_mode} run {n.fast_run} (the same decode, timed "
+            "on one CPU before and after each run): what separates those runs' rates holds up "
+            "to that much of the machine's drift, not the job's; measure again when it is "
+            "steadier, or with --repeats")
+
+
 WORDS: dict[type[Note], Callable[[Any], str]] = {
     Said: lambda n: n.text,
     WideSpread: lambda n: f"{n.mode}: iteration times spread widely (IQR {n.iqr_pct:.0f}% of "
@@ -136,6 +145,7 @@ WORDS: dict[type[Note], Callable[[Any], str]] = {
     EvictionIncomplete: _eviction,
     ReadAheadMoved: _read_ahead,
     SpinningStep: _spinning,
+    HostDrift: _host_drift,
     StuckPages: lambda n: f"disk run {n.run_id}: {_mib(n.stuck_bytes, '{:.1f}')} MiB of the "
                           "dataset could not be evicted during the run (mapped by a process): "
                           "the budget held the rest",
