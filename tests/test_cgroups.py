@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -114,10 +115,22 @@ def test_a_container_whose_cgroup_holds_its_processes_is_refused_with_the_reason
         cgroups.RunCgroup.create("x", cgroups.Limits(), h)
 
 
-def test_v2_controllers_listed_for_the_runs_are_unlisted_after_the_last(tmp_path):
+@pytest.fixture(autouse=True)
+def listed_records(tmp_path, monkeypatch) -> Path:
+    """Where run cgroups write down what they listed on v2 (`cgroups.LISTED_DIR`): a folder
+    of the test's, here and in the processes it starts (the reaper reads the variable)."""
+    d = tmp_path / "listed-records"
+    monkeypatch.setattr(cgroups, "LISTED_DIR", d)
+    monkeypatch.setenv("DSANALYZE_LISTED_DIR", str(d))
+    return d
+
+
+def test_v2_controllers_listed_for_the_runs_are_unlisted_after_the_last(tmp_path,
+                                                                        listed_records):
     """The writes to the parent's cgroup.subtree_control, on the tree's files (not the
     kernel's): cpuset listed before the run cgroup is made, unlisted once it is removed,
-    and left listed while another harness's run cgroup is still there."""
+    and left listed while another harness's run cgroup is still there. What was listed is
+    written down while it is (`LISTED_DIR`), and the record dropped once unlisted."""
     v2_tree(tmp_path, {"/": (ALL_V2, SYSTEMD_V2, "1\n"),
                        "/user.slice": (SYSTEMD_V2, SYSTEMD_V2, ""),
                        "/user.slice/s.scope": (SYSTEMD_V2, "", "4242\n")})
@@ -128,10 +141,13 @@ def test_v2_controllers_listed_for_the_runs_are_unlisted_after_the_last(tmp_path
     cg = cgroups.RunCgroup.create("a", cgroups.Limits(), h)
     assert control.read_text() == "+cpuset" and cg.dirs["cpuset"].parent == tmp_path
     assert (cg.dirs["cpuset"] / "cpuset.cpus").read_text() == "0-1"  # the parent's CPUs
+    record = listed_records / f"{cg.name}.json"
+    assert json.loads(record.read_text()) == {"parent": str(tmp_path), "controllers": ["cpuset"]}
     for f in cg.dirs["cpuset"].iterdir():  # what the kernel would remove with the directory
         f.unlink()
     cg.remove()
     assert control.read_text() == "-cpuset" and not cg.dirs["cpuset"].exists()
+    assert not record.exists()
     control.write_text(SYSTEMD_V2)
     other = tmp_path / f"{cgroups.PREFIX}1-run"  # another harness's run cgroup
     other.mkdir()
@@ -142,27 +158,69 @@ def test_v2_controllers_listed_for_the_runs_are_unlisted_after_the_last(tmp_path
     assert control.read_text() == "+cpuset"  # still listed: the other run uses it
 
 
-# A harness on the tree of files `v2_tree` wrote: its run cgroup made, its reaper told what
-# to watch and unlist, then SIGKILLed (argv: the tree, the harness's own cgroup).
-KILLED_HARNESS = """
-import os, sys, time
-from pathlib import Path
+# A harness on the tree of files `v2_tree` wrote, its run cgroup made (argv: the tree, the
+# harness's own cgroup); what follows is each test's.
+HARNESS_ON_TREE = """
+import sys, time
 from dsanalyze.resources import cgroups, lifeline
 mount, own = sys.argv[1:]
 h = cgroups.detect(f"29 23 0:26 / {mount} rw - cgroup2 cgroup2 rw\\n", {"": own})
 cg = cgroups.RunCgroup.create("a", cgroups.Limits(), h)
 for f in cg.dirs["cpuset"].iterdir():  # what the kernel would remove with the directory
     f.unlink()
+"""
+# ... its reaper told what to watch and unlist, then SIGKILLed
+KILLED_HARNESS = HARNESS_ON_TREE + """
 line = lifeline.Lifeline()
 line.watch_cgroups([cg.dirs["cpuset"]])
 line.unlist_after(*cg.listed)
 print(line.reaper_pid, cg.dirs["cpuset"], flush=True)
 time.sleep(60)
 """
+# ... no reaper (killed with it): what it leaves for `clean_stale`
+KILLED_WITH_ITS_REAPER = HARNESS_ON_TREE + """
+print(cg.dirs["cpuset"], flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("case", ["alone", "other_run", "owner_listed"])
+def test_clean_stale_unlists_what_a_harness_killed_with_its_reaper_listed(tmp_path,
+                                                                          listed_records, case):
+    """A harness and its reaper both SIGKILLed: the run cgroup stays, cpuset stays listed at
+    the root, and the record says who listed it. The next start's `clean_stale` removes the
+    cgroup and unlists cpuset; with another (live) harness's run cgroup there, cpuset stays
+    listed and so does the record, for a later start. Listed by the machine's owner (no
+    record): the cgroup goes, the listing stays."""
+    v2_tree(tmp_path, {"/": (ALL_V2, ALL_V2 if case == "owner_listed" else SYSTEMD_V2, "1\n"),
+                       "/user.slice": (SYSTEMD_V2, SYSTEMD_V2, ""),
+                       "/user.slice/s.scope": (SYSTEMD_V2, "", "4242\n")})
+    (tmp_path / "cpuset.cpus.effective").write_text("0-1\n")
+    h = cgroups.detect(f"29 23 0:26 / {tmp_path} rw - cgroup2 cgroup2 rw\n",
+                       {"": "/user.slice/s.scope"})
+    harness = subprocess.Popen([sys.executable, "-c", KILLED_WITH_ITS_REAPER, str(tmp_path),
+                                "/user.slice/s.scope"], stdout=subprocess.PIPE, text=True)
+    run_dir = Path(harness.stdout.readline().strip())
+    harness.kill()
+    harness.wait(timeout=10)
+    control = tmp_path / "cgroup.subtree_control"
+    records = list(listed_records.glob("*.json"))
+    assert run_dir.is_dir() and len(records) == (0 if case == "owner_listed" else 1)
+    if case == "other_run":  # this process is alive: its run cgroup is not stale
+        (tmp_path / f"{cgroups.PREFIX}{os.getpid()}-run").mkdir()
+    listing = control.read_text()
+    assert cgroups.clean_stale(h) == [str(run_dir)] and not run_dir.exists()
+    if case == "alone":
+        assert control.read_text() == "-cpuset" and not records[0].exists()
+    elif case == "other_run":
+        assert control.read_text() == listing == "+cpuset" and records[0].exists()
+    else:
+        assert control.read_text() == listing  # not the harness's to unlist
 
 
 @pytest.mark.parametrize("other_run", [False, True])
-def test_the_reaper_of_a_killed_harness_unlists_what_it_listed_on_v2(tmp_path, other_run):
+def test_the_reaper_of_a_killed_harness_unlists_what_it_listed_on_v2(tmp_path, other_run,
+                                                                   listed_records):
     """SIGKILL of a harness that listed cpuset at the root for its run cgroup: its reaper
     removes the run cgroup and unlists cpuset, as the harness itself would have; with
     another harness's run cgroup still there, cpuset stays listed."""
@@ -184,6 +242,8 @@ def test_the_reaper_of_a_killed_harness_unlists_what_it_listed_on_v2(tmp_path, o
         time.sleep(0.05)
     assert not Path(run_dir).exists()
     assert control.read_text() == ("+cpuset" if other_run else "-cpuset")
+    # the reaper drops the record of what it unlisted; one it could not unlist stays
+    assert len(list(listed_records.glob("*.json"))) == (1 if other_run else 0)
 
 
 def test_whole_disk_of_a_partitionless_root_and_of_proc():

@@ -21,12 +21,17 @@ that is usually the root, whose `cgroup.subtree_control` lacks cpuset unless a u
 asked for it. A controller the harness enables there for its run cgroups is disabled
 again when the last of them is removed (`RunCgroup.remove`). Where none can (the
 namespaced root of a container, holding the container's processes), the one-line
-refusal says so.
+refusal says so. What a run cgroup listed is also written down (`LISTED_DIR/NAME.json`:
+the parent and the controllers) until it is unlisted: a harness killed with its reaper
+(`resources/lifeline.py`) leaves the record, and `clean_stale` at the next start unlists
+what it names once no run cgroup is left under that parent. Without a record nothing is
+unlisted: a controller listed by the machine's owner is not the harness's to take away.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -43,6 +48,9 @@ V1_CONTROLLERS = ("cpuset", "memory", "blkio", "cpuacct")
 REQUIRED_V1 = ("cpuset", "memory", "blkio")
 REQUIRED_V2 = ("cpuset", "memory", "io")
 ACCOUNTING_ONLY_BPS = 1 << 50  # 1 PiB/s
+# v2: what each run cgroup listed in its parent's cgroup.subtree_control, until unlisted
+# (the environment variable: another folder, which the reaper inherits; tests use one)
+LISTED_DIR = Path(os.environ.get("DSANALYZE_LISTED_DIR") or "/run/dsanalyze/listed")
 
 
 @dataclass(frozen=True)
@@ -156,6 +164,41 @@ def unlist_unused(parent: Path, controllers: tuple[str, ...]) -> bool:
     return True
 
 
+def remember_listed(name: str, parent: Path, controllers: tuple[str, ...]) -> None:
+    """Write down that run cgroup `name` listed `controllers` in `parent` (best effort: a
+    harness that cannot leaves the unlisting to itself and its reaper, as before)."""
+    with contextlib.suppress(OSError):
+        LISTED_DIR.mkdir(parents=True, exist_ok=True)
+        (LISTED_DIR / f"{name}.json").write_text(
+            json.dumps({"parent": str(parent), "controllers": list(controllers)}))
+
+
+def forget_listed(name: str) -> None:
+    with contextlib.suppress(OSError):
+        (LISTED_DIR / f"{name}.json").unlink()
+
+
+def unlist_stale() -> list[str]:
+    """Unlist what the records of harnesses that are gone name, under parents no run
+    cgroup is left in (`unlist_unused`), and drop those records; a record whose parent
+    still holds a run cgroup stays for a later start. The records unlisted, by name."""
+    done = []
+    for record in sorted(LISTED_DIR.glob(f"{PREFIX}*.json")) if LISTED_DIR.is_dir() else []:
+        m = re.match(rf"{PREFIX}(\d+)-", record.name)
+        if not m or _alive(int(m.group(1))):
+            continue
+        try:
+            found = json.loads(record.read_text())
+            parent, controllers = Path(found["parent"]), tuple(found["controllers"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if not parent.is_dir() or unlist_unused(parent, controllers):
+            with contextlib.suppress(OSError):
+                record.unlink()
+            done.append(record.stem)
+    return done
+
+
 def _write(path: Path, value: str) -> None:
     try:
         path.write_text(value)
@@ -228,18 +271,20 @@ class RunCgroup:
         if missing:
             _write(self._parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing))
             self._enabled = missing
+            remember_listed(self.name, self._parent, missing)
 
     @property
-    def listed(self) -> tuple[Path, tuple[str, ...]] | None:
+    def listed(self) -> tuple[Path, tuple[str, ...], str] | None:
         """v2: the parent and the controllers this cgroup had it list (`_enable_controllers`),
-        for a reaper to unlist should the harness be killed; None where it listed none."""
-        return (self._parent, self._enabled) if self._enabled else None
+        and the name of its record (`remember_listed`), for a reaper to unlist should the
+        harness be killed; None where it listed none."""
+        return (self._parent, self._enabled, self.name) if self._enabled else None
 
     def _disable_controllers(self) -> None:
         """Unlist what `_enable_controllers` listed, once no run cgroup is left under the
         parent (`unlist_unused`)."""
-        if self._enabled:
-            unlist_unused(self._parent, self._enabled)
+        if self._enabled and unlist_unused(self._parent, self._enabled):
+            forget_listed(self.name)
         self._enabled = ()
 
     def __enter__(self) -> RunCgroup:
@@ -389,7 +434,8 @@ def probe(hierarchy: Hierarchy | None = None) -> Hierarchy:
 
 
 def clean_stale(hierarchy: Hierarchy | None = None) -> list[str]:
-    """Remove `dsanalyze-<pid>-*` cgroups whose harness is gone; return their names."""
+    """Remove `dsanalyze-<pid>-*` cgroups whose harness is gone, then (v2) unlist what their
+    records name (`unlist_stale`); return the cgroups' names."""
     hierarchy = hierarchy or detect()
     removed = []
     for root in set(hierarchy.roots.values()):
@@ -402,6 +448,8 @@ def clean_stale(hierarchy: Hierarchy | None = None) -> list[str]:
             cg = RunCgroup(Hierarchy(hierarchy.version, {"x": root}), d.name)
             cg.remove()
             removed.append(str(d))
+    if hierarchy.version == 2:
+        unlist_stale()
     return removed
 
 

@@ -70,11 +70,13 @@ class Lifeline:
     def watch_group(self, pgid: int) -> None:
         self._send(f"pgid {pgid}")
 
-    def unlist_after(self, parent: str | Path, controllers: tuple[str, ...]) -> None:
+    def unlist_after(self, parent: str | Path, controllers: tuple[str, ...],
+                     record: str = "") -> None:
         """cgroup v2: controllers the harness listed in `parent`'s `cgroup.subtree_control`
         for its run cgroups, which the reaper unlists after removing them, unless another
-        run cgroup is still there (`cgroups.unlist_unused`)."""
-        self._send(f"unlist {json.dumps([str(parent), list(controllers)])}")
+        run cgroup is still there (`cgroups.unlist_unused`); then it drops their `record`
+        (`cgroups.remember_listed`), so that no later start unlists them again."""
+        self._send(f"unlist {json.dumps([str(parent), list(controllers), record])}")
 
     def undo_with(self, argv: list[str]) -> None:
         """A command the reaper runs after its kills (a network namespace to delete)."""
@@ -174,7 +176,7 @@ def main() -> int:
     pgids: list[int] = []
     dirs: list[str] = []
     commands: list[list[str]] = []
-    listed: list[tuple[Path, tuple[str, ...]]] = []
+    listed: list[tuple[Path, tuple[str, ...], str]] = []
     for line in sys.stdin:
         word, _, value = line.strip().partition(" ")
         if word == DONE:
@@ -186,12 +188,13 @@ def main() -> int:
         elif word == "run":
             commands.append(json.loads(value))
         elif word == "unlist":
-            parent, controllers = json.loads(value)
-            listed.append((Path(parent), tuple(controllers)))
+            parent, controllers, record = json.loads(value)
+            listed.append((Path(parent), tuple(controllers), record))
     reaped = reap(pgids, dirs)
-    for parent, controllers in listed:
+    for parent, controllers, record in listed:
         with contextlib.suppress(OSError):
-            cgroups.unlist_unused(parent, controllers)
+            if cgroups.unlist_unused(parent, controllers) and record:
+                cgroups.forget_listed(record)
     undo(commands)
     return 0 if reaped else 1
 
