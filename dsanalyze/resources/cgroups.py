@@ -184,8 +184,7 @@ def unlist_stale() -> list[str]:
     still holds a run cgroup stays for a later start. The records unlisted, by name."""
     done = []
     for record in sorted(LISTED_DIR.glob(f"{PREFIX}*.json")) if LISTED_DIR.is_dir() else []:
-        m = re.match(rf"{PREFIX}(\d+)-", record.name)
-        if not m or _alive(int(m.group(1))):
+        if not _harness_gone(record.name):
             continue
         try:
             found = json.loads(record.read_text())
@@ -442,8 +441,7 @@ def clean_stale(hierarchy: Hierarchy | None = None) -> list[str]:
         if not root.is_dir():
             continue
         for d in root.iterdir():
-            m = re.match(rf"{PREFIX}(\d+)-", d.name)
-            if not (m and d.is_dir()) or _alive(int(m.group(1))):
+            if not (_harness_gone(d.name) and d.is_dir()):
                 continue
             cg = RunCgroup(Hierarchy(hierarchy.version, {"x": root}), d.name)
             cg.remove()
@@ -451,6 +449,12 @@ def clean_stale(hierarchy: Hierarchy | None = None) -> list[str]:
     if hierarchy.version == 2:
         unlist_stale()
     return removed
+
+
+def _harness_gone(name: str) -> bool:
+    """`name` is one of a harness's (`dsanalyze-<pid>-...`) whose process is gone."""
+    m = re.match(rf"{PREFIX}(\d+)-", name)
+    return m is not None and not _alive(int(m.group(1)))
 
 
 def _alive(pid: int) -> bool:

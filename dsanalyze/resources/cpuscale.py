@@ -47,21 +47,17 @@ START_TIMEOUT_S = 30.0
 def measure(files: Sequence[str], cpu_ids: Sequence[int] | None = None,
             phase_s: float = PHASE_S, rounds: int = ROUNDS) -> CpuScaling:
     """Solo and parallel CPU per item on the given CPUs (default: the harness's affinity)."""
-    # imported here: the workers run this module and need neither (they start faster)
-    from dsanalyze.dataset import IMAGE_EXTENSIONS
+    # imported here: the workers run this module and need it not (they start faster)
     from dsanalyze.records import CpuScaling
 
     cpus = sorted(cpu_ids if cpu_ids is not None else os.sched_getaffinity(0))
     if len(cpus) < 2:
         return CpuScaling(len(cpus), None, why="one CPU: nothing runs in parallel")
-    picked = [files[i * len(files) // FILES] for i in range(min(FILES, len(files)))]
+    picked, work = probe_files(files)
     if not picked:
         return CpuScaling(len(cpus), None, why="no dataset files to decode")
-    work = "decode" if all(f.lower().endswith(IMAGE_EXTENSIONS) for f in picked) else "checksum"
     t0 = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-m", __name__, "--cpu", str(c), "--work", work,
-                               "--", *picked], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for c in cpus]
+    procs = [start_worker(c, work, picked) for c in cpus]
     try:
         for p in procs:
             expect_ready(p)
@@ -77,6 +73,24 @@ def measure(files: Sequence[str], cpu_ids: Sequence[int] | None = None,
     t1, tn = solo[0] / solo[1], parallel[0] / parallel[1]
     return CpuScaling(len(cpus), max(0.0, (tn / t1 - 1) / (len(cpus) - 1)), work, t1, tn,
                       int(solo[1] + parallel[1]), time.perf_counter() - t0)
+
+
+def probe_files(files: Sequence[str]) -> tuple[list[str], str]:
+    """The files a worker cycles over (`FILES` of them, spread over the list) and its work:
+    decode where they are all images, else checksum."""
+    from dsanalyze.dataset import IMAGE_EXTENSIONS  # not for the workers: they start faster
+
+    picked = [files[i * len(files) // FILES] for i in range(min(FILES, len(files)))]
+    work = "decode" if all(f.lower().endswith(IMAGE_EXTENSIONS) for f in picked) else "checksum"
+    return picked, work
+
+
+def start_worker(cpu: int, work: str, files: Sequence[str]) -> subprocess.Popen:
+    """One worker (this module run as an argv subprocess), pinned to `cpu`, driven over its
+    stdin (`phase`); `expect_ready` waits for it."""
+    return subprocess.Popen([sys.executable, "-m", __name__, "--cpu", str(cpu), "--work", work,
+                             "--", *files], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def expect_ready(p: subprocess.Popen) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,19 +46,12 @@ class HostProbe:
     def start(cls, files: Sequence[str], cpu_ids: Sequence[int] | None = None) -> HostProbe:
         """The worker, pinned to the first of `cpu_ids` (default: the harness's affinity),
         on three of `files` spread over the list; none without files."""
-        if not files:
+        picked, work = cpuscale.probe_files(files)
+        if not picked:
             return cls(None, why="no dataset files to decode")
-        from dsanalyze.dataset import IMAGE_EXTENSIONS
-
         cpu = min(cpu_ids if cpu_ids else os.sched_getaffinity(0))
-        picked = [files[i * len(files) // cpuscale.FILES]
-                  for i in range(min(cpuscale.FILES, len(files)))]
-        work = "decode" if all(f.lower().endswith(IMAGE_EXTENSIONS) for f in picked) \
-            else "checksum"
         try:
-            proc = subprocess.Popen([sys.executable, "-m", cpuscale.__name__, "--cpu", str(cpu),
-                                     "--work", work, "--", *picked], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            proc = cpuscale.start_worker(cpu, work, picked)
         except OSError as e:
             return cls(None, why=f"the probe did not start: {e}")
         probe = cls(proc, work)
