@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 from conftest import copy_of, harness
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dsanalyze import app, cli, store
 from dsanalyze.analysis.jobrun import job_as_run
@@ -122,6 +124,47 @@ def test_a_pick_the_model_s_own_check_rejects_is_refused_with_the_reason():
     assert decide(summary, [a.decision.prediction], facts, None).kind is DecisionKind.CHANGE
 
 
+@pytest.fixture(scope="module")
+def prep_pick():
+    """The prep-bound fixture's table, facts and its pick (a prediction faster than every
+    measured configuration), fitted once."""
+    runs = store.load_runs(DATA / "whatif_prep")
+    a = advise(runs)
+    summary = summarize(runs)
+    return summary, recommend.facts(a.model, runs, summary), a.decision
+
+
+@settings(max_examples=40, deadline=None)
+@given(gain=st.floats(0.5, 3.0), width=st.floats(1.0, 2.5))
+def test_a_pick_is_advised_only_when_faster_at_its_interval_s_slow_end(prep_pick, gain, width):
+    """Rule 2 for every point and interval: a prediction whose job is `gain` x shorter than
+    the fastest measured one, with an interval reaching `width` x below its rate, is the
+    change exactly when its job at that slow end is still shorter by the tie tolerance;
+    otherwise the measured configuration is kept and the prediction named as within noise,
+    never advised."""
+    summary, facts, d0 = prep_pick
+    best = d0.best_measured
+    p = d0.prediction
+    epoch = best.span_s / gain / facts.epochs  # steady epochs alone: no cold first epoch
+    candidate = replace(p, epoch_s=epoch, epoch1_s=None, rate_sps_low=p.rate_sps / width,
+                        rate_sps_high=p.rate_sps * width)
+    d = decide(summary, [candidate], replace(facts, cold=False))
+    span, slow = epoch * facts.epochs, epoch * facts.epochs * width
+    if slow < best.span_s * (1 - facts.tolerance):
+        assert d.kind is DecisionKind.CHANGE and d.unsure is None
+        assert d.choice.span_s == pytest.approx(span)
+    else:
+        assert d.kind is DecisionKind.KEEP and d.choice == best
+        ahead = span < best.span_s * (1 - facts.tolerance)
+        assert (d.unsure is not None) is ahead
+        if ahead:
+            assert d.unsure.span_s == pytest.approx(span)
+            text = advice_text(Advice(d, fitted_runs=3))
+            assert "predicted faster beyond its interval than its measured" in text
+            assert f"but {slow:.2f} s at its interval's slow end: within the model's noise" \
+                in text
+
+
 def test_without_a_disk_run_predictions_are_weighed_on_steady_epochs_as_measured():
     """Cached runs alone measure no cold epoch: the table's spans are steady epochs, and a
     prediction is weighed the same way. Its cold start (the first epoch's reads and its first
@@ -138,8 +181,9 @@ def test_without_a_disk_run_predictions_are_weighed_on_steady_epochs_as_measured
     best = a.decision.best_measured
     assert best is not None and best.measured
     p = a.decision.prediction
+    # its interval's slow end 10% below its rate: faster beyond its noise too (rule 2)
     candidate = replace(p, epoch_s=0.8 * best.span_s, epoch1_s=1.2 * best.span_s,
-                        compute_s=0.5 * best.span_s)
+                        compute_s=0.5 * best.span_s, rate_sps_low=0.9 * p.rate_sps)
     d = decide(summary, [candidate], facts)
     assert d.kind is DecisionKind.CHANGE and d.choice.span_s == pytest.approx(0.8 * best.span_s)
     assert d.choice.stall_pct == pytest.approx(100 * (0.8 - 0.5) / 0.8)

@@ -31,6 +31,7 @@ from dsanalyze.whatif.decision import (
     Refusal,
     StallReason,
     predicted_option,
+    slow_span_s,
 )
 from dsanalyze.whatif.verification import REPEAT, WORKER_FLAGS, NotRun, Unrunnable
 
@@ -194,11 +195,24 @@ def _keep_text(a: Advice) -> str:
         f" Its bw={bandwidth_text(best.storage_read_bps)} is a throttle the sweep put on the "
         "storage: no run with faster storage measured faster, so faster storage bought "
         "nothing in these runs.")
+    surely = " beyond its interval" if d.unsure is not None else ""
     return (f"Advice: keep {option_label(best)}: no configuration of the what-if grid is "
-            f"predicted faster than its measured {_epochs(d)} in "
+            f"predicted faster{surely} than its measured {_epochs(d)} in "
             f"{number(best.span_s, '{:.2f}')} s ({number(best.stall_pct, '{:.0f}')}% "
-            f"stalled, {_bound_text(best)}){over}.{throttle} From the what-if model fitted on "
-            f"the {a.fitted_runs} runs of this sweep.")
+            f"stalled, {_bound_text(best)}){over}.{_unsure_text(d)}{throttle} From the what-if "
+            f"model fitted on the {a.fitted_runs} runs of this sweep.")
+
+
+def _unsure_text(d: Decision) -> str:
+    """The fastest prediction a kept configuration was not changed for: faster by its point,
+    not at the slow end of its interval (`decision.surely_faster`)."""
+    o = d.unsure
+    if o is None:
+        return ""
+    return (f" The fastest prediction, {change_text(o, d.best_measured, d.loader)}, is "
+            f"{_rate_text(o, 'steady')}, {_epochs(d)} in {number(o.span_s, '{:.2f}')} s, but "
+            f"{number(slow_span_s(o), '{:.2f}')} s at its interval's slow end: within the "
+            "model's noise of the measured run, so measure it before changing.")
 
 
 def _refused_text(a: Advice) -> str:
