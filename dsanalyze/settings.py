@@ -98,6 +98,12 @@ class Settings:
         "stretch of a step on the CPU (`fit_loop.fit_stretch`; the first takes the cached rate "
         "as inversely proportional to it)",
         "no grid recorded: the third step moves the scripts' stretches by under 1% (1598aa5)")
+    saturated_share: float = _tuned(
+        0.9, "", "a cached run of a step on the CPU that kept at least this share of its cores "
+        "busy had them full: more workers than it had share the same cores (`laws.held_gain`)",
+        "cores busy at 2 CPUs on /tmp/dsa-scripts-bench21 and bench22 (scripts bench, tuning "
+        "grids): full 0.95-0.99 (timm, examples: more workers gained -1% to +2% cached), "
+        "0.70-0.72 (lightning with 1 worker: +15% to +65%) (b59844c)")
     seeds: int = _tuned(3, "permutations", "permutations averaged per disk prediction",
                         "no grid recorded; run time against the permutations' spread (ef446db)")
     sim_samples: int = _tuned(

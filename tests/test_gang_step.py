@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from dsanalyze import store
 from dsanalyze.config import Mode
 from dsanalyze.report.assumptions import assumption_text
+from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif import fit_loop, fit_prep
 from dsanalyze.whatif.assumptions import Assume, Assumption
@@ -30,6 +31,7 @@ from dsanalyze.whatif.intervals import rel_sigma_for, untested
 from dsanalyze.whatif.laws import cpu_stretch, run_config, stretch_from
 from dsanalyze.whatif.model import HeldOut, Z
 from dsanalyze.whatif.pipeline import Pipeline, simulate
+from dsanalyze.whatif.rates import mean_rates
 
 BATCHES, BATCH = 80, 2  # many batches a worker: none runs out of work mid-run
 
@@ -246,3 +248,29 @@ def test_a_carried_sharing_widens_the_interval_by_the_gain_it_predicts(cpu_scrip
     one = whatif.predict(model, whatif.Config.of(1, workers=workers))
     assert whatif.predict(replace(model, cpu_stretch_by_cpus=()),
                           whatif.Config.of(1, workers=workers)).rate_sps_high == one.rate_sps_high
+
+
+@settings(max_examples=16, deadline=None)
+@given(fitted=st.integers(1, 3), workers=st.integers(1, 6), busy=st.floats(1.0, 2.0))
+def test_more_workers_than_a_count_that_kept_its_cores_full_gain_what_the_cores_allow(
+        cpu_script, fitted, workers, busy):
+    """CPU conservation: a cached run whose job kept its 2 cores full (at least
+    `saturated_share` of them busy) did all the CPU work those cores allow; more workers
+    share the same cores, so the cached rate they are predicted gains at most 2 / busy over
+    that count's and never falls below it (each within the one proportional step's 3%). Cores
+    left idle (fewer busy), fewer workers, or the count itself: the sharing law's prediction,
+    unchanged."""
+    _, model = cpu_script
+    model = replace(model, cpu_stretch_by_cpus=((2, fitted, 1.2),),
+                    cores_busy_by_cpus=((2, fitted, busy),))
+    free = replace(model, cores_busy_by_cpus=())
+
+    def cached(m, k):
+        return mean_rates(m, whatif.Config.of(2, workers=k), m.layout, Mode.CACHED,
+                          None).rate_sps
+    own, asked = cached(model, fitted), cached(model, workers)
+    if workers > fitted and busy >= SETTINGS.saturated_share * 2:
+        assert own * 0.97 <= asked <= own * 2 / busy * 1.03
+        assert asked <= cached(free, workers) * (1 + 1e-9)
+    else:
+        assert asked == cached(free, workers)

@@ -250,7 +250,9 @@ WORDS: dict[type[Provenance], Callable[[Any], str]] = {
     CpuStretch: lambda h: (f"calibrated: a step on the CPU beside its loader; at {h.cpus} CPU(s) "
                            f"and {h.workers} worker(s) the job's CPU work stretched so that each cached run's simulated "
                            f"rate is its measured one; median of {h.runs}: {h.low:.2f}x to "
-                           f"{h.high:.2f}x"),
+                           f"{h.high:.2f}x" + ("" if h.cores_busy is None else
+                                               f"; {h.cores_busy:.2f} of its {h.cpus} cores "
+                                               "busy")),
     WorkerRestart: lambda h: ("not measured: workers taken to start again at no cost; "
                               + dropped_text(h.dropped) if h.dropped else
                               "calibrated: each worker's CPU at every epoch start after the "

@@ -168,10 +168,14 @@ def fit_stretch(model: Model, results: list[RunResult]) -> tuple[Model, list[Par
         groups.setdefault(_cores_and_workers(model, r), []).append(r)
     found = {ck: [_stretch_of(model, r) for r in runs] for ck, runs in sorted(groups.items())}
     stretch = tuple((c, k, statistics.median(v)) for (c, k), v in found.items())
-    return replace(model, cpu_stretch_by_cpus=stretch), [
+    busy = {ck: statistics.median(b) for ck, runs in groups.items()
+            if (b := [x for r in runs if (x := runrate.run_rate(r).cores_busy) is not None])}
+    return replace(model, cpu_stretch_by_cpus=stretch,
+                   cores_busy_by_cpus=tuple((c, k, b) for (c, k), b in sorted(busy.items()))), [
         Param(f"cpu_stretch_at_{c}_cpus_{k}_workers", s, "x",
               tuple(r.run_id for r in groups[c, k]),
-              CpuStretch(c, k, len(found[c, k]), min(found[c, k]), max(found[c, k])))
+              CpuStretch(c, k, len(found[c, k]), min(found[c, k]), max(found[c, k]),
+                         busy.get((c, k))))
         for c, k, s in stretch]
 
 

@@ -115,6 +115,22 @@ def cpu_stretch(model: Model, cfg: Config, mode: Mode) -> float:
     return at[workers_for(model, cfg) if carried is None else carried]
 
 
+def held_gain(model: Model, cfg: Config) -> float | None:
+    """Where `cfg` has more workers than the count whose stretch it carries (`stretch_from`)
+    and that count's cached runs kept their cores full (at least `SETTINGS.saturated_share`
+    of them busy): the most its cached rate may gain over that count's, CPUs / cores busy.
+    The cores were full: more workers share the same cores with the step's threads (timm and
+    examples at 2 CPUs, 0.95-0.99 busy, gained -1% to +2% from more workers; lightning with
+    1 worker, 0.70 busy, +15% to +65%). None elsewhere: the sharing law's gain stands."""
+    carried = stretch_from(model, cfg)
+    if carried is None or workers_for(model, cfg) <= carried:
+        return None
+    busy = {k: b for c, k, b in model.cores_busy_by_cpus if c == cfg.cpus}.get(carried)
+    if busy is None or busy < SETTINGS.saturated_share * cfg.cpus:
+        return None
+    return cfg.cpus / busy
+
+
 def step_for(model: Model, cfg: Config) -> float:
     """t_step(n) / iteration: t_compute / k + t_allreduce * 2 (n - 1) / n."""
     if model.step_s is None:

@@ -192,6 +192,8 @@ class Model:
     # such a step beside its loader: per (CPU count, workers), how many times longer the job's
     # CPU work takes than the sharing law says, fitted on those cached runs (`fit_stretch`)
     cpu_stretch_by_cpus: tuple[tuple[int, int, float], ...] = ()
+    # those cached runs' cores busy (median, `window.window_cores_busy`), per (CPUs, workers)
+    cores_busy_by_cpus: tuple[tuple[int, int, float], ...] = ()
     size_share: float = 0.0  # share of c_prep that scales with the sample's bytes (read+decode)
     fit_weights: dict[str, float] = field(default_factory=dict, compare=False)
     # each fit run's measured sigma / rate (block bootstrap): a floor on the intervals

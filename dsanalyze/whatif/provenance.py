@@ -217,6 +217,7 @@ class CpuStretch(Provenance):
     runs: int
     low: float
     high: float
+    cores_busy: float | None = None  # those runs' cores busy (median), of `cpus`
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from dsanalyze.whatif.heldout import HeldOut
 from dsanalyze.whatif.laws import (
     cpu_stretch,
     epoch_end_for,
+    held_gain,
     held_load,
     outside_load,
     prep_cpu_for,
@@ -27,6 +28,7 @@ from dsanalyze.whatif.laws import (
     run_cache,
     run_config,
     step_for,
+    stretch_from,
     usable_cpus,
     workers_for,
 )
@@ -157,6 +159,8 @@ def mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     simulated with all of them), simulated once more on the cores left. A step on the CPU
     held by that work (`held_load`) is simulated at the load of the rate without it, then
     of the rate with it (two steps towards the fixed point, from either side)."""
+    if mode in (Mode.CACHED, Mode.DISK):
+        model = held_stretch(model, cfg)
     full = free = _mean_rates(model, cfg, layout, mode, cache_bytes, cold_first, **override)
     for _ in range(2):
         held = held_load(model, cfg, mode, full.rate_sps)
@@ -182,6 +186,27 @@ def mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     if abs(settled - cores) > SETTINGS.settled * cores:
         return replace(at(settled), held_rel=full.held_rel)
     return rates
+
+
+def held_stretch(model: Model, cfg: Config) -> Model:
+    """The model with `cfg`'s worker count held to its cores (`laws.held_gain`): where more
+    workers than a count whose cached runs kept their cores full would gain more than those
+    cores allow, its CPU work stretched by the excess (one proportional step: on full cores
+    the cached rate is inversely proportional to the CPU work), as a fitted count of its own;
+    the model itself elsewhere."""
+    gain = held_gain(model, cfg)
+    carried = stretch_from(model, cfg)
+    if gain is None or carried is None:
+        return model
+    here = _mean_rates(model, cfg, model.layout, Mode.CACHED, None).rate_sps
+    there = _mean_rates(model, replace(cfg, workers=carried), model.layout, Mode.CACHED,
+                        None).rate_sps
+    excess = here / there / gain
+    if excess <= 1:
+        return model
+    s = cpu_stretch(model, cfg, Mode.CACHED) * excess
+    return replace(model, cpu_stretch_by_cpus=(
+        *model.cpu_stretch_by_cpus, (cfg.cpus, workers_for(model, cfg), s)))
 
 
 def _mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
