@@ -23,7 +23,7 @@ from dsanalyze.dataset import scan_dataset
 from dsanalyze.records import RunResult
 from dsanalyze.report.advice import advice_text, failure_text, option_label, why_not_validated
 from dsanalyze.report.verdicts import verdict_text
-from dsanalyze.whatif import calibrate, fit_prep, fit_restart, recommend
+from dsanalyze.whatif import calibrate, decision, fit_prep, fit_restart, recommend
 from dsanalyze.whatif.advice import Advice, ModelFailure, advise, within
 from dsanalyze.whatif.assumptions import Assume, Assumption, Law
 from dsanalyze.whatif.decision import (
@@ -228,6 +228,13 @@ def test_a_cpu_trained_pick_at_unmeasured_cpus_and_workers_is_refused_naming_the
         for f in calibrate.FITTERS))
     cached = {(r.spec.resources.cpus, job_as_run(r).workers) for r in runs
               if r.mode is Mode.CACHED}
+    # that pick is faster by its point, not at its interval's slow end: kept, named as within
+    # the model's noise (rule 2); with its point alone weighed, it is refused
+    noisy = app.advise(prefix, runs).advice.decision
+    assert noisy.kind is DecisionKind.KEEP and noisy.unsure is not None
+    assert (noisy.unsure.cpus_used, noisy.unsure.workers) not in cached
+    monkeypatch.setattr(decision, "surely_faster", lambda o, best, tolerance:
+                        o.span_s < best.span_s * (1 - tolerance))
     a = app.advise(prefix, runs).advice
     d = a.decision
     assert d.kind is DecisionKind.REFUSED and d.refusal is Refusal.CPU_SHARING
