@@ -403,13 +403,24 @@ def test_prep_bound_sweep_ends_with_a_change_predicted_faster_than_every_measure
     out = capsys.readouterr().out.splitlines()
     (line,) = [s for s in out if s.startswith("Advice: ")]
     assert out.index(line) > max(i for i, s in enumerate(out) if s.startswith("cpus=1 "))
-    assert line.startswith("Advice: give the job ")
-    # the printed claim: a predicted time under the measured one, at the one CPU asked for
+    # the printed claim: a predicted time under the measured one, at the one CPU asked for;
+    # given, or (rule 2) kept while the pick's interval reaches past the measured time: a
+    # loaded machine's decode probe can leave a gain of under half the interval's width
     claim = re.search(r"give the job (.*): predicted .*, \d+ epochs? (?:\(cold\) )?in "
                       r"([\d.]+) s, .* against ([\d.]+) s measured at cpus=1\b", line)
-    assert claim is not None, line
-    predicted_s, measured_s = float(claim.group(2)), float(claim.group(3))
-    assert predicted_s < measured_s
+    if claim is not None:
+        change, predicted_s, measured_s = claim.group(1), float(claim.group(2)), \
+            float(claim.group(3))
+    else:
+        kept = re.search(r"^Advice: keep cpus=1 \S+ \S+: .* its measured \d+ epochs? "
+                         r"(?:\(cold\) )?in ([\d.]+) s .* The fastest prediction, (.*), is "
+                         r"predicted .*, \d+ epochs? (?:\(cold\) )?in ([\d.]+) s, but ([\d.]+) s at "
+                         r"its interval's slow end", line)
+        assert kept is not None, line
+        change, predicted_s, measured_s = kept.group(2), float(kept.group(3)), \
+            float(kept.group(1))
+        assert float(kept.group(4)) >= measured_s * (1 - 0.02) - 0.005, line
+    assert predicted_s < measured_s, line
     # the measured time from the cached run's own record: an epoch of the dataset's 96
     # files at its steady iterations' seconds per sample (no disk run: no cold epoch)
     (cached,) = [r for r in store.load_runs(prefix) if r.mode is Mode.CACHED]
@@ -419,7 +430,7 @@ def test_prep_bound_sweep_ends_with_a_change_predicted_faster_than_every_measure
     assert measured_s == pytest.approx(files * per_sample_s, rel=0.15)
     # more of what the prep stall lacks: CPUs or workers
     assert re.search(r"\d+ CPUs \(1 measured\)|\d+ [\w ]+ per rank \(2 measured\)",
-                     claim.group(1)), line
+                     change), line
     assert "fitted on the 2 runs of this sweep" in line and " (interval " in line
 
 

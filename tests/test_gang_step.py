@@ -250,18 +250,20 @@ def test_a_carried_sharing_widens_the_interval_by_the_gain_it_predicts(cpu_scrip
                           whatif.Config.of(1, workers=workers)).rate_sps_high == one.rate_sps_high
 
 
-@settings(max_examples=16, deadline=None)
-@given(fitted=st.integers(1, 3), workers=st.integers(1, 6), busy=st.floats(1.0, 2.0))
+@settings(max_examples=40, deadline=None)
+@given(fitted=st.integers(1, 3), workers=st.integers(1, 6), busy=st.floats(1.0, 2.0),
+       prep_ms=st.sampled_from([4.0, 10.0, 20.0]))
 def test_more_workers_than_a_count_that_kept_its_cores_full_gain_what_the_cores_allow(
-        cpu_script, fitted, workers, busy):
+        cpu_script, fitted, workers, busy, prep_ms):
     """CPU conservation: a cached run whose job kept its 2 cores full (at least
     `saturated_share` of them busy) did all the CPU work those cores allow; more workers
     share the same cores, so the cached rate they are predicted gains at most 2 / busy over
-    that count's and never falls below it (each within the one proportional step's 3%). Cores
+    that count's, and is never held below it (each within the two solver steps' 2%). Cores
     left idle (fewer busy), fewer workers, or the count itself: the sharing law's prediction,
-    unchanged."""
+    unchanged. A prep of 10-20 ms a sample against the 45 ms step of 12 samples: one worker
+    holds the rate back, and the sharing law alone has more of them gain 12-38%."""
     _, model = cpu_script
-    model = replace(model, cpu_stretch_by_cpus=((2, fitted, 1.2),),
+    model = replace(model, cpu_stretch_by_cpus=((2, fitted, 1.2),), prep_cpu_s=prep_ms / 1e3,
                     cores_busy_by_cpus=((2, fitted, busy),))
     free = replace(model, cores_busy_by_cpus=())
 
@@ -270,7 +272,8 @@ def test_more_workers_than_a_count_that_kept_its_cores_full_gain_what_the_cores_
                           None).rate_sps
     own, asked = cached(model, fitted), cached(model, workers)
     if workers > fitted and busy >= SETTINGS.saturated_share * 2:
-        assert own * 0.97 <= asked <= own * 2 / busy * 1.03
-        assert asked <= cached(free, workers) * (1 + 1e-9)
+        law = cached(free, workers)  # the sharing law's own (it may already lie below)
+        assert min(law, own * 0.98) <= asked <= own * 2 / busy * 1.02
+        assert asked <= law * (1 + 1e-9)
     else:
         assert asked == cached(free, workers)

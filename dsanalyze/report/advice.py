@@ -210,7 +210,7 @@ def _unsure_text(d: Decision) -> str:
     if o is None:
         return ""
     return (f" The fastest prediction, {change_text(o, d.best_measured, d.loader)}, is "
-            f"{_rate_text(o, 'steady')}, {_epochs(d)} in {number(o.span_s, '{:.2f}')} s, but "
+            f"predicted {_rate_text(o, 'steady')}, {_epochs(d)} in {number(o.span_s, '{:.2f}')} s, but "
             f"{number(slow_span_s(o), '{:.2f}')} s at its interval's slow end: within the "
             "model's noise of the measured run, so measure it before changing.")
 

@@ -191,22 +191,31 @@ def mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
 def held_stretch(model: Model, cfg: Config) -> Model:
     """The model with `cfg`'s worker count held to its cores (`laws.held_gain`): where more
     workers than a count whose cached runs kept their cores full would gain more than those
-    cores allow, its CPU work stretched by the excess (one proportional step: on full cores
-    the cached rate is inversely proportional to the CPU work), as a fitted count of its own;
-    the model itself elsewhere."""
+    cores allow, its CPU work stretched by the excess (a proportional step, on full cores the
+    cached rate being about inversely proportional to the CPU work, then one secant step), as
+    a fitted count of its own; the model itself elsewhere."""
     gain = held_gain(model, cfg)
     carried = stretch_from(model, cfg)
     if gain is None or carried is None:
         return model
-    here = _mean_rates(model, cfg, model.layout, Mode.CACHED, None).rate_sps
     there = _mean_rates(model, replace(cfg, workers=carried), model.layout, Mode.CACHED,
                         None).rate_sps
-    excess = here / there / gain
-    if excess <= 1:
+    k = workers_for(model, cfg)
+
+    def excess(s: float) -> float:  # ln(the cached rate at stretch s / the most it may be)
+        m = replace(model, cpu_stretch_by_cpus=(*model.cpu_stretch_by_cpus, (cfg.cpus, k, s)))
+        return math.log(_mean_rates(m, cfg, model.layout, Mode.CACHED, None).rate_sps
+                        / (there * gain))
+    s0 = cpu_stretch(model, cfg, Mode.CACHED)
+    e0 = excess(s0)
+    if e0 <= 0:
         return model
-    s = cpu_stretch(model, cfg, Mode.CACHED) * excess
-    return replace(model, cpu_stretch_by_cpus=(
-        *model.cpu_stretch_by_cpus, (cfg.cpus, workers_for(model, cfg), s)))
+    # the proportional step, then one secant step on log rate against log stretch
+    s1 = s0 * math.exp(e0)
+    e1 = excess(s1)
+    slope = (e1 - e0) / (math.log(s1) - math.log(s0))
+    s2 = s1 * math.exp(-e1 / slope) if -4.0 < slope < -0.25 else s1
+    return replace(model, cpu_stretch_by_cpus=(*model.cpu_stretch_by_cpus, (cfg.cpus, k, s2)))
 
 
 def _mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
