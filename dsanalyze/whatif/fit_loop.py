@@ -29,7 +29,7 @@ from dsanalyze.whatif.provenance import (
     Reason,
     ReceiveWait,
 )
-from dsanalyze.whatif.rates import predict_run, simulate_run
+from dsanalyze.whatif.rates import predict_run, simulate_run, solve_stretch
 
 
 def _loop_s(run: RunResult) -> float | None:
@@ -134,18 +134,11 @@ def _stretch_of(model: Model, run: RunResult) -> float:
     alone stopped 3.5% short of a stretch of 0.72 in three)."""
     measured = runrate.run_rate(run).rate_sps or 0.0
     (cpus, workers) = _cores_and_workers(model, run)
-    prev: tuple[float, float] | None = None  # the last step's (log stretch, log predicted / measured)
-    s = 1.0
-    for _ in range(SETTINGS.stretch_steps):
+
+    def excess(s: float) -> float:  # ln(predicted at stretch s / measured)
         stretched = replace(model, cpu_stretch_by_cpus=((cpus, workers, s),))
-        here = (math.log(s), math.log(predict_run(stretched, HeldOut.of(run)).rate_sps / measured))
-        slope = -1.0
-        if prev is not None and here[0] != prev[0]:
-            found = (here[1] - prev[1]) / (here[0] - prev[0])
-            slope = found if -4.0 < found < -0.25 else slope  # else the proportional step
-        s = math.exp(here[0] - here[1] / slope)
-        prev = here
-    return s
+        return math.log(predict_run(stretched, HeldOut.of(run)).rate_sps / measured)
+    return solve_stretch(excess, 1.0, SETTINGS.stretch_steps)
 
 
 def fit_stretch(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:

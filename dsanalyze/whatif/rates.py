@@ -5,8 +5,10 @@ stored run's rates as a prediction may see it (`HeldOut`)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -202,20 +204,33 @@ def held_stretch(model: Model, cfg: Config) -> Model:
                         None).rate_sps
     k = workers_for(model, cfg)
 
+    @functools.cache
     def excess(s: float) -> float:  # ln(the cached rate at stretch s / the most it may be)
         m = replace(model, cpu_stretch_by_cpus=(*model.cpu_stretch_by_cpus, (cfg.cpus, k, s)))
         return math.log(_mean_rates(m, cfg, model.layout, Mode.CACHED, None).rate_sps
                         / (there * gain))
     s0 = cpu_stretch(model, cfg, Mode.CACHED)
-    e0 = excess(s0)
-    if e0 <= 0:
+    if excess(s0) <= 0:
         return model
-    # the proportional step, then one secant step on log rate against log stretch
-    s1 = s0 * math.exp(e0)
-    e1 = excess(s1)
-    slope = (e1 - e0) / (math.log(s1) - math.log(s0))
-    s2 = s1 * math.exp(-e1 / slope) if -4.0 < slope < -0.25 else s1
-    return replace(model, cpu_stretch_by_cpus=(*model.cpu_stretch_by_cpus, (cfg.cpus, k, s2)))
+    s = solve_stretch(excess, s0, 2)  # the proportional step, then one secant step
+    return replace(model, cpu_stretch_by_cpus=(*model.cpu_stretch_by_cpus, (cfg.cpus, k, s)))
+
+
+def solve_stretch(excess: Callable[[float], float], s: float, steps: int) -> float:
+    """The stretch of the CPU work where `excess` (ln of the simulated rate over the one
+    sought) is 0, from `s`, in `steps` evaluations: a secant on log rate against log stretch
+    whose first step takes the rate as inversely proportional to the stretch and whose later
+    ones the slope the steps so far measured (between -4 and -0.25, else proportional again)."""
+    prev: tuple[float, float] | None = None  # the last step's (log stretch, excess)
+    for _ in range(steps):
+        here = (math.log(s), excess(s))
+        slope = -1.0
+        if prev is not None and here[0] != prev[0]:
+            found = (here[1] - prev[1]) / (here[0] - prev[0])
+            slope = found if -4.0 < found < -0.25 else slope
+        s = math.exp(here[0] - here[1] / slope)
+        prev = here
+    return s
 
 
 def _mean_rates(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
