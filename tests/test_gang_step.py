@@ -158,6 +158,46 @@ def test_a_one_thread_step_s_run_gives_its_own_prep_whatever_the_gang_s(cpu_scri
         predict_run(without, HeldOut.of(two)).rate_sps
 
 
+def _faster(run, k: float):
+    """The run with every iteration (and its wait) `k` times shorter."""
+    r0 = run.ranks[0]
+    return replace(run, ranks=[replace(r0, iter_s=[x / k for x in r0.iter_s],
+                                       wait_s=[x / k for x in r0.wait_s])])
+
+
+@settings(max_examples=6, deadline=None)
+@given(faster=st.floats(1.02, 1.3))
+def test_a_one_thread_run_faster_than_its_step_allows_holds_the_prep_at_its_floor(
+        cpu_script, faster):
+    """A cached run whose one-thread step takes turns with the workers is at best as fast as
+    the step and the main process alone: every CPU cost of an iteration adds to them. A 1-CPU
+    cached run timed with no prep (the floor's), then made 2-30% faster still (the one
+    synthetic run that gave the step was slow), says the prep there is at most nil: the
+    prep where the step takes turns is held at its floor, said so, and the fit predicts that
+    run at the rate the step and the main process allow (within 1%: the nearest the law
+    comes), never at c_prep's law from the 2-CPU runs, whose 4 ms a sample is slower."""
+    from dsanalyze.analysis import runrate
+    from dsanalyze.report.params import how_text
+    from dsanalyze.whatif import bounds
+    from dsanalyze.whatif.rates import predict_run
+    runs, model = cpu_script
+    floor = bounds.PREP_CPU_S.low
+    cached = [r for r in runs if r.mode is Mode.CACHED]
+    timed = [_faster(timed_by(replace(model, prep_cpu_s=floor), r), faster)
+             if HeldOut.of(r).cpus == 1 else timed_by(model, r) for r in cached]
+    fitted, (alone,) = fit_prep.fit_alone(model, timed)  # c_prep: the fixture's 4 ms
+    assert fitted.prep_alone_cpu_s == floor and alone.name == "prep_alone_cpu_s_per_sample"
+    assert alone.value == floor and alone.how.floored and alone.how.dropped is None
+    assert "held at its floor" in how_text(alone.how)
+    one = HeldOut.of(next(r for r in timed if HeldOut.of(r).cpus == 1))
+    nil_prep = predict_run(replace(model, prep_cpu_s=floor, prep_alone_cpu_s=None), one)
+    got = predict_run(fitted, one).rate_sps
+    assert got == pytest.approx(nil_prep.rate_sps, rel=0.01)
+    assert got <= runrate.run_rate(next(r for r in timed if HeldOut.of(r).cpus == 1)
+                                   ).rate_sps * 1.01
+    assert predict_run(replace(fitted, prep_alone_cpu_s=None), one).rate_sps < 0.9 * got
+
+
 # ---- the stretch of a gang step's CPU work, per CPU count and workers ---------------------
 
 def _stretched_as(model, run, stretch: float):

@@ -148,8 +148,16 @@ def fit_alone(model: Model, cached: list[RunResult]) -> tuple[Model, list[Param]
     gang) every CPU cost is slowed (`fit_loop.fit_stretch`), and c_prep's points from such
     runs outvote a one-thread run's. The prep where the step takes turns: solved on each such
     cached run given the main process (on one busy core by the contention law), median;
-    None where there is none, or where it falls out of `bounds.PREP_CPU_S` (c_prep used);
-    `fit_cpu`, its caller, clears the one fitted before."""
+    None where there is none, or where it lies above `bounds.PREP_CPU_S` (c_prep used);
+    `fit_cpu`, its caller, clears the one fitted before.
+
+    A median under the bound's floor is held at the floor: such runs were as fast as the
+    step and the main process alone allow, or faster (the one synthetic run that gave the
+    step at that CPU count was slow: on the 2-core VM one script's 1-CPU synthetic runs lay
+    at 82-105 samples/s from sweep to sweep), so the prep there is at most nil, and the floor
+    is the nearest the law comes to them. c_prep, fitted on the gang runs, is several times
+    larger there (2.6 against 1.5-3.9 ms a sample solved on other sweeps' 1-CPU runs of the
+    same script) and predicted such a run 26% under its own rate (bench25)."""
     if not model.step_on_cpu or model.prep_cpu_s is None:
         return model, []
     alone = [(r, cfg) for r in cached if runrate.run_rate(r).rate_sps
@@ -161,6 +169,8 @@ def fit_alone(model: Model, cached: list[RunResult]) -> tuple[Model, list[Param]
               for r, cfg in alone]
     value, ids = statistics.median(points), tuple(r.run_id for r in runs)
     how = PrepAlone(len(points), min(points), max(points))
+    if value < bounds.PREP_CPU_S.low:
+        value, how = bounds.PREP_CPU_S.low, replace(how, floored=True)
     if not bounds.PREP_CPU_S.holds(value):
         return model, [Param("prep_alone_cpu_s_per_sample", None, "s", ids, replace(
             how, dropped=bounds.PREP_CPU_S.dropped(value, ids)))]

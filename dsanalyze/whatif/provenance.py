@@ -178,13 +178,15 @@ class PrepLaw(Provenance):
 @dataclass(frozen=True)
 class PrepAlone(Provenance):
     """A step on the CPU of one thread a rank: the prep per sample on one busy core solved on
-    each of `runs` such cached runs (median used), or dropped out of its bound."""
+    each of `runs` such cached runs (median used), held at the bound's floor where it solved
+    under it (`floored`), or dropped above the bound."""
 
     kind: ClassVar[str] = "prep_alone"
     runs: int
     low_s: float
     high_s: float
     dropped: Dropped | None = None
+    floored: bool = False  # the median solved under the bound's floor: held there
 
 
 @dataclass(frozen=True)
