@@ -96,8 +96,8 @@ nothing chosen on it): leave-one-out 0.8/11.9/83%, extrapolation 0.6/11.9/94%, e
 (noise floor max 21.6%); rescored with the floor rule, the same (no bench26 fit solved under the
 floor). A tuning grid now. bench27 (seed 97, workers 1,2, none,4M; 90e1740, with the floor
 rule, nothing chosen on it): leave-one-out 1.8/13.9/71%, extrapolation 0.5/14.0/89%: both
-maxima under 15% again, the leave-one-out intervals too narrow (7 of 24 outside, 6 of them
-unthrottled disk runs at 1 CPU, where the two worker counts' runs differ by 10-13%: lightning
+maxima under 15% again, the leave-one-out intervals too narrow (7 of 24 outside, all
+unthrottled disk runs, 5 at 1 CPU, where the two worker counts' runs differ by 10-13%: lightning
 216.9 against 190.4, timm 242.3 against 271.7). Over bench21-27 the 1-CPU cached runs' change
 with the worker count foretells the unthrottled disk runs' (correlation 0.56 examples, 0.60
 timm, 0.87 lightning), which the one prep where a one-thread step takes turns (a median over
