@@ -189,12 +189,12 @@ def test_a_one_thread_run_faster_than_its_step_allows_holds_the_prep_at_its_floo
     assert fitted.prep_alone_cpu_s == floor and alone.name == "prep_alone_cpu_s_per_sample"
     assert alone.value == floor and alone.how.floored and alone.how.dropped is None
     assert "held at its floor" in how_text(alone.how)
-    one = HeldOut.of(next(r for r in timed if HeldOut.of(r).cpus == 1))
+    run = next(r for r in timed if HeldOut.of(r).cpus == 1)
+    one = HeldOut.of(run)
     nil_prep = predict_run(replace(model, prep_cpu_s=floor, prep_alone_cpu_s=None), one)
     got = predict_run(fitted, one).rate_sps
     assert got == pytest.approx(nil_prep.rate_sps, rel=0.01)
-    assert got <= runrate.run_rate(next(r for r in timed if HeldOut.of(r).cpus == 1)
-                                   ).rate_sps * 1.01
+    assert got <= runrate.run_rate(run).rate_sps * 1.01
     assert predict_run(replace(fitted, prep_alone_cpu_s=None), one).rate_sps < 0.9 * got
 
 

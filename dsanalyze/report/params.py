@@ -116,10 +116,9 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.2f} ms"
 
 
-def _floored(h: PrepAlone) -> str:
-    return (f"held at its floor, {_ms(PREP_CPU_S.low)}: the runs were as fast as the step and "
-            "the main process alone allow, or faster (the step's synthetic run at that CPU "
-            "count then ran slow), so the prep is at most nil where")
+FLOORED = (f"held at its floor, {_ms(PREP_CPU_S.low)}: the runs were as fast as the step and "
+           "the main process alone allow, or faster (the step's synthetic run at that CPU count "
+           "then ran slow), so the prep is at most nil where")
 
 
 def _ms_range(low_s: float, high_s: float) -> str:
@@ -245,7 +244,7 @@ WORDS: dict[type[Provenance], Callable[[Any], str]] = {
     PrepLaw: _prep_law,
     PrepUnfitted: _prep_unfitted,
     PrepAlone: lambda h: ((dropped_text(h.dropped) + "; c_prep used where") if h.dropped else
-                          _floored(h) if h.floored else "calibrated: where") +
+                          FLOORED if h.floored else "calibrated: where") +
                          " the step on the CPU runs one thread a rank and takes turns with the "
                          "workers, the prep per sample (on one busy core) that makes each cached "
                          f"such run's simulated rate its measured one; median of {h.runs}: "
