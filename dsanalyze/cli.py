@@ -114,6 +114,10 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
                    help="measure N times the cached runs of a step on the CPU that shares its "
                         "cores with the DataLoader workers: their rate varies from run to run "
                         "by up to a third (3; 1: once)")
+    g.add_argument("--host-retries", dest="host_retries", type=int, metavar="N",
+                   help="measure again, up to N times, a run after which the machine itself "
+                        "ran slow (a decode timed between runs, 30%% over its median: a "
+                        "neighbour on the VM's host), once it is back (1; 0: never)")
     g.add_argument("--adaptive", action="store_true", default=None,
                    help="measure the grid's configurations one at a time, each where it could "
                         "change the recommendation, until it is sure (within ±5%%)")
@@ -189,6 +193,9 @@ def _print_profile_notes(measured: app.ProfileOutcome) -> None:
               "bandwidth are not enforced", file=sys.stderr)
     if outcome.skipped:
         print(f"resumed: {len(outcome.skipped)} run(s) already complete, skipped")
+    if outcome.host_slowed:
+        print(f"measured again: {len(outcome.host_slowed)} run(s) after which the machine itself "
+              f"ran slow, kept in {Path(outcome.host_slowed[0]).parent}")
     if outcome.superseded:
         print(f"set aside {len(outcome.superseded)} repeat run(s) of an earlier sweep "
               f"({', '.join(outcome.superseded)}) to {outcome.superseded_dir}: measured afresh "

@@ -306,7 +306,7 @@ class RunSpec:
 
 SWEEP_KEYS = ("prefix", "modes", "cpus", "cache", "storage_bw", "combos", "resume", "use_cgroups",
               "drop_caches_globally", "plots", "repeats", "target_ci", "max_repeats",
-              "shared_core_runs", "serve", "net_bw", "net_latency", "endpoint", "probe_budget",
+              "shared_core_runs", "host_retries", "serve", "net_bw", "net_latency", "endpoint", "probe_budget",
               "local_cache", "adaptive", "budget")
 BACKENDS = ("s3", "http")
 
@@ -333,6 +333,10 @@ class Sweep:
     # runs of a cached configuration whose step on the CPU shares its cores with the workers
     # (`analysis.jobrun.shares_cores`): its rate varies from run to run more than the model errs
     shared_core_runs: int = 3
+    # a run that ended with the machine itself slowed (`resources/hostspeed.py`'s probe over
+    # `SETTINGS.host_slow_pct`) is measured again, up to this many times, once the machine is
+    # back; 0: the probe's readings are recorded and nothing waits or measures again
+    host_retries: int = 1
     # Data across a network: `serve` ("s3", "http") serves --data from a server behind a
     # shaped link, and disk runs become remote runs at each `net_bw` x `net_latency`;
     # `endpoint` names the data's own endpoint (s3://bucket/prefix, http://...), checked
@@ -357,6 +361,8 @@ class Sweep:
             raise ConfigError("--local-cache is filled from served data: add --serve s3|http")
         if self.repeats < 1 or self.max_repeats < 1 or self.shared_core_runs < 1:
             raise ConfigError("--repeats, --max-repeats and --shared-core-runs must be at least 1")
+        if self.host_retries < 0:
+            raise ConfigError(f"--host-retries must be 0 or more, got {self.host_retries}")
         if self.budget_s is not None and not self.adaptive:
             raise ConfigError("--budget bounds an adaptive sweep: add --adaptive")
         if self.target_ci_pct is not None and self.target_ci_pct <= 0:
@@ -397,7 +403,7 @@ class Sweep:
         for key in ("resume", "use_cgroups", "plots", "drop_caches_globally", "adaptive"):
             if key in sw:
                 kwargs[key] = bool(sw[key])
-        for key in ("repeats", "max_repeats", "shared_core_runs"):
+        for key in ("repeats", "max_repeats", "shared_core_runs", "host_retries"):
             if key in sw:
                 kwargs[key] = int(sw[key])
         if "target_ci" in sw:

@@ -396,12 +396,24 @@ class HostSpeed(PlainJson):
     """The machine's own speed around one run (`resources/hostspeed.py`), stored in its
     `environment["host_speed"]`: CPU seconds per item of a fixed piece of the dataset's work
     (`work`: decode or checksum), on one CPU, just before the run started (`before_cpu_s`)
-    and just after it ended (`after_cpu_s`); None where not measured, with `why`."""
+    and just after it ended (`after_cpu_s`); None where not measured, with `why`. The
+    sweep's median reading the run was judged by (`baseline_cpu_s`), and the runs of it
+    measured before, each set aside with the machine slowed after it (`measured_again`)."""
 
     work: str | None = None
     before_cpu_s: float | None = None
     after_cpu_s: float | None = None
     why: str | None = None
+    baseline_cpu_s: float | None = None
+    measured_again: int = 0
+
+    @property
+    def slowed_after_pct(self) -> float | None:
+        """How much longer the probe after the run took than the median it was judged by, in %
+        (None: either not measured)."""
+        if not self.after_cpu_s or not self.baseline_cpu_s:
+            return None
+        return 100 * (self.after_cpu_s / self.baseline_cpu_s - 1)
 
     @property
     def cpu_s(self) -> float | None:

@@ -151,9 +151,11 @@ def copy_of(name: str, tmp_path: Path) -> Path:
 
 def harness(*argv: str) -> int:
     """Run harness.py in-process; returns its exit code. Each configuration is measured once:
-    a script on the CPU beside its workers is not measured three times (`--shared-core-runs`)
-    unless the test asks for it (the last value given wins)."""
-    return cli.harness_main(["--shared-core-runs", "1", *(str(a) for a in argv)])
+    a script on the CPU beside its workers is not measured three times (`--shared-core-runs`),
+    nor a run again after which the probe read the machine slow (`--host-retries`: on 2 cores
+    the other test's jobs slow it), unless the test asks for it (the last value given wins)."""
+    return cli.harness_main(["--shared-core-runs", "1", "--host-retries", "0",
+                             *(str(a) for a in argv)])
 
 
 STEP_BOUND = pytest.mark.timing(reason=(
