@@ -185,7 +185,7 @@ def test_a_one_thread_run_faster_than_its_step_allows_holds_the_prep_at_its_floo
     cached = [r for r in runs if r.mode is Mode.CACHED]
     timed = [_faster(timed_by(replace(model, prep_cpu_s=floor), r), faster)
              if HeldOut.of(r).cpus == 1 else timed_by(model, r) for r in cached]
-    fitted, (alone,) = fit_prep.fit_alone(model, timed)  # c_prep: the fixture's 4 ms
+    fitted, (alone, *_) = fit_prep.fit_alone(model, timed)  # c_prep: the fixture's 4 ms
     assert fitted.prep_alone_cpu_s == floor and alone.name == "prep_alone_cpu_s_per_sample"
     assert alone.value == floor and alone.how.floored and alone.how.dropped is None
     assert "held at its floor" in how_text(alone.how)

@@ -22,7 +22,13 @@ from dsanalyze.records import LOADER_STAGE, CpuScaling, RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import bounds, pipeline
 from dsanalyze.whatif.fitruns import by_mode, job_key
-from dsanalyze.whatif.laws import compute_sps, contention_factor, gang_step, run_config
+from dsanalyze.whatif.laws import (
+    compute_sps,
+    contention_factor,
+    gang_step,
+    run_config,
+    workers_for,
+)
 from dsanalyze.whatif.model import HeldOut, Model, Param, run_cpus, run_layout
 from dsanalyze.whatif.provenance import (
     Contention,
@@ -117,7 +123,8 @@ def _probe(results: list[RunResult]) -> tuple[CpuScaling, list[str]] | None:
 def fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:
     """c_prep and its contention law, given the main process's CPU per iteration."""
     loaders, cached = by_mode(results, Mode.LOADER), by_mode(results, Mode.CACHED)
-    model = replace(model, prep_alone_cpu_s=None)  # until `fit_alone` solves it again
+    # until `fit_alone` solves them again
+    model = replace(model, prep_alone_cpu_s=None, prep_alone_by_workers=())
     points, prep_runs = _prep_points(model, loaders, cached)
     probe = _probe(results)
     dropped = None
@@ -167,15 +174,33 @@ def fit_alone(model: Model, cached: list[RunResult]) -> tuple[Model, list[Param]
     runs = [r for r, _ in alone]
     points = [_solve_prep(model, r, Mode.CACHED) / contention_factor(model, cfg)
               for r, cfg in alone]
-    value, ids = statistics.median(points), tuple(r.run_id for r in runs)
+    value, param = _alone_param("prep_alone_cpu_s_per_sample", points,
+                                tuple(r.run_id for r in runs))
+    if value is None:
+        return model, [param]
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (_, cfg) in enumerate(alone):
+        groups.setdefault((cfg.cpus, workers_for(model, cfg)), []).append(i)
+    each = [(ck, _alone_param(f"prep_alone_at_{ck[0]}_cpus_{ck[1]}_workers",
+                              [points[i] for i in v], tuple(runs[i].run_id for i in v)))
+            for ck, v in sorted(groups.items())]
+    by_workers = tuple((c, k, x) for (c, k), (x, _) in each if x is not None)
+    return replace(model, prep_alone_cpu_s=value, prep_alone_by_workers=by_workers), [
+        param, *(p for _, (_, p) in each)]
+
+
+def _alone_param(name: str, points: list[float], ids: tuple[str, ...]
+                 ) -> tuple[float | None, Param]:
+    """The median of `points`, held at `bounds.PREP_CPU_S`'s floor under it, None (dropped,
+    named) above its ceiling; with its parameter."""
+    value = statistics.median(points)
     how = PrepAlone(len(points), min(points), max(points))
     if value < bounds.PREP_CPU_S.low:
         value, how = bounds.PREP_CPU_S.low, replace(how, floored=True)
     if not bounds.PREP_CPU_S.holds(value):
-        return model, [Param("prep_alone_cpu_s_per_sample", None, "s", ids, replace(
-            how, dropped=bounds.PREP_CPU_S.dropped(value, ids)))]
-    return replace(model, prep_alone_cpu_s=value), [
-        Param("prep_alone_cpu_s_per_sample", value, "s", ids, how)]
+        return None, Param(name, None, "s", ids, replace(
+            how, dropped=bounds.PREP_CPU_S.dropped(value, ids)))
+    return value, Param(name, value, "s", ids, how)
 
 
 def _prep_from_timing(model: Model, results: list[RunResult], dropped: Dropped

@@ -77,7 +77,8 @@ def _prep_dof(model: Model, params: list[Param]) -> int:
     # workers' restart where the waits gave one, the main process's share where the first
     # iterations did
     return 1 + int(model.contention > 0 and not model.contention_probed) + \
-        int(model.prep_alone_cpu_s is not None) + \
+        (max(1, len(model.prep_alone_by_workers)) if model.prep_alone_cpu_s is not None
+         else 0) + \
         int(model.restart_cpu_s > 0) + int(model.restart_main_cpu_s > 0)
 
 

@@ -58,8 +58,18 @@ def prep_cpu_for(model: Model, cfg: Config) -> float:
                           "(or a prep-bound cached run)")
     alone = model.prep_alone_cpu_s is not None and model.step_on_cpu \
         and not gang_step(model, cfg)
-    base = model.prep_alone_cpu_s if alone else model.prep_cpu_s
+    base = prep_alone_for(model, cfg) if alone else model.prep_cpu_s
     return base * contention_factor(model, cfg)
+
+
+def prep_alone_for(model: Model, cfg: Config) -> float | None:
+    """The prep where a one-thread step takes turns with `cfg`'s workers: the one fitted at its
+    CPU count and worker count, else at the nearest worker count fitted at that CPU count
+    (`nearest`), else the median over every such run (`Model.prep_alone_cpu_s`)."""
+    at = {k: x for c, k, x in model.prep_alone_by_workers if c == cfg.cpus}
+    if not at:
+        return model.prep_alone_cpu_s
+    return at[nearest(at, workers_for(model, cfg))]
 
 
 def read_bps_for(model: Model, bps: int | None) -> float | None:

@@ -149,6 +149,9 @@ class Model:
     # a step on the CPU of one thread a rank (it takes turns with the workers): c_prep solved on
     # such runs (`fit_prep.fit_alone`); None: none, or out of bounds (c_prep is used there)
     prep_alone_cpu_s: float | None = None
+    # the same per (CPU count, workers) such cached runs had (median of each count's, floored
+    # as the one above): a worker count at that CPU count takes the nearest one's
+    prep_alone_by_workers: tuple[tuple[int, int, float], ...] = ()
     main_cpu_s: float = 0.0  # CPU of a rank's main process per iteration
     receive_s: float = 0.0  # delay for the main process to take a ready batch (not CPU)
     miss_cpu_s_per_byte: float = 0.0
