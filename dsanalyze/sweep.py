@@ -388,9 +388,10 @@ def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
 
 def _settled(m: _Measuring, cpu_s: float | None) -> float | None:
     """The probe's reading before a run; a slowed machine waited for first (`HostProbe.settle`),
-    except with `--host-retries 0`."""
+    except with `--host-retries 0` or across several nodes (the others would wait at the
+    start gate on a machine they do not share)."""
     assert m.probe is not None
-    if m.host_retries == 0 or not is_slowed(cpu_s, m.probe.seen):
+    if m.host_retries == 0 or m.group is not None or not is_slowed(cpu_s, m.probe.seen):
         return cpu_s
     base = m.probe.baseline_cpu_s() or 0.0
     if m.progress:
