@@ -117,7 +117,7 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--host-retries", dest="host_retries", type=int, metavar="N",
                    help="measure again, up to N times, a run after which the machine itself "
                         "ran slow (a decode timed between runs, 30%% over its median: a "
-                        "neighbour on the VM's host), once it is back (1; 0: never)")
+                        "neighbour on the VM's host), once it is back (2; 0: never)")
     g.add_argument("--adaptive", action="store_true", default=None,
                    help="measure the grid's configurations one at a time, each where it could "
                         "change the recommendation, until it is sure (within ±5%%)")

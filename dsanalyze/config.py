@@ -336,7 +336,7 @@ class Sweep:
     # a run that ended with the machine itself slowed (`resources/hostspeed.py`'s probe over
     # `SETTINGS.host_slow_pct`) is measured again, up to this many times, once the machine is
     # back; 0: the probe's readings are recorded and nothing waits or measures again
-    host_retries: int = 1
+    host_retries: int = 2
     # Data across a network: `serve` ("s3", "http") serves --data from a server behind a
     # shaped link, and disk runs become remote runs at each `net_bw` x `net_latency`;
     # `endpoint` names the data's own endpoint (s3://bucket/prefix, http://...), checked

@@ -153,7 +153,7 @@ class Settings:
         "machine comes back (`--host-retries`)",
         "bench/scripts_accuracy.py's bench23-28 (324 runs, 2 probes each): every reading within "
         "+18% of its sweep's median but three, 57-70% over it, each after a run 20-40% slower "
-        "than its configuration's other runs (bench25, bench26, bench28)")
+        "than its configuration's other runs (bench25, bench26, bench28) (74c6496)")
     others_machine_pct: float = _tuned(
         40.0, "% of the other CPUs", "others' share of the CPUs the run was not given above which "
         "a neighbour was busy (the harness's own work takes a few percent)",

@@ -343,7 +343,7 @@ class _Measuring:
     # the machine's own speed, timed around each run (`resources/hostspeed.py`): started
     # before the first run is measured, closed with the sweep
     probe: HostProbe | None = None
-    host_retries: int = 1  # `Sweep.host_retries`
+    host_retries: int = 2  # `Sweep.host_retries`
     progress: Callable[[str], None] | None = None
 
 
