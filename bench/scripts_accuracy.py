@@ -118,8 +118,19 @@ cached run at 1 CPU (its 20-batch chunks 3.3 s, then 5.8-6.9 s, then 3.1 s: 52.3
 69.8 with 1 worker) had both probes normal. Main: leave-one-out 3.1/45.0/71%, extrapolation
 0.6/23.1/94% (the model-free check: median 20.6%, max 49.1%); the prep alone per worker count,
 scored on it by a rule written before its results were read: leave-one-out 0.9/44.9/75%, runs
-over 15% 10 -> 7, extrapolation the same, so it was merged (8a00b9f). A tuning grid now. Score
-on a fresh one, e.g. `--dir /tmp/dsa-scripts-bench30 --seed 107 --workers 1,3 --bw none,3M`.
+over 15% 10 -> 7, extrapolation the same, so it was merged (8a00b9f). A tuning grid now.
+bench30 (seed 107, workers 1,3, none,3M; measured on f4f63de, two retries, nothing chosen on
+it): leave-one-out 1.8/30.6/92%, extrapolation 0.5/20.1/83%; noise floor max 29.4%, the
+model-free check median 9.7%, max 45.8%. Its largest miss: examples' 1-worker disk run at 1 CPU
+(78.8, predicted 54.7 from its cached run there, 57.2, the sweep's first run; both probes
+normal). Then, by a rule written before its results were read, the 1-CPU cached runs were
+measured twice more each (branch turns-repeats, 270d761: a step taking turns with its workers
+measured --shared-core-runs times): they lay up to 22% from their first (timm 1 worker: 199.2,
+then 257.9 and 253.5; examples 57.2, then 67.4 and 68.9). With them: leave-one-out
+1.5/16.1/92%, extrapolation 0.5/25.4/94% (timm's 3 workers at 2 CPUs, extrapolated, -14.1% ->
+-25.4%); runs over 15% 3 -> 4, so that branch stays unmerged. The repeats are kept under
+DIR/*/turns-repeats/ (out of the runs main scores). A tuning grid now. Score on a fresh one,
+e.g. `--dir /tmp/dsa-scripts-bench31 --seed 109 --workers 1,2 --bw none,5M`.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
@@ -193,8 +204,9 @@ TUNED_ON = ("/tmp/dsa-scripts-bench{,2,3,4} (seed 5, workers 1,2, bandwidths non
             "/tmp/dsa-scripts-bench25 (seed 83, 960 images, workers 1,2, none,5M), "
             "/tmp/dsa-scripts-bench26 (seed 89, 960 images, workers 1,3, none,3M), "
             "/tmp/dsa-scripts-bench27 (seed 97, 960 images, workers 1,2, none,4M), "
-            "/tmp/dsa-scripts-bench28 (seed 101, 960 images, workers 1,3, none,3.5M) and "
-            "/tmp/dsa-scripts-bench29 (seed 103, 960 images, workers 1,2, none,4.5M)")
+            "/tmp/dsa-scripts-bench28 (seed 101, 960 images, workers 1,3, none,3.5M), "
+            "/tmp/dsa-scripts-bench29 (seed 103, 960 images, workers 1,2, none,4.5M) and "
+            "/tmp/dsa-scripts-bench30 (seed 107, 960 images, workers 1,3, none,3M)")
 SCRIPTS = {  # name: (file under tests/scripts, its own arguments; {w}: its worker count)
     "examples": ("train_examples.py", ("-j", "{w}", "-b", "12", "--epochs", "3",
                                        "--img-size", "32")),
