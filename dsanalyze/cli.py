@@ -103,6 +103,12 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lock-wait", dest="lock_wait", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for another harness measuring the same dataset (0: "
                         "refuse at once)")
+    _measure_again_options(g)
+
+
+def _measure_again_options(g: argparse._ArgumentGroup) -> None:
+    """How often each run is measured: repeats, the ones a job or the machine calls for, and
+    the adaptive search that picks them."""
     g.add_argument("--repeats", type=int,
                    help="run every configuration N times, interleaved across modes (1)")
     g.add_argument("--target-ci", dest="target_ci",

@@ -52,7 +52,6 @@ from dsanalyze.resources.hostspeed import (
     is_slowed,
     slowed_pct,
 )
-from dsanalyze.settings import SETTINGS
 
 if TYPE_CHECKING:  # the adaptive search fits the what-if: imported only when asked for
     from dsanalyze import adaptive
@@ -181,7 +180,7 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
                 if group is not None:
                     group.meet(dataset.root, sweep.job.timeout_s)
                 measuring, lock = _prepare(sweep, specs, dataset, lock_wait_s, group)
-                measuring.host_retries, measuring.progress = sweep.host_retries, progress
+                measuring.progress = progress
                 stack.callback(lambda: measuring.probe.close() if measuring.probe else None)
                 for known in known_runs:
                     _remember_libraries(measuring.ctx, known)
@@ -223,7 +222,7 @@ def _prepare(sweep: Sweep, specs: list[RunSpec], dataset: DatasetInfo, lock_wait
     lock = DataLock.acquire(dataset.root, lock_wait_s)
     if not sweep.resume and sweep.job.node_rank == 0:
         outcome.superseded, outcome.superseded_dir = set_aside_stale_repeats(prefix, specs)
-    return _Measuring(ctx, outcome, sweep.resume, fp, group), lock
+    return _Measuring(ctx, outcome, sweep.resume, fp, group, sweep.host_retries), lock
 
 
 def _measure_all(sweep: Sweep, specs: list[RunSpec], measuring: _Measuring,
@@ -340,10 +339,10 @@ class _Measuring:
     resume: bool
     fingerprint: Fingerprint  # of the data at the start: each run checks it is unchanged
     group: nodes.NodeGroup | None  # the other nodes, with several
+    host_retries: int  # `Sweep.host_retries`
     # the machine's own speed, timed around each run (`resources/hostspeed.py`): started
     # before the first run is measured, closed with the sweep
     probe: HostProbe | None = None
-    host_retries: int = 2  # `Sweep.host_retries`
     progress: Callable[[str], None] | None = None
 
 
@@ -373,9 +372,11 @@ def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
         result = dataclasses.replace(
             result, dataset=dataclasses.replace(result.dataset, fingerprint=fp.to_dict()),
             environment={**result.environment, "host_speed": speed.to_dict()})
-        if attempt == m.host_retries or not _slowed_under(result, m):
+        # the spell began during the run: measured again, on one node, if the run succeeded
+        if attempt == m.host_retries or group is not None or not result.ok \
+                or not is_slowed(after, m.probe.seen):
             break
-        _set_aside_slowed(result, m)
+        _set_aside_slowed(result, speed, m)
     store.write_run(ctx.prefix, result)
     outcome.results.append(result)
     _remember_libraries(ctx, result)
@@ -405,26 +406,17 @@ def _settled(m: _Measuring, cpu_s: float | None) -> float | None:
     return settled.cpu_s
 
 
-def _slowed_under(result: RunResult, m: _Measuring) -> bool:
-    """A run that ended with the machine itself slowed: on one node, a run that succeeded,
-    its probe after it over `SETTINGS.host_slow_pct` (the spell began during the run)."""
-    speed = HostSpeed.of_run(result)
-    slowed = speed.slowed_after_pct if speed is not None else None
-    return (m.group is None and result.ok and slowed is not None
-            and slowed > SETTINGS.host_slow_pct)
-
-
 SLOWED = "host-slowed"  # PREFIX/host-slowed/RUN_ID-STARTED.json: runs measured again
 
 
-def _set_aside_slowed(result: RunResult, m: _Measuring) -> None:
-    """Keep the slowed run under `PREFIX/host-slowed/` (never pooled: not in runs/), name it."""
+def _set_aside_slowed(result: RunResult, speed: HostSpeed, m: _Measuring) -> None:
+    """Keep the slowed run under `PREFIX/host-slowed/` (never pooled: not in runs/), name it;
+    `speed`: its probe readings, the one after it slowed."""
     folder = Path(m.ctx.prefix) / SLOWED
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{result.run_id}-{int(result.started_unix_s or time.time())}.json"
     store.write_json_atomic(path, result.to_dict())
-    speed = HostSpeed.of_run(result)
-    assert speed is not None and speed.after_cpu_s and speed.baseline_cpu_s
+    assert speed.after_cpu_s and speed.baseline_cpu_s
     m.outcome.host_slowed.append(str(path))
     if m.progress:
         m.progress(f"{result.run_id}: the machine itself ran {speed.slowed_after_pct:.0f}% slow "
