@@ -502,12 +502,18 @@ LOADER_STAGE = "loader"  # the step table's stage of the dataset's own read + de
 
 def step_table(totals: dict[str, list[int]]) -> list[dict[str, Any]]:
     """A rank's per-transform table (`RankRecord.extra["transforms"]`), rows in pipeline order
-    (the loader first), from key "stage\tindex\tname" -> [calls, nanoseconds]."""
+    (the loader first), from key "stage\tindex\tname" -> [calls, nanoseconds, CPU nanoseconds
+    of the threads that made the calls]. `cpu_s` is the steps' own work, without the time
+    their process waited for a core or for storage: `host.work_cpu_s`."""
     rows = []
-    for key, (calls, ns) in totals.items():
+    for key, (calls, ns, *cpu) in totals.items():
         stage, index, name = key.split("\t", 2)
+        cpu_s = cpu[0] / 1e9 if cpu else None
         rows.append({"stage": stage, "index": int(index), "name": name, "calls": calls,
-                     "total_s": ns / 1e9, "mean_s_per_sample": ns / 1e9 / calls if calls else 0.0})
+                     "total_s": ns / 1e9, "mean_s_per_sample": ns / 1e9 / calls if calls else 0.0,
+                     "cpu_s": cpu_s,
+                     "mean_cpu_s_per_sample": cpu_s / calls if calls and cpu_s is not None
+                     else None})
     rows.sort(key=lambda r: (r["stage"] != LOADER_STAGE, r["stage"], r["index"]))
     return rows
 

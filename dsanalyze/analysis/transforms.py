@@ -31,15 +31,20 @@ class StepTime(NamedTuple):
 
 
 def merge_tables(tables: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One table from several ranks' tables: calls and seconds summed per step."""
+    """One table from several ranks' tables: calls and seconds summed per step; CPU seconds
+    too where every row has them (runs stored before they were timed have not)."""
     totals: dict[str, list[int]] = {}
+    timed_cpu: dict[str, bool] = {}
     for table in tables:
         for row in table or ():
             key = f"{row['stage']}\t{row['index']}\t{row['name']}"
-            t = totals.setdefault(key, [0, 0])
+            t = totals.setdefault(key, [0, 0, 0])
             t[0] += int(row["calls"])
             t[1] += round(float(row["total_s"]) * 1e9)
-    return step_table(totals)
+            cpu_s = row.get("cpu_s")
+            timed_cpu[key] = timed_cpu.get(key, True) and cpu_s is not None
+            t[2] += round(float(cpu_s or 0.0) * 1e9)
+    return step_table({k: t if timed_cpu[k] else t[:2] for k, t in totals.items()})
 
 
 def run_table(result: Any) -> list[dict[str, Any]]:

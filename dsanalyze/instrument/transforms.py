@@ -66,10 +66,10 @@ class TimedStep:
         self.key = f"{stage}\t{index}\t{name}"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter_ns()
+        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
         out = self.fn(*args, **kwargs)
-        t1 = time.perf_counter_ns()
-        _ACC.add(self.key, t1 - t0, t1, self.sink)
+        t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+        _ACC.add(self.key, t1 - t0, t1, self.sink, c1 - c0)
         return out
 
     def __getattr__(self, name: str) -> Any:
@@ -84,7 +84,8 @@ class TimedStep:
 
 
 class ProcessTotals:
-    """Per-process totals: key -> [calls, nanoseconds], written under a sink directory."""
+    """Per-process totals: key -> [calls, nanoseconds, CPU nanoseconds of the calling thread],
+    written under a sink directory."""
 
     def __init__(self) -> None:
         self.pid = -1
@@ -110,15 +111,16 @@ class ProcessTotals:
         """In a forked child (a DataLoader worker): the parent's totals are not ours."""
         self.pid = -1
 
-    def add(self, key: str, ns: int, now_ns: int, sink: str | None) -> None:
+    def add(self, key: str, ns: int, now_ns: int, sink: str | None, cpu_ns: int = 0) -> None:
         if self.pid < 0 or self.sink != sink:
             self._start(sink)
         entry = self.totals.get(key)
         if entry is None:
-            self.totals[key] = [1, ns]
+            self.totals[key] = [1, ns, cpu_ns]
         else:
             entry[0] += 1
             entry[1] += ns
+            entry[2] += cpu_ns
         if self.path is not None and now_ns - self.last_flush_ns > FLUSH_INTERVAL_NS:
             self.flush()
 
@@ -260,10 +262,10 @@ def sum_totals(sink: str | None, acc: ProcessTotals) -> dict[str, list[int]]:
     if sink is None and acc.pid == os.getpid() and acc.sink is None:
         sources.append(acc.totals)  # nowhere to write: this process's own totals
     for src in sources:
-        for key, (calls, ns) in src.items():
-            t = totals.setdefault(key, [0, 0])
-            t[0] += calls
-            t[1] += ns
+        for key, counts in src.items():
+            t = totals.setdefault(key, [0, 0, 0])
+            for i, n in enumerate(counts[:3]):
+                t[i] += n
     return totals
 
 
