@@ -121,9 +121,11 @@ def _measure_again_options(g: argparse._ArgumentGroup) -> None:
                         "cores with the DataLoader workers: their rate varies from run to run "
                         "by up to a third (3; 1: once)")
     g.add_argument("--host-retries", dest="host_retries", type=int, metavar="N",
-                   help="measure again, up to N times, a run after which the machine itself "
-                        "ran slow (a decode timed between runs, 30%% over its median: a "
-                        "neighbour on the VM's host), once it is back (2; 0: never)")
+                   help="measure again, up to N times, a run the machine itself slowed (a "
+                        "neighbour on the VM's host): a decode timed after it 30%% over its "
+                        "median (at once, once the machine is back), or the job's own "
+                        "transforms 10%% more CPU a sample than the sweep's median (after the "
+                        "sweep) (2; 0: never)")
     g.add_argument("--adaptive", action="store_true", default=None,
                    help="measure the grid's configurations one at a time, each where it could "
                         "change the recommendation, until it is sure (within ±5%%)")
@@ -200,8 +202,9 @@ def _print_profile_notes(measured: app.ProfileOutcome) -> None:
     if outcome.skipped:
         print(f"resumed: {len(outcome.skipped)} run(s) already complete, skipped")
     if outcome.host_slowed:
-        print(f"measured again: {len(outcome.host_slowed)} run(s) after which the machine itself "
-              f"ran slow, kept in {Path(outcome.host_slowed[0]).parent}")
+        print(f"measured again: {len(outcome.host_slowed)} run(s) the machine itself slowed (the "
+              "probe after it, or the job's own transforms' CPU a sample), kept in "
+              f"{Path(outcome.host_slowed[0]).parent}")
     if outcome.superseded:
         print(f"set aside {len(outcome.superseded)} repeat run(s) of an earlier sweep "
               f"({', '.join(outcome.superseded)}) to {outcome.superseded_dir}: measured afresh "

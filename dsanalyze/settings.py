@@ -154,6 +154,14 @@ class Settings:
         "bench/scripts_accuracy.py's bench23-28 (324 runs, 2 probes each): every reading within "
         "+18% of its sweep's median but three, 57-70% over it, each after a run 20-40% slower "
         "than its configuration's other runs (bench25, bench26, bench28) (74c6496)")
+    work_slow_pct: float = _tuned(
+        10.0, "%", "a run whose dataset transforms cost this much more CPU a sample than the "
+        "median of its sweep's runs (`analysis/workspeed.py`): the machine was slowed during it, "
+        "the run is measured again after the sweep (`--host-retries`)",
+        "a timm-style and a Lightning-style script, 12 runs each over 1-2 CPUs, cached and disk, "
+        "3 repeats (/tmp/gauge, 2026-11-29): with the probe quiet, timm's readings lay within "
+        "-3/+8% of its median; Lightning's at -10..+16%, and within each configuration the rate "
+        "fell as the reading rose, every time (runs 10-13% slower at +10..+16%) (100f93b)")
     others_machine_pct: float = _tuned(
         40.0, "% of the other CPUs", "others' share of the CPUs the run was not given above which "
         "a neighbour was busy (the harness's own work takes a few percent)",

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from dsanalyze import datafind, launch, nodes, store
 from dsanalyze.analysis import measured as measured_window
-from dsanalyze.analysis import runrate, stalls
+from dsanalyze.analysis import runrate, stalls, workspeed
 from dsanalyze.analysis.jobrun import shares_cores
 from dsanalyze.analysis.window import steady_window
 from dsanalyze.config import Mode, RunSpec, Sweep
@@ -52,6 +52,7 @@ from dsanalyze.resources.hostspeed import (
     is_slowed,
     slowed_pct,
 )
+from dsanalyze.settings import SETTINGS
 
 if TYPE_CHECKING:  # the adaptive search fits the what-if: imported only when asked for
     from dsanalyze import adaptive
@@ -246,6 +247,7 @@ def _measure_all(sweep: Sweep, specs: list[RunSpec], measuring: _Measuring,
             _stop_on_lost_node(spec, result, measuring.group)
         repeat += 1
         todo = next_repeat(sweep, specs, repeat, progress)
+    _measure_slowed_again(measuring, seq)
 
 
 def _stop_on_lost_node(spec: RunSpec, result: RunResult, group: nodes.NodeGroup | None) -> None:
@@ -344,17 +346,22 @@ class _Measuring:
     # before the first run is measured, closed with the sweep
     probe: HostProbe | None = None
     progress: Callable[[str], None] | None = None
+    # every run of the sweep stored so far, by id (those resumed too): what the machine's
+    # speed during each is judged against (`_measure_slowed_again`)
+    stored: dict[str, RunResult] = field(default_factory=dict)
 
 
-def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
+def _measure(spec: RunSpec, m: _Measuring, seq: int, again: int = 0) -> RunResult | None:
     """One run, stored as soon as it ends; None when `resume` finds it complete (on every
-    node, with several)."""
+    node, with several). `again`: the times it was measured before, each set aside slowed
+    (`_measure_slowed_again`): it is measured whether stored or not."""
     ctx, outcome, fp, group = m.ctx, m.outcome, m.fingerprint, m.group
-    done = store.completed(ctx.prefix, spec) if m.resume else None
+    done = store.completed(ctx.prefix, spec) if m.resume and not again else None
     if group is not None and not group.agree_skip(seq, done is not None, spec.job.timeout_s):
         done = None  # another node lacks it: every node runs it again
     if done is not None:
         outcome.skipped.append(spec.run_id)
+        m.stored[spec.run_id] = done
         _remember_libraries(ctx, done)
         _remember_epoch(ctx, done)
         return None
@@ -363,7 +370,7 @@ def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
         ctx.cpu_scaling = cpu_scaling(ctx, m.resume)
     if m.probe is None:
         m.probe = HostProbe.start(ctx.dataset.files)
-    for attempt in range(m.host_retries + 1):
+    for attempt in range(again, m.host_retries + 1):
         before = _settled(m, m.probe.measure())
         baseline = m.probe.baseline_cpu_s()
         result = _run(spec, ctx, group, seq)
@@ -376,9 +383,12 @@ def _measure(spec: RunSpec, m: _Measuring, seq: int) -> RunResult | None:
         if attempt == m.host_retries or group is not None or not result.ok \
                 or not is_slowed(after, m.probe.seen):
             break
-        _set_aside_slowed(result, speed, m)
+        _set_aside_slowed(result, m, f"the machine itself ran {speed.slowed_after_pct:.0f}% slow "
+                          f"after it (a decode {1e3 * (speed.after_cpu_s or 0):.2f} ms against "
+                          f"{1e3 * (speed.baseline_cpu_s or 0):.2f})")
     store.write_run(ctx.prefix, result)
-    outcome.results.append(result)
+    outcome.results[:] = [r for r in outcome.results if r.run_id != result.run_id] + [result]
+    m.stored[result.run_id] = result
     _remember_libraries(ctx, result)
     _remember_epoch(ctx, result)
     if result.failure is FailureKind.CORRUPT_SAMPLE:
@@ -409,19 +419,42 @@ def _settled(m: _Measuring, cpu_s: float | None) -> float | None:
 SLOWED = "host-slowed"  # PREFIX/host-slowed/RUN_ID-STARTED.json: runs measured again
 
 
-def _set_aside_slowed(result: RunResult, speed: HostSpeed, m: _Measuring) -> None:
-    """Keep the slowed run under `PREFIX/host-slowed/` (never pooled: not in runs/), name it;
-    `speed`: its probe readings, the one after it slowed."""
+def _set_aside_slowed(result: RunResult, m: _Measuring, why: str) -> None:
+    """Keep the slowed run under `PREFIX/host-slowed/` (never pooled: not in runs/), say `why`."""
     folder = Path(m.ctx.prefix) / SLOWED
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{result.run_id}-{int(result.started_unix_s or time.time())}.json"
     store.write_json_atomic(path, result.to_dict())
-    assert speed.after_cpu_s and speed.baseline_cpu_s
     m.outcome.host_slowed.append(str(path))
     if m.progress:
-        m.progress(f"{result.run_id}: the machine itself ran {speed.slowed_after_pct:.0f}% slow "
-                   f"after it (a decode {1e3 * speed.after_cpu_s:.2f} ms against "
-                   f"{1e3 * speed.baseline_cpu_s:.2f}): kept in {path.parent}, measured again")
+        m.progress(f"{result.run_id}: {why}: kept in {path.parent}, measured again")
+
+
+def _measure_slowed_again(m: _Measuring, seq: int) -> None:
+    """After the sweep, each run whose own transforms cost more than `SETTINGS.work_slow_pct`
+    CPU a sample over the sweep's median (`analysis/workspeed.py`: the machine slowed during
+    it, with the probes around it normal) is set aside and measured again, the slowest first,
+    until none is or each has been measured `host_retries` times more. After the sweep, not
+    at once: the median is then of every run, the first ones' included, and a neighbour's
+    spell has passed. Not across several nodes (a run is measured on all of them at once)."""
+    if m.host_retries == 0 or m.group is not None:
+        return
+    for _ in range(m.host_retries):
+        found = [(run, pct) for run, pct in workspeed.slowed(list(m.stored.values()),
+                                                            SETTINGS.work_slow_pct)
+                 if _measured_again(run) < m.host_retries]
+        if not found:
+            return
+        for run, pct in found:
+            _set_aside_slowed(run, m, f"its transforms took {pct:.0f}% more CPU a sample than "
+                                      "the sweep's median (the machine itself ran slow during it)")
+            seq += 1
+            _measure(run.spec, m, seq, again=_measured_again(run) + 1)
+
+
+def _measured_again(run: RunResult) -> int:
+    speed = HostSpeed.of_run(run)
+    return speed.measured_again if speed else 0
 
 
 def cpu_scaling(ctx: launch.LaunchContext, resume: bool) -> dict[str, Any]:

@@ -189,7 +189,7 @@ def test_a_run_after_which_the_machine_ran_slow_is_measured_again_once_it_is_bac
     assert again.measured_again == 1 and again.before_cpu_s == given[6]
     assert again.slowed_after_pct < SETTINGS.host_slow_pct
     assert runs[slowed.run_id].started_unix_s > slowed.started_unix_s
-    assert "measured again: 1 run(s) after which the machine itself ran slow" in capsys.readouterr().out
+    assert "measured again: 1 run(s) the machine itself slowed" in capsys.readouterr().out
 
     given = scripted(monkeypatch, {5: 1.7, 6: 1.7})
     prefix = tmp_path / "once"

@@ -1,0 +1,62 @@
+"""The machine's speed during a run, read from the job's own work: the CPU seconds one sample
+cost in the dataset's transforms (`work_cpu_s`), against the sweep's median (`slowed`).
+
+    for run, pct in workspeed.slowed(sweep_runs, SETTINGS.work_slow_pct):
+        ...                                   # measured again (`sweep._measure_slowed_again`)
+
+The host probe (`resources/hostspeed.py`) reads the machine only between runs. On a VM whose
+host runs other tenants, a neighbour slows a whole run or a stretch inside it with both probes
+normal: over bench/scripts_accuracy.py's bench21-31, a repeat's rate lay up to 28% under its
+configuration's others while its probes lay within 10% of the sweep's, and its job's CPU seconds
+a sample lay as far over (correlation -0.98 over 216 repeated runs). The work got slower, not
+the scheduling.
+
+The transforms' CPU time is that same work, timed in every DataLoader worker by the clock of
+the thread that runs it (`instrument/transforms.py`): a core lent to another process, a wait
+for storage or for a throttled read does not count, so it is the same in cached and disk runs
+and at every CPU count and worker count (timm-style, 12 runs with the probe quiet: 0.72-0.80 ms
+a sample; `SETTINGS.work_slow_pct`). The loader's read + decode is left out: a disk run's reads
+add kernel work to it. A job without timed transforms (DALI, a custom dataset) has no reading:
+nothing is judged.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from dsanalyze.analysis.transforms import run_table
+from dsanalyze.records import LOADER_STAGE, RunResult
+
+MIN_RUNS = 3  # readings the median is of before any run is judged by it
+
+
+def work_cpu_s(run: RunResult) -> float | None:
+    """CPU seconds one sample cost in the run's transforms, its ranks together; None without
+    transforms timed by their thread's CPU clock (runs stored before it, DALI, no Compose)."""
+    rows = [r for r in run_table(run) if r["stage"] != LOADER_STAGE]
+    if not rows or any(r.get("mean_cpu_s_per_sample") is None for r in rows):
+        return None
+    total = sum(r["mean_cpu_s_per_sample"] for r in rows)
+    return total if total > 0 else None
+
+
+def slowed_pct(cpu_s: float | None, seen: Sequence[float]) -> float | None:
+    """How much more CPU a sample `cpu_s` is than the median of `seen`, in % (negative: less);
+    None without a reading or with fewer than `MIN_RUNS` seen."""
+    if not cpu_s or len(seen) < MIN_RUNS:
+        return None
+    return 100 * (cpu_s / statistics.median(seen) - 1)
+
+
+def slowed(runs: Sequence[RunResult], limit_pct: float) -> list[tuple[RunResult, float]]:
+    """The successful runs whose transforms cost more than `limit_pct` % over the median of the
+    runs' readings, each with that %; slowest first."""
+    readings = {id(r): work_cpu_s(r) for r in runs if r.ok}
+    seen = [c for c in readings.values() if c]
+    found = []
+    for run in runs:
+        pct = slowed_pct(readings.get(id(run)), seen)
+        if pct is not None and pct > limit_pct:
+            found.append((run, pct))
+    return sorted(found, key=lambda x: -x[1])

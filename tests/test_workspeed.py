@@ -1,0 +1,154 @@
+"""The machine's speed during a run, read from the job's own transforms (`analysis/workspeed.py`):
+their CPU clock in real DataLoader workers, the judge's laws, and a real harness sweep that
+measures again the run whose transforms cost more CPU a sample."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+from conftest import harness
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dsanalyze import store
+from dsanalyze.analysis import workspeed
+from dsanalyze.config import Job, Mode, Resources, RunSpec
+from dsanalyze.instrument import transforms as timing
+from dsanalyze.records import LOADER_STAGE, HostSpeed, RankRecord, RunResult, step_table
+from dsanalyze.settings import SETTINGS
+
+SCRIPT = Path(__file__).parent / "scripts" / "train_slowed_once.py"
+
+
+class Sleep:
+    def __call__(self, x):
+        time.sleep(0.02)
+        return x
+
+
+class Spin:
+    def __call__(self, x):
+        end = time.thread_time() + 0.005
+        while time.thread_time() < end:
+            pass
+        return x
+
+
+def test_a_step_is_charged_its_threads_cpu_not_its_waits(tmp_path):
+    """A step that sleeps 20 ms costs 20 ms of wall time and next to no CPU; one that spins
+    5 ms of its thread's CPU costs at least that, in a DataLoader worker process too."""
+    torch = pytest.importorskip("torch")
+    tv = pytest.importorskip("torchvision")
+
+    class Items(torch.utils.data.Dataset):
+        def __init__(self):
+            self.transform = tv.transforms.Compose([Sleep(), Spin()])
+
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return self.transform(torch.zeros(1))
+
+    dataset = Items()
+    sink = timing.sink_dir(tmp_path, 0)
+    timing.instrument_dataset(dataset, sink)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=2, num_workers=1)
+    assert len(list(loader)) == 4
+    rows = {r["name"]: r for r in timing.finish(loader, sink)}
+    sleep, spin = rows["Sleep"], rows["Spin"]
+    assert sleep["calls"] == spin["calls"] == 8
+    assert sleep["mean_s_per_sample"] >= 0.02
+    assert sleep["mean_cpu_s_per_sample"] < 0.005
+    assert spin["mean_cpu_s_per_sample"] >= 0.005
+    assert spin["mean_cpu_s_per_sample"] <= spin["mean_s_per_sample"] * 1.05 + 1e-4
+
+
+def run_with(cpu_s_per_sample: float | None, loader_cpu_s: float = 0.01, ranks: int = 1,
+             status: str = "ok") -> RunResult:
+    """A stored run whose transforms cost `cpu_s_per_sample` (split over two steps and over
+    `ranks` ranks), beside a loader step of `loader_cpu_s` (never judged)."""
+    def table(calls: int) -> list[dict]:
+        totals = {f"{LOADER_STAGE}\t0\tread+decode": [calls, 1, round(loader_cpu_s * calls * 1e9)]}
+        if cpu_s_per_sample is not None:
+            for i, share in enumerate((0.25, 0.75)):
+                ns = round(share * cpu_s_per_sample * calls * 1e9)
+                totals[f"transform\t{i}\tstep{i}"] = [calls, ns, ns]
+        return step_table(totals)
+    recs = tuple(RankRecord(r, (0.0,) * 4, (0.1,) * 4, (0,) * 4, (8,) * 4, 1, 0.0,
+                            extra={"transforms": table(10**5 * (r + 1))}) for r in range(ranks))
+    return RunResult(RunSpec(Job(data_dir="/d"), Mode.CACHED, Resources(1)), status, ranks=recs)
+
+
+def test_the_reading_is_the_transforms_cpu_a_sample_over_the_ranks_without_the_loader():
+    assert workspeed.work_cpu_s(run_with(2e-3, loader_cpu_s=9.0)) == pytest.approx(2e-3)
+    assert workspeed.work_cpu_s(run_with(2e-3, ranks=3)) == pytest.approx(2e-3)
+    assert workspeed.work_cpu_s(run_with(None)) is None  # the loader alone
+    old = step_table({"transform\t0\tcrop": [10, 5_000_000]})  # stored before the CPU clock
+    assert old[0]["cpu_s"] is None
+    run = RunResult(RunSpec(Job(data_dir="/d"), Mode.CACHED, Resources(1)), "ok", ranks=(
+        RankRecord(0, (0.0,), (0.1,), (0,), (8,), 0, 0.0, extra={"transforms": old}),))
+    assert workspeed.work_cpu_s(run) is None
+
+
+readings = st.lists(st.floats(1e-4, 1e-2), min_size=workspeed.MIN_RUNS, max_size=12)
+
+
+@given(readings, st.floats(0.01, 100.0))
+def test_a_run_is_judged_slowed_by_its_sweeps_median_whatever_the_jobs_cost(cpu_s, k):
+    """Scale-free (a job whose transforms cost k times more: the same verdicts), the median
+    reading never slowed, a run over it by more than the setting always slowed, the slowest
+    first; a failed run never judged, nor any run among fewer than MIN_RUNS readings."""
+    limit = SETTINGS.work_slow_pct
+    runs = [run_with(c) for c in cpu_s]
+    found = workspeed.slowed(runs, limit)
+    read = [workspeed.work_cpu_s(r) for r in runs]
+    assert read == pytest.approx(cpu_s, rel=1e-6)
+    med = statistics.median(read)
+    over = sorted(((i, 100 * (c / med - 1)) for i, c in enumerate(read)), key=lambda x: -x[1])
+    at = {id(r): i for i, r in enumerate(runs)}
+    assert [(at[id(r)], p) for r, p in found] == [(i, p) for i, p in over if p > limit]
+    scaled = workspeed.slowed([run_with(k * c) for c in cpu_s], limit)
+    assert [p for _, p in scaled] == pytest.approx([p for _, p in found], abs=1e-4)
+    slow = run_with(max(cpu_s) * 10 * (1 + limit / 100))
+    assert any(r is slow for r, _ in workspeed.slowed([*runs, slow], limit))
+    assert all(p > limit for _, p in found)
+    assert [p for _, p in found] == sorted((p for _, p in found), reverse=True)
+    failed = run_with(max(cpu_s) * 10, status="failed")
+    assert not any(r is failed for r, _ in workspeed.slowed([*runs, failed], limit))
+    assert workspeed.slowed(runs[:workspeed.MIN_RUNS - 1], limit) == []
+
+
+@pytest.mark.slow
+def test_a_run_whose_transforms_cost_more_is_measured_again_after_the_sweep(
+        small_dataset, tmp_path, capsys):
+    """The sweep's first run does 4 ms more of its thread's CPU in every transform call, as a
+    neighbour on the VM's host makes the same work cost more: after the sweep it is kept in
+    PREFIX/host-slowed/ (never pooled) and measured again; the run stored is the new one, says
+    so, and costs what the others do."""
+    def sweep(prefix: Path, retries: int) -> int:
+        marker = tmp_path / f"{prefix.name}.slow"
+        marker.touch()
+        return harness("--data", small_dataset, "--prefix", prefix, "--modes", "cached,disk",
+                       "--cpus", 1, "--cache", "0,100%", "--storage-bw", "none", "--epochs", 2,
+                       "--warmup", 2, "--no-plots", "--no-advice", "--host-retries", retries,
+                       SCRIPT, small_dataset, "--slow-marker", marker)
+
+    prefix = tmp_path / "again"
+    assert sweep(prefix, 1) == 0
+    (aside,) = (prefix / "host-slowed").iterdir()
+    slowed = store.read_run(aside)
+    runs = {r.run_id: r for r in store.load_runs(prefix)}
+    assert len(runs) == 3 and slowed.run_id in runs
+    others = [workspeed.work_cpu_s(r) for i, r in runs.items() if i != slowed.run_id]
+    assert workspeed.work_cpu_s(slowed) > 0.004 + 0.8 * min(others)  # the spin, and the steps
+    again = runs[slowed.run_id]
+    assert HostSpeed.of_run(again).measured_again == 1
+    assert again.started_unix_s > max(r.started_unix_s for r in runs.values() if r is not again)
+    assert workspeed.work_cpu_s(again) < 1.25 * max(others)  # the transforms alone
+    assert workspeed.slowed(list(runs.values()), SETTINGS.work_slow_pct) == []
+    assert "measured again: 1 run(s) the machine itself slowed" in capsys.readouterr().out
+
