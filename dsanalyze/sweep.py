@@ -182,6 +182,7 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
                     group.meet(dataset.root, sweep.job.timeout_s)
                 measuring, lock = _prepare(sweep, specs, dataset, lock_wait_s, group)
                 measuring.progress = progress
+                measuring.reference = tuple(known_runs)
                 stack.callback(lambda: measuring.probe.close() if measuring.probe else None)
                 for known in known_runs:
                     _remember_libraries(measuring.ctx, known)
@@ -349,6 +350,9 @@ class _Measuring:
     # every run of the sweep stored so far, by id (those resumed too): what the machine's
     # speed during each is judged against (`_measure_slowed_again`)
     stored: dict[str, RunResult] = field(default_factory=dict)
+    # runs of the same job stored elsewhere (`run_sweep`'s `known_runs`): `verify`'s one run is
+    # judged against the profile's
+    reference: tuple[RunResult, ...] = ()
 
 
 def _measure(spec: RunSpec, m: _Measuring, seq: int, again: int = 0) -> RunResult | None:
@@ -436,12 +440,13 @@ def _measure_slowed_again(m: _Measuring, seq: int) -> None:
     it, with the probes around it normal) is set aside and measured again, the slowest first,
     until none is or each has been measured `host_retries` times more. After the sweep, not
     at once: the median is then of every run, the first ones' included, and a neighbour's
-    spell has passed. Not across several nodes (a run is measured on all of them at once)."""
+    spell has passed; with `known_runs` (`verify`'s one run), of theirs too. Not across
+    several nodes (a run is measured on all of them at once)."""
     if m.host_retries == 0 or m.group is not None:
         return
     for _ in range(m.host_retries):
-        found = [(run, pct) for run, pct in workspeed.slowed(list(m.stored.values()),
-                                                            SETTINGS.work_slow_pct)
+        found = [(run, pct) for run, pct in workspeed.slowed(
+                     list(m.stored.values()), SETTINGS.work_slow_pct, m.reference)
                  if _measured_again(run) < m.host_retries]
         if not found:
             return

@@ -4,6 +4,7 @@ measures again the run whose transforms cost more CPU a sample."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from pathlib import Path
@@ -152,3 +153,21 @@ def test_a_run_whose_transforms_cost_more_is_measured_again_after_the_sweep(
     assert workspeed.slowed(list(runs.values()), SETTINGS.work_slow_pct) == []
     assert "measured again: 1 run(s) the machine itself slowed" in capsys.readouterr().out
 
+
+
+def test_one_run_is_judged_against_the_runs_of_its_job_stored_elsewhere():
+    """`verify`'s single run: against the profile's runs (never judged themselves); the
+    profile's earlier measurement of the same configuration is not its reference."""
+    def at(cpus: int, cpu_s: float) -> RunResult:
+        run = run_with(cpu_s)
+        return dataclasses.replace(run, spec=dataclasses.replace(run.spec, resources=Resources(cpus)))
+
+    profile = [at(n, c) for n, c in zip((2, 3, 4, 5), (1e-3, 1.02e-3, 0.98e-3, 5e-3))]
+    check = at(1, 1.3e-3)
+    assert workspeed.slowed([check], SETTINGS.work_slow_pct) == []  # one reading: no median
+    ((run, pct),) = workspeed.slowed([check], SETTINGS.work_slow_pct, profile)
+    # the median of 0.98, 1.0, 1.02, 1.3 and 5.0 ms
+    assert run is check and pct == pytest.approx(100 * (1.3 / 1.02 - 1), rel=1e-4)
+    assert workspeed.slowed([at(1, 1.05e-3)], SETTINGS.work_slow_pct, profile) == []
+    earlier = [at(1, 1e-3), at(1, 1e-3), at(1, 1e-3)]  # the same run id as the check's
+    assert workspeed.slowed([check], SETTINGS.work_slow_pct, earlier) == []

@@ -49,11 +49,16 @@ def slowed_pct(cpu_s: float | None, seen: Sequence[float]) -> float | None:
     return 100 * (cpu_s / statistics.median(seen) - 1)
 
 
-def slowed(runs: Sequence[RunResult], limit_pct: float) -> list[tuple[RunResult, float]]:
+def slowed(runs: Sequence[RunResult], limit_pct: float,
+           reference: Sequence[RunResult] = ()) -> list[tuple[RunResult, float]]:
     """The successful runs whose transforms cost more than `limit_pct` % over the median of the
-    runs' readings, each with that %; slowest first."""
+    readings of `runs` and `reference` (other runs of the same job, never judged; one with the
+    id of one of `runs` is that run's earlier measurement, left out), each with that %;
+    slowest first."""
+    ids = {r.run_id for r in runs}
     readings = {id(r): work_cpu_s(r) for r in runs if r.ok}
-    seen = [c for c in readings.values() if c]
+    seen = [c for c in readings.values() if c] + [
+        c for r in reference if r.ok and r.run_id not in ids and (c := work_cpu_s(r))]
     found = []
     for run in runs:
         pct = slowed_pct(readings.get(id(run)), seen)
