@@ -1,8 +1,8 @@
 """The machine's speed during a run, read from the job's own work: the CPU seconds one sample
-cost in the dataset's transforms (`work_cpu_s`), against the sweep's median (`slowed`).
+cost in the dataset's transforms (`work_cpu_s`), against the median of its repeats' (`slowed`).
 
     for run, pct in workspeed.slowed(sweep_runs, SETTINGS.work_slow_pct):
-        ...                                   # measured again (`sweep._measure_slowed_again`)
+        ...     # measured again (`sweep._measure_slowed_again`): over its repeats' median
 
 The host probe (`resources/hostspeed.py`) reads the machine only between runs. On a VM whose
 host runs other tenants, a neighbour slows a whole run or a stretch inside it with both probes
@@ -13,15 +13,21 @@ the scheduling.
 
 The transforms' CPU time is that same work, timed in every DataLoader worker by the clock of
 the thread that runs it (`instrument/transforms.py`): a core lent to another process, a wait
-for storage or for a throttled read does not count, so it is the same in cached and disk runs
-and at every CPU count and worker count (timm-style, 12 runs with the probe quiet: 0.72-0.80 ms
-a sample; `SETTINGS.work_slow_pct`). The loader's read + decode is left out: a disk run's reads
-add kernel work to it. A job without timed transforms (DALI, a custom dataset) has no reading:
-nothing is judged.
+for storage or for a throttled read does not count. It is not the same in every configuration
+of a job, though: on bench32 a pytorch/examples-style script's transforms cost 20-25% more in
+its disk runs without a page cache than in its cached runs (the kernel reclaims the cache while
+they allocate) and 20% more at 2 CPUs than at 1 (the step's OpenMP threads beside the workers).
+So a run is judged only among the runs of its own configuration (`configuration`: its repeats,
+`--repeats` or `--shared-core-runs`), at least `MIN_RUNS` of them. Within each configuration of
+a timm-style and a Lightning-style sweep (3 repeats each), the rate fell as this reading rose,
+every time. The loader's read + decode is left out (a disk run's reads add kernel work to it).
+A job without timed transforms (DALI, a custom dataset) has no reading: nothing is judged.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import statistics
 from collections.abc import Sequence
 
@@ -49,19 +55,27 @@ def slowed_pct(cpu_s: float | None, seen: Sequence[float]) -> float | None:
     return 100 * (cpu_s / statistics.median(seen) - 1)
 
 
+def configuration(run: RunResult) -> str:
+    """What a run's repeats share: its job, mode and resources (the repeat number aside)."""
+    return json.dumps(dataclasses.replace(run.spec, repeat=1).to_dict(), sort_keys=True)
+
+
 def slowed(runs: Sequence[RunResult], limit_pct: float,
            reference: Sequence[RunResult] = ()) -> list[tuple[RunResult, float]]:
-    """The successful runs whose transforms cost more than `limit_pct` % over the median of the
-    readings of `runs` and `reference` (other runs of the same job, never judged; one with the
-    id of one of `runs` is that run's earlier measurement, left out), each with that %;
-    slowest first."""
+    """The successful runs whose transforms cost more than `limit_pct` % over the median of
+    the readings of their configuration's runs among `runs` and `reference` (other runs of the
+    job, never judged; one with the id of one of `runs` is that run's earlier measurement,
+    left out), each with that %; slowest first."""
     ids = {r.run_id for r in runs}
-    readings = {id(r): work_cpu_s(r) for r in runs if r.ok}
-    seen = [c for c in readings.values() if c] + [
-        c for r in reference if r.ok and r.run_id not in ids and (c := work_cpu_s(r))]
+    every = [*runs, *(r for r in reference if r.run_id not in ids)]
+    reading = {id(r): work_cpu_s(r) if r.ok else None for r in every}
+    seen: dict[str, list[float]] = {}
+    for r in every:
+        if reading[id(r)]:
+            seen.setdefault(configuration(r), []).append(reading[id(r)])
     found = []
     for run in runs:
-        pct = slowed_pct(readings.get(id(run)), seen)
+        pct = slowed_pct(reading[id(run)], seen.get(configuration(run), []))
         if pct is not None and pct > limit_pct:
             found.append((run, pct))
     return sorted(found, key=lambda x: -x[1])
