@@ -126,7 +126,7 @@ def patch_streaming_open(module: Any, sink: str | None) -> Callable[[], None]:
 def table(sink: str | None) -> list[dict[str, Any]]:
     """One row per file read in this rank (its workers included), sorted by path."""
     rows: dict[str, dict[str, Any]] = {}
-    for key, (calls, value) in sum_totals(sink, _TOTALS).items():
+    for key, (calls, value, *_cpu) in sum_totals(sink, _TOTALS).items():  # no CPU clock here
         path, what = key.rsplit("\t", 1)
         row = rows.setdefault(path, {"file": path, "opens": 0, "read_bytes": 0, "read_s": 0.0})
         if what == "opens":
