@@ -18,8 +18,11 @@ of a pipeline is broken down: a nested Compose is one step.
 
 How, without a patched PyTorch or torchvision: each step is replaced, in place
 in the Compose's `transforms` list, by a `TimedStep` that calls it between two
-`time.perf_counter_ns()` reads (about 0.5 us per call, against milliseconds
-per decode or crop: `bench/overhead.py` measures it). This is done in the rank before the first `iter()`, so the
+`time.perf_counter_ns()` reads and two of its thread's CPU clock
+(`time.thread_time_ns()`, a system call: 0.57 us a read here, against 0.14 for
+the wall clock; about 1.5 us a call in all, against 0.1-1 ms per decode or crop:
+`bench/overhead.py` measures it). The CPU clock is the step's own work, without
+the time its thread waited for a core or for storage (`analysis/workspeed.py`). This is done in the rank before the first `iter()`, so the
 forked (or spawned: `TimedStep` pickles) DataLoader workers inherit it.
 
 Aggregation across processes: every process (each worker, or the rank itself
