@@ -145,8 +145,11 @@ transforms +21%, then 230.6). Scored with that run's first try in its place, by 
 before bench33 started: extrapolation max 11.2%, the rest the same, so the retry stays. Its
 lightning 3-worker cached repeats at 2 CPUs were slow two times of three (transforms +43% and
 +50% over the first, 344.9 against 281.9 and 272.5): a median of slowed runs does not flag
-them (the next step: judge against the fastest repeat). A tuning grid now. Score on a fresh
-one, e.g. `--dir /tmp/dsa-scripts-bench34 --seed 131 --workers 1,2 --bw none,3.5M`.
+them (the next step: judge against the fastest repeat). A tuning grid now. bench34 (seed 131,
+workers 1,2, none,3.5M; e1b8de2, nothing chosen on it, nothing measured again): leave-one-out
+2.3/12.3/96% (all three targets met), extrapolation 0.5/15.9/94% (examples' 2-worker
+unthrottled disk run at 1 CPU: 76.9 against 64.7). Score on a fresh grid next, e.g. `--dir
+/tmp/dsa-scripts-bench35 --seed 137 --workers 1,3 --bw none,5M`.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
@@ -225,7 +228,8 @@ TUNED_ON = ("/tmp/dsa-scripts-bench{,2,3,4} (seed 5, workers 1,2, bandwidths non
             "/tmp/dsa-scripts-bench30 (seed 107, 960 images, workers 1,3, none,3M), "
             "/tmp/dsa-scripts-bench31 (seed 109, 960 images, workers 1,2, none,5M), "
             "/tmp/dsa-scripts-bench32 (seed 113, 960 images, workers 1,3, none,4M, examples "
-            "only) and /tmp/dsa-scripts-bench33 (seed 127, 960 images, workers 1,3, none,4M)")
+            "only), /tmp/dsa-scripts-bench33 (seed 127, 960 images, workers 1,3, none,4M) and "
+            "/tmp/dsa-scripts-bench34 (seed 131, 960 images, workers 1,2, none,3.5M)")
 SCRIPTS = {  # name: (file under tests/scripts, its own arguments; {w}: its worker count)
     "examples": ("train_examples.py", ("-j", "{w}", "-b", "12", "--epochs", "3",
                                        "--img-size", "32")),
