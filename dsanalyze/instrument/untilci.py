@@ -77,12 +77,20 @@ class Estimate:
         return d
 
 
+CUT_BAND = 0.8  # iterations between this share of the stall cut and the cut: just under it
+
+
 def stall_period(iter_s: np.ndarray) -> int:
     """The longest gap, in iterations, between consecutive stalls (iterations over
     SETTINGS.stall_factor x the median); one stall: its index (the period is at least that);
-    0: none."""
-    stalls = np.flatnonzero(iter_s > SETTINGS.stall_factor * float(np.median(iter_s)))
-    if len(stalls) == 0:
+    0: none. Where as many iterations lie just under the cut (within `CUT_BAND` of it) as over
+    it, the cut runs through one population (a slower step every K batches, just under the cut,
+    its noise crossing it at random places), and the gaps between its crossings are no period:
+    0, the block length alone sizes the blocks."""
+    cut = SETTINGS.stall_factor * float(np.median(iter_s))
+    stalls = np.flatnonzero(iter_s > cut)
+    if len(stalls) == 0 or np.count_nonzero((iter_s > CUT_BAND * cut) & (iter_s <= cut)) \
+            >= len(stalls) > 1:
         return 0
     if len(stalls) == 1:
         return int(stalls[0]) + 1
