@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import re
+import statistics
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -391,6 +392,17 @@ class ReclaimScheme(PlainJson):
                      if isinstance(d, dict))
 
 
+def pct_over_median(value: float | None, seen: list[float] | tuple[float, ...],
+                    min_seen: int) -> float | None:
+    """How much more `value` is than the median of `seen`, in % (negative: less); None
+    without a value or with fewer than `min_seen` readings. The judge of a machine slowed:
+    the probe between runs (`resources/hostspeed.py`) and the job's own work during one
+    (`analysis/workspeed.py`)."""
+    if not value or len(seen) < min_seen:
+        return None
+    return 100 * (value / statistics.median(seen) - 1)
+
+
 @dataclass(frozen=True)
 class HostSpeed(PlainJson):
     """The machine's own speed around one run (`resources/hostspeed.py`), stored in its
@@ -504,7 +516,7 @@ def step_table(totals: dict[str, list[int]]) -> list[dict[str, Any]]:
     """A rank's per-transform table (`RankRecord.extra["transforms"]`), rows in pipeline order
     (the loader first), from key "stage\tindex\tname" -> [calls, nanoseconds, CPU nanoseconds
     of the threads that made the calls]. `cpu_s` is the steps' own work, without the time
-    their process waited for a core or for storage: `host.work_cpu_s`."""
+    their process waited for a core or for storage (`analysis/workspeed.work_cpu_s`)."""
     rows = []
     for key, (calls, ns, *cpu) in totals.items():
         stage, index, name = key.split("\t", 2)

@@ -180,12 +180,9 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
             try:
                 if group is not None:
                     group.meet(dataset.root, sweep.job.timeout_s)
-                measuring, lock = _prepare(sweep, specs, dataset, lock_wait_s, group)
+                measuring, lock = _prepare(sweep, specs, dataset, lock_wait_s, group, known_runs)
                 measuring.progress = progress
-                measuring.reference = tuple(known_runs)
                 stack.callback(lambda: measuring.probe.close() if measuring.probe else None)
-                for known in known_runs:
-                    _remember_libraries(measuring.ctx, known)
                 # served data: its servers start (and a user's endpoint is checked) before any run
                 measuring.ctx.remote = stack.enter_context(RemoteData.open(sweep, dataset))
             except DsAnalyzeError as e:
@@ -206,9 +203,10 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] | None = None,
 
 
 def _prepare(sweep: Sweep, specs: list[RunSpec], dataset: DatasetInfo, lock_wait_s: float,
-             group: nodes.NodeGroup | None) -> tuple[_Measuring, DataLock]:
+             group: nodes.NodeGroup | None,
+             known_runs: Sequence[RunResult]) -> tuple[_Measuring, DataLock]:
     """The checks before the first run (prefix, data, cgroups, the dataset's lock) and what
-    every run shares."""
+    every run shares: with the files `known_runs` mapped (`_remember_libraries`)."""
     prefix = Path(sweep.prefix)
     check_prefix(prefix, sweep)
     fp = Fingerprint.of(dataset)
@@ -220,11 +218,14 @@ def _prepare(sweep: Sweep, specs: list[RunSpec], dataset: DatasetInfo, lock_wait
     hierarchy, why = resolve_cgroups(sweep.use_cgroups)
     ctx = launch.LaunchContext(prefix, dataset, hierarchy, why,
                                drop_caches_globally=sweep.drop_caches_globally)
+    for known in known_runs:
+        _remember_libraries(ctx, known)
     outcome = SweepOutcome(cgroup_note=why, unreadable=unreadable)
     lock = DataLock.acquire(dataset.root, lock_wait_s)
     if not sweep.resume and sweep.job.node_rank == 0:
         outcome.superseded, outcome.superseded_dir = set_aside_stale_repeats(prefix, specs)
-    return _Measuring(ctx, outcome, sweep.resume, fp, group, sweep.host_retries), lock
+    return _Measuring(ctx, outcome, sweep.resume, fp, group, sweep.host_retries,
+                      reference=tuple(known_runs)), lock
 
 
 def _measure_all(sweep: Sweep, specs: list[RunSpec], measuring: _Measuring,

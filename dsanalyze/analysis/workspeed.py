@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import statistics
 from collections.abc import Sequence
 
 from dsanalyze.analysis.transforms import run_table
-from dsanalyze.records import LOADER_STAGE, RunResult
+from dsanalyze.records import LOADER_STAGE, RunResult, pct_over_median
 
 MIN_RUNS = 3  # readings the median is of before any run is judged by it
 
@@ -45,14 +44,6 @@ def work_cpu_s(run: RunResult) -> float | None:
         return None
     total = sum(r["mean_cpu_s_per_sample"] for r in rows)
     return total if total > 0 else None
-
-
-def slowed_pct(cpu_s: float | None, seen: Sequence[float]) -> float | None:
-    """How much more CPU a sample `cpu_s` is than the median of `seen`, in % (negative: less);
-    None without a reading or with fewer than `MIN_RUNS` seen."""
-    if not cpu_s or len(seen) < MIN_RUNS:
-        return None
-    return 100 * (cpu_s / statistics.median(seen) - 1)
 
 
 def configuration(run: RunResult) -> str:
@@ -69,13 +60,14 @@ def slowed(runs: Sequence[RunResult], limit_pct: float,
     ids = {r.run_id for r in runs}
     every = [*runs, *(r for r in reference if r.run_id not in ids)]
     reading = {id(r): work_cpu_s(r) if r.ok else None for r in every}
+    config = {id(r): configuration(r) for r in every}
     seen: dict[str, list[float]] = {}
     for r in every:
         if reading[id(r)]:
-            seen.setdefault(configuration(r), []).append(reading[id(r)])
+            seen.setdefault(config[id(r)], []).append(reading[id(r)])
     found = []
     for run in runs:
-        pct = slowed_pct(reading[id(run)], seen.get(configuration(run), []))
+        pct = pct_over_median(reading[id(run)], seen.get(config[id(run)], []), MIN_RUNS)
         if pct is not None and pct > limit_pct:
             found.append((run, pct))
     return sorted(found, key=lambda x: -x[1])
