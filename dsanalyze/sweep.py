@@ -453,7 +453,7 @@ def _measure_slowed_again(m: _Measuring, seq: int) -> None:
         if not found:
             return
         for run, pct in found:
-            _set_aside_slowed(run, m, f"its transforms took {pct:.0f}% more CPU a sample than its "
+            _set_aside_slowed(run, m, f"its transforms took {pct:.0f}% more CPU a sample than "
                                       "its fastest repeat (the machine itself ran slow during it)")
             seq += 1
             _measure(run.spec, m, seq, again=_measured_again(run) + 1)
