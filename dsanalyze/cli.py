@@ -124,7 +124,7 @@ def _measure_again_options(g: argparse._ArgumentGroup) -> None:
                    help="measure again, up to N times, a run the machine itself slowed (a "
                         "neighbour on the VM's host): a decode timed after it 30%% over its "
                         "median (at once, once the machine is back), or the job's own "
-                        "transforms 10%% more CPU a sample than its repeats' median (after the "
+                        "transforms 8%% more CPU a sample than its fastest repeat (after the "
                         "sweep) (2; 0: never)")
     g.add_argument("--adaptive", action="store_true", default=None,
                    help="measure the grid's configurations one at a time, each where it could "

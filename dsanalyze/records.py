@@ -400,7 +400,12 @@ def pct_over_median(value: float | None, seen: list[float] | tuple[float, ...],
     (`analysis/workspeed.py`)."""
     if not value or len(seen) < min_seen:
         return None
-    return 100 * (value / statistics.median(seen) - 1)
+    return pct_over(value, statistics.median(seen))
+
+
+def pct_over(value: float, base: float) -> float:
+    """How much more `value` is than `base`, in % (negative: less)."""
+    return 100 * (value / base - 1)
 
 
 @dataclass(frozen=True)

@@ -437,7 +437,7 @@ def _set_aside_slowed(result: RunResult, m: _Measuring, why: str) -> None:
 
 def _measure_slowed_again(m: _Measuring, seq: int) -> None:
     """After the sweep, each run whose own transforms cost more than `SETTINGS.work_slow_pct`
-    CPU a sample over the median of its configuration's runs (its repeats, at least 3:
+    CPU a sample over the cheapest of its configuration's runs (its repeats, at least 3:
     `analysis/workspeed.py`: the machine slowed during it, with the probes around it normal)
     is set aside and measured again, the slowest first, until none is or each has been
     measured `host_retries` times more. After the sweep, not at once: every repeat is then
@@ -453,8 +453,8 @@ def _measure_slowed_again(m: _Measuring, seq: int) -> None:
         if not found:
             return
         for run, pct in found:
-            _set_aside_slowed(run, m, f"its transforms took {pct:.0f}% more CPU a sample than its "
-                                      "repeats' median (the machine itself ran slow during it)")
+            _set_aside_slowed(run, m, f"its transforms took {pct:.0f}% more CPU a sample than "
+                                      "its fastest repeat (the machine itself ran slow during it)")
             seq += 1
             _measure(run.spec, m, seq, again=_measured_again(run) + 1)
 

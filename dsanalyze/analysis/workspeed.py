@@ -1,8 +1,8 @@
 """The machine's speed during a run, read from the job's own work: the CPU seconds one sample
-cost in the dataset's transforms (`work_cpu_s`), against the median of its repeats' (`slowed`).
+cost in the dataset's transforms (`work_cpu_s`), against its fastest repeat's (`slowed`).
 
     for run, pct in workspeed.slowed(sweep_runs, SETTINGS.work_slow_pct):
-        ...     # measured again (`sweep._measure_slowed_again`): over its repeats' median
+        ...     # measured again (`sweep._measure_slowed_again`): over its fastest repeat
 
 The host probe (`resources/hostspeed.py`) reads the machine only between runs. On a VM whose
 host runs other tenants, a neighbour slows a whole run or a stretch inside it with both probes
@@ -21,6 +21,12 @@ So a run is judged only among the runs of its own configuration (`configuration`
 `--repeats` or `--shared-core-runs`), at least `MIN_RUNS` of them. Within each configuration of
 a timm-style and a Lightning-style sweep (3 repeats each), the rate fell as this reading rose,
 every time. The loader's read + decode is left out (a disk run's reads add kernel work to it).
+
+The reference is the configuration's cheapest reading, not its median: a neighbour only ever
+makes the work cost more, and a spell that outlasts one run slows most of a configuration's
+repeats (bench33: Lightning's 3-worker cached runs at 2 CPUs read 0.616, 0.880 and 0.927 ms a
+sample at 344.9, 281.9 and 272.5 samples/s; their median is a slowed run, which judges neither).
+Quiet repeats lie within 9% of their cheapest (bench33/34, /tmp/gauge).
 A job without timed transforms (DALI, a custom dataset) has no reading: nothing is judged.
 """
 
@@ -31,9 +37,9 @@ import json
 from collections.abc import Sequence
 
 from dsanalyze.analysis.transforms import run_table
-from dsanalyze.records import LOADER_STAGE, RunResult, pct_over_median
+from dsanalyze.records import LOADER_STAGE, RunResult, pct_over
 
-MIN_RUNS = 3  # readings the median is of before any run is judged by it
+MIN_RUNS = 3  # readings of a configuration before any of its runs is judged
 
 
 def work_cpu_s(run: RunResult) -> float | None:
@@ -53,8 +59,8 @@ def configuration(run: RunResult) -> str:
 
 def slowed(runs: Sequence[RunResult], limit_pct: float,
            reference: Sequence[RunResult] = ()) -> list[tuple[RunResult, float]]:
-    """The successful runs whose transforms cost more than `limit_pct` % over the median of
-    the readings of their configuration's runs among `runs` and `reference` (other runs of the
+    """The successful runs whose transforms cost more than `limit_pct` % over the cheapest
+    reading of their configuration's runs among `runs` and `reference` (other runs of the
     job, never judged; one with the id of one of `runs` is that run's earlier measurement,
     left out), each with that %; slowest first."""
     ids = {r.run_id for r in runs}
@@ -67,7 +73,9 @@ def slowed(runs: Sequence[RunResult], limit_pct: float,
             seen.setdefault(config[id(r)], []).append(reading[id(r)])
     found = []
     for run in runs:
-        pct = pct_over_median(reading[id(run)], seen.get(config[id(run)], []), MIN_RUNS)
-        if pct is not None and pct > limit_pct:
+        own, of_config = reading[id(run)], seen.get(config[id(run)], [])
+        if own is None or len(of_config) < MIN_RUNS:
+            continue
+        if (pct := pct_over(own, min(of_config))) > limit_pct:
             found.append((run, pct))
     return sorted(found, key=lambda x: -x[1])
