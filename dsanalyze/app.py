@@ -391,29 +391,23 @@ def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], Non
     return Verified(advice, plan, verification(advice.model, plan, run), superseded=aside)
 
 
-SUPERSEDED = "superseded"  # a check's sub-prefix keeps the runs it set aside here
-
-
 def _set_aside_older(target: Path, run_id: str, runs: list[RunResult]) -> Path | None:
     """An earlier check's run of the configuration in a check's sub-prefix that started
     before the prefix's newest run ended: it measured the machine, the data and the job
     before these runs (a sweep measured again since, `make demo` run again), so it checks
     nothing of the model fitted on them. It moves to SUB/superseded/RUN_ID-STARTED.json
-    (kept, not read as a run), and the check measures the configuration again; None where
-    there is no such run. A check's run newer than every run of the prefix is the check
-    itself, made after the fit: `verify` again reads it back (`--resume`)."""
+    (`store.set_aside`: kept, not read as a run), and the check measures the configuration
+    again; None where there is no such run. A check's run newer than every run of the prefix
+    is the check itself, made after the fit: `verify` again reads it back (`--resume`)."""
     path = store.run_path(target, run_id)
     if not path.is_file():
         return None
-    started = store.read_run(path).started_unix_s
+    older = store.read_run(path)
     newest = max((r.started_unix_s + (r.duration_s or 0.0) for r in runs if r.started_unix_s),
                  default=None)
-    if started is None or newest is None or started >= newest:
+    if older.started_unix_s is None or newest is None or older.started_unix_s >= newest:
         return None
-    aside = target / SUPERSEDED / f"{run_id}-{int(started)}.json"
-    aside.parent.mkdir(parents=True, exist_ok=True)
-    path.rename(aside)
-    return aside
+    return store.set_aside(target, store.SUPERSEDED, older)
 
 
 def _verify_plan(advice: Any, runs: list[RunResult], prefix: Path,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,30 @@ def read_run(path: str | Path) -> RunResult:
         return _read_run(path)
     except _UNREADABLE as e:
         raise StoreError(f"cannot read run file {path}: {e}; delete it to re-run") from None
+
+
+# the folders under a prefix that keep the runs set aside (`set_aside`), never pooled
+SUPERSEDED = "superseded"  # a newer measurement of its configuration replaced it
+SLOWED = "host-slowed"  # the machine itself ran slow during it: measured again
+
+
+def set_aside(prefix: str | Path, folder: str, run: RunResult) -> Path:
+    """Keep `run` as PREFIX/FOLDER/RUN_ID-STARTED.json, out of the runs pooled (`runs/`): the
+    one way a run leaves them, never deleted. Its stored file moves there where it is this
+    run; a run set aside before it was stored (a retry's first try) is written there."""
+    started = int(run.started_unix_s or time.time())
+    aside = Path(prefix) / folder / f"{run.run_id}-{started}.json"
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    stored = run_path(prefix, run.run_id)
+    try:
+        same = stored.is_file() and _read_run(stored).started_unix_s == run.started_unix_s
+    except _UNREADABLE:
+        same = False
+    if same:
+        stored.rename(aside)
+    else:
+        write_json_atomic(aside, run.to_dict())
+    return aside
 
 
 def load_readable_runs(prefix: str | Path) -> tuple[list[RunResult], list[str]]:

@@ -103,18 +103,16 @@ def check_prefix(prefix: Path, sweep: Sweep) -> None:
 
 def set_aside_stale_repeats(prefix: Path, specs: list[RunSpec]) -> tuple[list[str], Path | None]:
     """A sweep without `--resume` measures its configurations afresh: the repeat files
-    (`-r<N>`) an earlier sweep left for them would be pooled with the new runs. Move them to
-    `PREFIX/superseded/<time>/` (kept, not deleted); returns their run ids and the folder."""
+    (`-r<N>`) an earlier sweep left for them would be pooled with the new runs. They are set
+    aside in `PREFIX/superseded/` (`store.set_aside`: kept, not deleted); returns their run ids
+    and the folder."""
     wanted = {s.run_id for s in specs}
     stale = [r for r in store.load_readable_runs(prefix)[0]
              if r.spec.repeat > 1 and dataclasses.replace(r.spec, repeat=1).run_id in wanted]
     if not stale:
         return [], None
-    folder = prefix / "superseded" / time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    folder.mkdir(parents=True, exist_ok=True)
-    for r in stale:
-        store.run_path(prefix, r.run_id).rename(folder / f"{r.run_id}.json")
-    return [r.run_id for r in stale], folder
+    asides = [store.set_aside(prefix, store.SUPERSEDED, r) for r in stale]
+    return [r.run_id for r in stale], asides[0].parent
 
 
 def check_data(prefix: Path, sweep: Sweep, specs: list[RunSpec], fp: Fingerprint) -> list[str]:
@@ -421,15 +419,9 @@ def _settled(m: _Measuring, cpu_s: float | None) -> float | None:
     return settled.cpu_s
 
 
-SLOWED = "host-slowed"  # PREFIX/host-slowed/RUN_ID-STARTED.json: runs measured again
-
-
 def _set_aside_slowed(result: RunResult, m: _Measuring, why: str) -> None:
     """Keep the slowed run under `PREFIX/host-slowed/` (never pooled: not in runs/), say `why`."""
-    folder = Path(m.ctx.prefix) / SLOWED
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{result.run_id}-{int(result.started_unix_s or time.time())}.json"
-    store.write_json_atomic(path, result.to_dict())
+    path = store.set_aside(m.ctx.prefix, store.SLOWED, result)
     m.outcome.host_slowed.append(str(path))
     if m.progress:
         m.progress(f"{result.run_id}: {why}: kept in {path.parent}, measured again")

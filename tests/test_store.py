@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -113,3 +114,21 @@ def test_unknown_status_is_a_store_error(tmp_path):
     store.write_json_atomic(path, raw)
     with pytest.raises(StoreError, match="delete it to re-run"):
         store.read_run(path)
+
+
+def test_a_run_set_aside_leaves_the_runs_pooled_and_is_kept_whole(tmp_path):
+    """The stored run moves out of runs/ byte for byte; a run never stored (a retry's first
+    try) is written beside it; a stored run of the same id measured at another time stays."""
+    run = next(r for r in map(store.read_run, FIXTURES) if r.started_unix_s)
+    stored = store.write_run(tmp_path, run)
+    before = stored.read_bytes()
+    aside = store.set_aside(tmp_path, store.SLOWED, run)
+    assert not stored.exists() and aside.read_bytes() == before
+    assert aside.parent == tmp_path / store.SLOWED and aside.name.startswith(run.run_id + "-")
+    assert store.load_readable_runs(tmp_path) == ([], [])
+
+    newer = dataclasses.replace(run, started_unix_s=run.started_unix_s + 100)
+    store.write_run(tmp_path, newer)
+    first_try = store.set_aside(tmp_path, store.SUPERSEDED, run)
+    assert store.read_run(first_try) == run and first_try != aside
+    assert store.load_runs(tmp_path) == [newer]  # the newer measurement is still pooled

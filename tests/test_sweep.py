@@ -59,8 +59,8 @@ def test_a_fresh_sweep_sets_aside_an_earlier_sweeps_repeats(tmp_path):
     specs = Sweep(JOB, prefix=str(tmp_path), cpus=(1,), modes=(Mode.CACHED,)).run_specs(100)
     moved, folder = sweep.set_aside_stale_repeats(tmp_path, specs)
     assert moved == ["cached-cpus1-r2", "cached-cpus1-r3"]
-    assert sorted(p.name for p in folder.iterdir()) == ["cached-cpus1-r2.json",
-                                                        "cached-cpus1-r3.json"]
+    assert folder == tmp_path / store.SUPERSEDED
+    assert sorted(store.read_run(p).run_id for p in folder.iterdir()) == moved
     left = sorted(r.run_id for r in store.load_runs(tmp_path))
     assert left == ["cached-cpus1", "cached-cpus2-r2"]  # another configuration's stay
     assert sweep.set_aside_stale_repeats(tmp_path, specs) == ([], None)
