@@ -430,7 +430,7 @@ class HostSpeed(PlainJson):
         (None: either not measured)."""
         if not self.after_cpu_s or not self.baseline_cpu_s:
             return None
-        return 100 * (self.after_cpu_s / self.baseline_cpu_s - 1)
+        return pct_over(self.after_cpu_s, self.baseline_cpu_s)
 
     @property
     def cpu_s(self) -> float | None:
