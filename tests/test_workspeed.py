@@ -158,7 +158,12 @@ def test_a_run_whose_transforms_cost_more_is_measured_again_after_the_sweep(
     assert workspeed.work_cpu_s(slowed) > 0.004 + 0.8 * min(others)  # the spin, and the steps
     again = runs[slowed.run_id]
     assert HostSpeed.of_run(again).measured_again == 1
-    assert again.started_unix_s > max(r.started_unix_s for r in runs.values() if r is not again)
+    # after the sweep: after every run's first try (on a busy machine a repeat 8% over the
+    # cheapest may be measured again too)
+    first: dict[str, float] = {}
+    for r in [*runs.values(), *asides]:
+        first[r.run_id] = min(first.get(r.run_id, r.started_unix_s), r.started_unix_s)
+    assert again.started_unix_s > max(first.values())
     assert workspeed.work_cpu_s(again) < 1.5 * max(others)  # the transforms alone, no spin
     assert f"measured again: {len(asides)} run(s) the machine itself slowed" in \
         capsys.readouterr().out
