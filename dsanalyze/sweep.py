@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -354,6 +353,12 @@ class _Measuring:
     # judged against the profile's
     reference: tuple[RunResult, ...] = ()
 
+    def keep(self, result: RunResult) -> None:
+        """`result` is the run of its id this sweep stores (stored already by the caller)."""
+        self.outcome.results[:] = [r for r in self.outcome.results
+                                   if r.run_id != result.run_id] + [result]
+        self.stored[result.run_id] = result
+
 
 def _measure(spec: RunSpec, m: _Measuring, seq: int, again: int = 0) -> RunResult | None:
     """One run, stored as soon as it ends; None when `resume` finds it complete (on every
@@ -391,8 +396,7 @@ def _measure(spec: RunSpec, m: _Measuring, seq: int, again: int = 0) -> RunResul
                           f"after it (a decode {1e3 * (speed.after_cpu_s or 0):.2f} ms against "
                           f"{1e3 * (speed.baseline_cpu_s or 0):.2f})")
     store.write_run(ctx.prefix, result)
-    outcome.results[:] = [r for r in outcome.results if r.run_id != result.run_id] + [result]
-    m.stored[result.run_id] = result
+    m.keep(result)
     _remember_libraries(ctx, result)
     _remember_epoch(ctx, result)
     if result.failure is FailureKind.CORRUPT_SAMPLE:
@@ -440,7 +444,7 @@ def _measure_slowed_again(m: _Measuring, seq: int) -> None:
     once). Of each run's tries, the cheapest is stored (`_keep_cheapest`)."""
     if m.host_retries == 0 or m.group is not None:
         return
-    tries: dict[str, list[Path]] = {}  # run id: its tries this pass set aside
+    tries: dict[str, list[tuple[RunResult, Path]]] = {}  # run id: its tries this pass set aside
     for _ in range(m.host_retries):
         found = [(run, pct) for run, pct in workspeed.slowed(
                      list(m.stored.values()), SETTINGS.work_slow_pct, m.reference)
@@ -448,38 +452,35 @@ def _measure_slowed_again(m: _Measuring, seq: int) -> None:
         if not found:
             break
         for run, pct in found:
-            tries.setdefault(run.run_id, []).append(_set_aside_slowed(
+            tries.setdefault(run.run_id, []).append((run, _set_aside_slowed(
                 run, m, f"its transforms took {pct:.0f}% more CPU a sample than its fastest "
-                        "repeat (the machine itself ran slow during it)"))
+                        "repeat (the machine itself ran slow during it)")))
             seq += 1
             _measure(run.spec, m, seq, again=_measured_again(run) + 1)
     for run_id, asides in tries.items():
         _keep_cheapest(m, run_id, asides)
 
 
-def _keep_cheapest(m: _Measuring, run_id: str, asides: list[Path]) -> None:
-    """Of a run's tries, store the one whose transforms cost the least CPU a sample; the others
-    stay in host-slowed/. A neighbour only ever makes the work dearer, and a try measured again
-    can land in its next spell: on bench35, timm's 3-worker cached repeat at 2 CPUs measured
-    294.7 samples/s, then 257.2 with its transforms 14% dearer, and the end pass kept the
-    second. A failed try is never the cheapest."""
-    def cost(run: RunResult) -> float:
-        reading = workspeed.work_cpu_s(run) if run.ok else None
-        return reading if reading is not None else math.inf
-
+def _keep_cheapest(m: _Measuring, run_id: str, asides: list[tuple[RunResult, Path]]) -> None:
+    """Of a run's tries, store the one whose transforms cost the least CPU a sample
+    (`workspeed.cheapest`); the others stay in host-slowed/. A neighbour only ever makes the
+    work dearer, and a try measured again can land in its next spell: on bench35, timm's
+    3-worker cached repeat at 2 CPUs measured 294.7 samples/s, then 257.2 with its transforms
+    14% dearer, and the end pass kept the second."""
     stored = m.stored[run_id]
-    cheapest, path = min(((store.read_run(p), p) for p in asides), key=lambda t: cost(t[0]))
-    if cost(cheapest) >= cost(stored):
+    cheapest = workspeed.cheapest([stored, *(run for run, _ in asides)])
+    if cheapest is stored:
         return
+    path = next(p for run, p in asides if run is cheapest)
     m.outcome.host_slowed.append(str(store.set_aside(m.ctx.prefix, store.SLOWED, stored)))
     m.outcome.host_slowed.remove(str(path))
     path.rename(store.run_path(m.ctx.prefix, run_id))
-    m.stored[run_id] = cheapest
-    m.outcome.results[:] = [r for r in m.outcome.results if r.run_id != run_id] + [cheapest]
+    m.keep(cheapest)
     if m.progress:
-        last = f"{1e3 * cost(stored):.3f} ms" if cost(stored) < math.inf else stored.status
+        last = workspeed.work_cpu_s(stored) if stored.ok else None
         m.progress(f"{run_id}: the one of its {len(asides) + 1} tries whose transforms cost least "
-                   f"is stored ({1e3 * cost(cheapest):.3f} ms a sample; the last one: {last})")
+                   f"is stored ({1e3 * workspeed.work_cpu_s(cheapest):.3f} ms a sample; the last "
+                   f"one: {f'{1e3 * last:.3f} ms' if last is not None else stored.status})")
 
 
 def _measured_again(run: RunResult) -> int:

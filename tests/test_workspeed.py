@@ -136,6 +136,16 @@ def test_a_spell_that_slows_most_repeats_is_found_in_each():
         runs, SETTINGS.work_slow_pct)] == [(3, 50), (2, 43)]
 
 
+@given(readings)
+def test_of_a_runs_tries_the_cheapest_reading_is_chosen_never_a_failed_try(cpu_s):
+    tries = [run_with(c) for c in cpu_s]
+    assert workspeed.work_cpu_s(workspeed.cheapest(tries)) == pytest.approx(min(cpu_s), rel=1e-6)
+    failed = run_with(min(cpu_s) / 10, status="failed")
+    unread = run_with(None)
+    assert workspeed.cheapest([failed, unread, *tries]) in tries
+    assert workspeed.cheapest([failed, unread]) is failed  # none with a reading: the first
+
+
 @pytest.mark.slow
 def test_a_run_whose_transforms_cost_more_is_measured_again_after_the_sweep(
         small_dataset, tmp_path, capsys):

@@ -26,7 +26,8 @@ The reference is the configuration's cheapest reading, not its median: a neighbo
 makes the work cost more, and a spell that outlasts one run slows most of a configuration's
 repeats (bench33: Lightning's 3-worker cached runs at 2 CPUs read 0.616, 0.880 and 0.927 ms a
 sample at 344.9, 281.9 and 272.5 samples/s; their median is a slowed run, which judges neither).
-Quiet repeats lie within 9% of their cheapest (bench33/34, /tmp/gauge).
+Over bench33/34 and /tmp/gauge, every repeat within 5% of its configuration's fastest rate read
+within 6.6% of its cheapest (`SETTINGS.work_slow_pct`).
 A job without timed transforms (DALI, a custom dataset) has no reading: nothing is judged.
 """
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Sequence
 
 from dsanalyze.analysis.transforms import run_table
@@ -52,6 +54,21 @@ def work_cpu_s(run: RunResult) -> float | None:
     return total if total > 0 else None
 
 
+def _reading(run: RunResult) -> float | None:
+    """A successful run's `work_cpu_s`; None for a failed one (its work is no reading)."""
+    return work_cpu_s(run) if run.ok else None
+
+
+def cheapest(tries: Sequence[RunResult]) -> RunResult:
+    """Of one run's tries, the one whose transforms cost the least CPU a sample: a neighbour
+    only ever makes the work dearer. A failed try or one without a reading is never chosen over
+    one with a reading; among none with one, the first."""
+    def cost(run: RunResult) -> float:
+        reading = _reading(run)
+        return math.inf if reading is None else reading
+    return min(tries, key=cost)
+
+
 def configuration(run: RunResult) -> str:
     """What a run's repeats share: its job, mode and resources (the repeat number aside)."""
     return json.dumps(dataclasses.replace(run.spec, repeat=1).to_dict(), sort_keys=True)
@@ -65,7 +82,7 @@ def slowed(runs: Sequence[RunResult], limit_pct: float,
     left out), each with that %; slowest first."""
     ids = {r.run_id for r in runs}
     every = [*runs, *(r for r in reference if r.run_id not in ids)]
-    reading = {id(r): work_cpu_s(r) if r.ok else None for r in every}
+    reading = {id(r): _reading(r) for r in every}
     config = {id(r): configuration(r) for r in every}
     seen: dict[str, list[float]] = {}
     for r in every:
