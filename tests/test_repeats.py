@@ -136,30 +136,44 @@ def _repeats(prefix: Path) -> int:
 
 def _loader_workers(mode: str) -> list[psutil.Process]:
     """The DataLoader workers of this test's built-in job rank in `mode` (none before its
-    loader starts iterating, none once it is done)."""
-    found = []
+    loader starts iterating): the children of the rank, the bootstrap process that
+    torch.distributed.run started (its own argv names the job too, and its child is the rank)."""
     for p in psutil.Process().children(recursive=True):
         try:
             # the built-in job runs under the bootstrap; its mode is in its environment
-            if "dsanalyze.jobs.image_classification" in p.cmdline() \
+            if "dsanalyze.instrument.bootstrap" in p.cmdline() \
+                    and "torch.distributed.run" in p.parent().cmdline() \
                     and p.environ().get(rankenv.ENV_MODE) == mode:
-                found += p.children()
-        except psutil.Error:  # ended meanwhile
+                return p.children()
+        except (psutil.Error, AttributeError):  # ended meanwhile (its parent too: None)
             pass
-    return found
+    return []
 
 
-def _burn_while_loading(mode: str, burners: Burners) -> threading.Thread:
-    """Start the burners once the first `mode` run's loader has a worker, stop them once that
-    worker is gone: they starve its measured iterations, not the job's start-up or exit."""
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _burn_while_loading(mode: str, burners: Burners, burned: list[float]) -> threading.Thread:
+    """Start the burners once the first `mode` run's loader has a worker, stop them once those
+    workers are gone: they starve its measured iterations, not the job's start-up. The
+    workers are watched by their own handles (a scan of the process tree that misses them
+    once would stop the burners early); `burned` gets the burners' start and stop (unix s)."""
     def wait() -> None:
-        while not _loader_workers(mode) and not burners.stopped.wait(0.1):
-            pass
-        if not burners.stopped.is_set():
-            burners.__enter__()
-        while _loader_workers(mode) and not burners.stopped.wait(0.1):
+        workers: list[psutil.Process] = []
+        while not workers and not burners.stopped.wait(0.05):
+            workers = _loader_workers(mode)
+        if burners.stopped.is_set():
+            return
+        burners.__enter__()
+        burned.append(time.time())
+        while any(_running(w) for w in workers) and not burners.stopped.wait(0.1):
             pass
         burners.__exit__()
+        burned.append(time.time())
     thread = threading.Thread(target=wait, daemon=True)
     thread.start()
     return thread
@@ -201,7 +215,8 @@ def test_target_ci_stops_early_on_a_steady_job_and_repeats_a_noisy_one(small_dat
         assert (narrow["prep_stall_pct_high"] - narrow["prep_stall_pct_low"]) / 2 <= 8
         return
     burners = Burners(launch.cpu_ids(1)[0], 12, 0)
-    stopper = _burn_while_loading("cached", burners)  # the first cached run only
+    burned: list[float] = []
+    stopper = _burn_while_loading("cached", burners, burned)  # the first cached run only
     try:
         assert harness(*argv, "--prefix", prefix) == 0
     finally:
@@ -211,7 +226,8 @@ def test_target_ci_stops_early_on_a_steady_job_and_repeats_a_noisy_one(small_dat
     # the monitor saw the burners: the first cached run was disturbed on its CPU (during its
     # loading, about half of its wall time)
     first = rates[(Mode.CACHED, 1)]
-    assert "cpu" in first.disturbed and first.others_cpu_pct > 30
+    assert len(burned) == 2, f"the burners did not start and stop with its workers: {burned}"
+    assert "cpu" in first.disturbed and first.others_cpu_pct > 30, (burned, first)
     compared = [k for k, r in rates.items() if k != (Mode.CACHED, 1) and k[1] <= 2
                 and "cpu" in r.disturbed]
     if not compared:  # the burners' run alone was disturbed: it stands out, a third is run
