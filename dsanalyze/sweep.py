@@ -436,8 +436,10 @@ def _set_aside_slowed(result: RunResult, m: _Measuring, why: str) -> Path:
 def _measure_slowed_again(m: _Measuring, seq: int) -> None:
     """After the sweep, each run whose own transforms cost more than `SETTINGS.work_slow_pct`
     CPU a sample over the cheapest of its configuration's runs (its repeats, at least 3:
-    `analysis/workspeed.py`: the machine slowed during it, with the probes around it normal)
-    is set aside and measured again, the slowest first, until none is or each has been
+    `analysis/workspeed.py`: the machine slowed during it, with the probes around it normal),
+    or more than `SETTINGS.work_outlier_pct` over the sweep's cheapest unthrottled run (a
+    configuration's only run: `_slowed_during`), is set aside and measured again, the slowest
+    first, until none is or each has been
     measured `host_retries` times more. After the sweep, not at once: every repeat is then
     measured, the first one's included, and a neighbour's spell has passed; with `known_runs`
     (`verify`), theirs count too. Not across several nodes (a run is measured on all of them at
@@ -446,19 +448,31 @@ def _measure_slowed_again(m: _Measuring, seq: int) -> None:
         return
     tries: dict[str, list[tuple[RunResult, Path]]] = {}  # run id: its tries this pass set aside
     for _ in range(m.host_retries):
-        found = [(run, pct) for run, pct in workspeed.slowed(
-                     list(m.stored.values()), SETTINGS.work_slow_pct, m.reference)
+        found = [(run, why) for run, why in _slowed_during(m)
                  if _measured_again(run) < m.host_retries]
         if not found:
             break
-        for run, pct in found:
+        for run, why in found:
             tries.setdefault(run.run_id, []).append((run, _set_aside_slowed(
-                run, m, f"its transforms took {pct:.0f}% more CPU a sample than its fastest "
-                        "repeat (the machine itself ran slow during it)")))
+                run, m, f"its transforms took {why} (the machine itself ran slow during it)")))
             seq += 1
             _measure(run.spec, m, seq, again=_measured_again(run) + 1)
     for run_id, asides in tries.items():
         _keep_cheapest(m, run_id, asides)
+
+
+def _slowed_during(m: _Measuring) -> list[tuple[RunResult, str]]:
+    """The stored runs whose transforms cost too much, each once, slowest first: among their
+    repeats (`SETTINGS.work_slow_pct`), or, a configuration's only run, far over the sweep's
+    cheapest unthrottled run (`SETTINGS.work_outlier_pct`); with what each was judged against."""
+    runs = list(m.stored.values())
+    found: dict[str, tuple[RunResult, float, str]] = {}
+    for run, pct in workspeed.over_the_sweep(runs, SETTINGS.work_outlier_pct, m.reference):
+        found[run.run_id] = (run, pct, "the sweep's cheapest unthrottled run")
+    for run, pct in workspeed.slowed(runs, SETTINGS.work_slow_pct, m.reference):
+        found[run.run_id] = (run, pct, "its fastest repeat")
+    return [(run, f"{pct:.0f}% more CPU a sample than {against}")
+            for run, pct, against in sorted(found.values(), key=lambda t: -t[1])]
 
 
 def _keep_cheapest(m: _Measuring, run_id: str, asides: list[tuple[RunResult, Path]]) -> None:

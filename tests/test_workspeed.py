@@ -68,7 +68,7 @@ def test_a_step_is_charged_its_threads_cpu_not_its_waits(tmp_path):
 
 def run_with(cpu_s_per_sample: float | None, loader_cpu_s: float = 0.01, ranks: int = 1,
              status: str = "ok", repeat: int = 1, cpus: int = 1,
-             mode: Mode = Mode.CACHED) -> RunResult:
+             mode: Mode = Mode.CACHED, bw: int | None = None) -> RunResult:
     """A stored run whose transforms cost `cpu_s_per_sample` (split over two steps and over
     `ranks` ranks), beside a loader step of `loader_cpu_s` (never judged); the `repeat`-th of
     its configuration (`cpus`, `mode`)."""
@@ -81,8 +81,8 @@ def run_with(cpu_s_per_sample: float | None, loader_cpu_s: float = 0.01, ranks: 
         return step_table(totals)
     recs = tuple(RankRecord(r, (0.0,) * 4, (0.1,) * 4, (0,) * 4, (8,) * 4, 1, 0.0,
                             extra={"transforms": table(10**5 * (r + 1))}) for r in range(ranks))
-    return RunResult(RunSpec(Job(data_dir="/d"), mode, Resources(cpus), repeat), status,
-                     ranks=recs)
+    return RunResult(RunSpec(Job(data_dir="/d"), mode, Resources(cpus, storage_read_bps=bw),
+                             repeat), status, ranks=recs)
 
 
 def test_the_reading_is_the_transforms_cpu_a_sample_over_the_ranks_without_the_loader():
@@ -227,3 +227,59 @@ def test_one_run_is_judged_against_the_repeats_of_its_configuration_stored_elsew
     assert workspeed.slowed([run_with(1.05e-3)], SETTINGS.work_slow_pct, profile) == []
     earlier = [run_with(1e-3), run_with(1e-3), run_with(1e-3)]  # the check's own run id
     assert workspeed.slowed([check], SETTINGS.work_slow_pct, earlier) == []
+
+
+@given(readings, st.floats(0.01, 100.0), st.floats(0.0, 1.0))
+def test_a_run_far_over_the_sweeps_cheapest_unthrottled_run_is_judged_whatever_its_configuration(
+        cpu_s, k, throttled_share):
+    """Every configuration once (another CPU count each): scale-free, exactly the unthrottled
+    runs over the cheapest unthrottled reading by more than the setting, slowest first; a
+    throttled run is never judged nor judges, however cheap or dear."""
+    limit = SETTINGS.work_outlier_pct
+    runs = [run_with(c, cpus=i) for i, c in enumerate(cpu_s, 1)]
+    throttled = [run_with(min(cpu_s) * f, cpus=len(cpu_s) + i, bw=4 << 20)
+                 for i, f in enumerate((throttled_share, 10.0), 1)]
+    found = workspeed.over_the_sweep([*runs, *throttled], limit)
+    read = [workspeed.work_cpu_s(r) for r in runs]  # as recorded (equal costs may tie exactly)
+    assert read == pytest.approx(cpu_s, rel=1e-6)
+    low = min(read)
+    over = sorted(((i, 100 * (c / low - 1)) for i, c in enumerate(read)), key=lambda x: -x[1])
+    at = {id(r): i for i, r in enumerate(runs)}
+    assert [(at[id(r)], p) for r, p in found] == [(i, p) for i, p in over if p > limit]
+    scaled = workspeed.over_the_sweep([run_with(k * c, cpus=i) for i, c in enumerate(cpu_s, 1)],
+                                      limit)
+    assert [p for _, p in scaled] == pytest.approx([p for _, p in found], abs=1e-4)
+    assert workspeed.over_the_sweep([*runs[:workspeed.MIN_RUNS - 1], *throttled], limit) == []
+
+
+def test_bench36s_slowed_disk_run_is_found_and_its_sweeps_offsets_are_not():
+    """bench36's Lightning 1-worker sweep: its unthrottled disk run at 1 CPU read 0.897 ms a
+    sample (161.3 samples/s) against 0.558 for the cached run there, 0.619 for the disk run at 2
+    CPUs; bench33's examples-style sweep, where no run was slowed, read up to +39%."""
+    lightning = [run_with(0.558e-3), run_with(0.897e-3, mode=Mode.DISK),
+                 run_with(0.578e-3, cpus=2), run_with(0.619e-3, cpus=2, mode=Mode.DISK),
+                 run_with(0.700e-3, mode=Mode.DISK, bw=4608 << 10)]
+    assert [(r.spec.mode, round(p)) for r, p in workspeed.over_the_sweep(
+        lightning, SETTINGS.work_outlier_pct)] == [(Mode.DISK, 61)]
+    examples = [run_with(0.644e-3), run_with(0.816e-3, mode=Mode.DISK),
+                run_with(0.837e-3, cpus=2), run_with(0.894e-3, cpus=2, mode=Mode.DISK)]
+    assert workspeed.over_the_sweep(examples, SETTINGS.work_outlier_pct) == []
+
+
+@pytest.mark.slow
+def test_a_configurations_only_run_far_over_the_sweep_is_measured_again(
+        small_dataset, tmp_path, capsys):
+    """Three configurations at one CPU (cached, disk without a page cache, disk with an
+    unlimited one), one run each: the third run spins 8 ms of its thread's CPU in every
+    transform call. It is set aside and measured again; its retry, the cheaper, is stored."""
+    prefix, log = tmp_path / "outlier", tmp_path / "spins"
+    assert harness("--data", small_dataset, "--prefix", prefix, "--modes", "cached,disk",
+                   "--cpus", 1, "--cache", "0,none", "--epochs", 2, "--warmup", 2, "--no-plots",
+                   "--no-advice", "--host-retries", 1, SCRIPT, small_dataset, "--spin-log", log,
+                   "--spin-schedule", "0,0,8") == 0
+    runs = list(map(store.read_run, (prefix / store.SLOWED).iterdir()))
+    spun = max(runs, key=workspeed.work_cpu_s)
+    assert workspeed.work_cpu_s(spun) > 6e-3
+    stored = {r.run_id: r for r in store.load_runs(prefix)}[spun.run_id]
+    assert stored.started_unix_s > spun.started_unix_s and workspeed.work_cpu_s(stored) < 3e-3
+    assert "than the sweep's cheapest unthrottled run" in capsys.readouterr().err

@@ -96,3 +96,29 @@ def slowed(runs: Sequence[RunResult], limit_pct: float,
         if (pct := pct_over(own, min(of_config))) > limit_pct:
             found.append((run, pct))
     return sorted(found, key=lambda x: -x[1])
+
+
+def over_the_sweep(runs: Sequence[RunResult], limit_pct: float,
+                   reference: Sequence[RunResult] = ()) -> list[tuple[RunResult, float]]:
+    """The successful runs without a throttle (storage or link) whose transforms cost more than
+    `limit_pct` % over the cheapest reading of such runs among `runs` and `reference`, whatever
+    their configuration (at least `MIN_RUNS` readings), each with that %; slowest first.
+
+    A configuration's only run has no repeats to judge it, and configurations' readings differ
+    by up to 30-46% (an examples-style script's disk runs and 2-CPU runs against its 1-CPU cached
+    run), so this limit is far wider than the repeats'. A throttled run is left out: its rate is
+    the throttle's, whatever its work cost."""
+    ids = {r.run_id for r in runs}
+    every = [*runs, *(r for r in reference if r.run_id not in ids)]
+    reading = {id(r): work_cpu_s(r) for r in every if r.ok and _unthrottled(r)}
+    seen = [g for g in reading.values() if g]
+    if len(seen) < MIN_RUNS:
+        return []
+    found = [(run, pct) for run in runs if reading.get(id(run))
+             and (pct := pct_over(reading[id(run)], min(seen))) > limit_pct]
+    return sorted(found, key=lambda x: -x[1])
+
+
+def _unthrottled(run: RunResult) -> bool:
+    res = run.spec.resources
+    return res.storage_read_bps is None and res.net_bw_bps is None
