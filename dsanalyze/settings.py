@@ -85,17 +85,6 @@ class Settings:
         "quadrature per assumption, weighted by the rate's sensitivity to the side of the "
         "model it is about (`intervals.py`)", f"{INTERVAL_GRID} (9974e67); {SCRIPTS_GRID} "
         "(3364bb2)")
-    oversubscribed_sigma: float = _tuned(
-        0.10, "", "relative error (one sigma) of a prediction with more DataLoader workers on a "
-        "node than CPUs where no fit run had more workers than CPUs (`Assume.OVERSUBSCRIBED`), "
-        "weighted by the rate's sensitivity to the loop's costs, in quadrature with the rest "
-        "(`intervals.py`)",
-        "bench/scripts_accuracy.py's bench21-37 (tuning grids now), the 70 unthrottled disk runs "
-        "extrapolated from 1 worker to more workers than CPUs (2 or 3 at 1 CPU, 3 at 2): the "
-        "model's error lay from -27% to +24% with no lean either way, root mean square 12% in log "
-        "terms;"
-        " their 90% intervals covered 50 (71%); with this sigma 61 (87%), and all 282 "
-        "extrapolated runs 267 (95%, from 91%) (a1ee5ed)")
     fit_sigma_scale: float = _tuned(
         0.5, "x", "share of the fit's own relative sigma (residual, bootstrap noise, default) "
         "a held-out single run's error shows: the interval's sigma is this times it times the "

@@ -23,9 +23,7 @@ from dsanalyze import store
 from dsanalyze.config import CacheBudget, Mode
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import api as whatif
-from dsanalyze.whatif.assumptions import Assume, Assumption
 from dsanalyze.whatif.intervals import loop_share, probe_factor
-from dsanalyze.whatif.laws import binding_cache, layout_for
 from dsanalyze.whatif.model import Z
 from dsanalyze.whatif.rates import mean_rates
 
@@ -142,37 +140,3 @@ def test_the_storage_k_times_faster_is_the_loop_k_times_slower(fitted, fit, shar
     loop = loop_share(model, cfg, model.layout, Mode.DISK, 0.0, base)
     secant = min(1.0, max(0.0, math.log(base / slower) / math.log(k)))
     assert loop * math.log(k) == pytest.approx(secant * math.log(k), abs=0.0025)
-
-
-@settings(max_examples=25, deadline=None)
-@given(fit=SIGMAS["fit"], cpus=st.integers(1, 4), workers=st.integers(0, 6),
-       measured=st.lists(st.tuples(st.integers(1, 4), st.integers(0, 6)), min_size=1,
-                         max_size=4),
-       throttled=st.booleans())
-def test_more_workers_than_cpus_none_measured_widens_by_its_own_sigma_on_the_loops_side(
-        fitted, fit, cpus, workers, measured, throttled) -> None:
-    """More workers than CPUs where no fit run had more workers than its CPUs: the prediction
-    says so and its sigma grows by `oversubscribed_sigma` times the rate's sensitivity to the
-    loop's costs, in quadrature; the rate does not move. A fit run with more workers than CPUs
-    (at any count), or as many CPUs as workers, and nothing changes."""
-    model = replace(fitted, rel_sigma=fit, throttle_measured=True, measured_node_workers=(
-        *((c, min(k, c)) for c, k in measured),))  # none oversubscribed
-    seen = replace(model, measured_node_workers=((*measured[0][:1], measured[0][0] + 1),))
-    free = whatif.predict(model, whatif.Config.of(cpus, workers=workers))
-    bps = _throttle(model, free.rate_sps, 0.1) if throttled else None
-    cfg = whatif.Config.of(cpus, CacheBudget.parse("0", model.dataset_bytes), bps,
-                           workers=workers)
-    got, base = whatif.predict(model, cfg), whatif.predict(seen, cfg)
-    assert got.rate_sps == base.rate_sps
-    over = [a for a in got.untested if a.kind is Assume.OVERSUBSCRIBED]
-    assert not any(a.kind is Assume.OVERSUBSCRIBED for a in base.untested)
-    if workers <= cpus:
-        assert over == [] and _sigma(got) == pytest.approx(_sigma(base))
-        return
-    assert over == [Assumption(Assume.OVERSUBSCRIBED, cpus=cpus, workers=workers)]
-    layout, _ = layout_for(model, model.ranks)
-    cache = binding_cache(model, cfg.cache_bytes + model.cache_slack_bytes)
-    loop = loop_share(model, cfg, layout, Mode.DISK, cache, got.rate_sps)
-    assert loop < 0.05 if throttled else loop > 0.95  # the throttle's rate, or the CPU's
-    assert _sigma(got) ** 2 - _sigma(base) ** 2 == pytest.approx(
-        (loop * SETTINGS.oversubscribed_sigma) ** 2, abs=1e-9)

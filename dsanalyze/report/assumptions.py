@@ -43,9 +43,6 @@ WORDS: dict[Assume, Callable[[Assumption], str]] = {
     Assume.SHARING: lambda a: f"{a.workers} workers beside the step on the CPU at {a.cpus} "
                               f"CPUs: how its threads share the cores taken from the cached "
                               f"run with {a.measured_workers}",
-    Assume.OVERSUBSCRIBED: lambda a: f"{a.workers} DataLoader workers on {a.cpus} CPU(s), and no "
-                                     f"run had more workers than CPUs: each sample's "
-                                     f"transforms taken to cost what they did with fewer",
     Assume.THROTTLE: lambda a: "a throttle taken at face value: no throttled run held by its "
                                "throttle was measured",
     Assume.NO_DEVICE: lambda a: "storage device not measured: unthrottled reads taken as never "

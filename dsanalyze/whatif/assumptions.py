@@ -27,9 +27,6 @@ class Assume(enum.Enum):
     # a step on the CPU beside `workers` workers at `cpus` CPUs: how its threads share the
     # cores taken from the cached run(s) with `measured_workers` (`laws.stretch_from`)
     SHARING = "sharing"
-    # more workers on a node (`workers` per rank x ranks) than its `cpus` CPUs, where no fit run
-    # had more workers than CPUs: each sample's transforms taken to cost what they did there
-    OVERSUBSCRIBED = "oversubscribed"
     THROTTLE = "throttle"  # a throttle at face value: no run held by its throttle measured
     NO_DEVICE = "no_device"  # the storage device not measured: unthrottled reads never limit
     ABOVE_DEVICE = "above_device"  # a throttle above the measured device's bandwidth

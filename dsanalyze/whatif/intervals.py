@@ -14,8 +14,7 @@ gives both (`loop_share`). The delta method then gives (`Spread.sigma`)
               + sum over the untested assumptions of (weight * u)^2 + held_rel^2
               + sharing_rel^2
 
-with s = `SETTINGS.fit_sigma_scale`, u = `SETTINGS.untested_sigma` (for more workers than
-CPUs where no fit run had more, `SETTINGS.oversubscribed_sigma`); an assumption about the
+with s = `SETTINGS.fit_sigma_scale`, u = `SETTINGS.untested_sigma`; an assumption about the
 loop (CPUs, workers, the step) weighs `loop`, one about the storage (a throttle, the device,
 re-reads) `1 - loop`, any other (ranks, nodes, DALI, storage not measured) 1. A rate set by
 the throttle alone gets the throttle's narrow interval; a CPU-bound one the fit's full one.
@@ -43,8 +42,7 @@ from dsanalyze.whatif.rates import mean_rates
 
 # the side of the model each untested assumption is about (`Spread`'s weights)
 LOOP_SIDE = frozenset({Assume.BEYOND_CPUS, Assume.ONE_CPU_COUNT, Assume.MACHINE_CPUS,
-                       Assume.WORKERS, Assume.SHARING, Assume.FASTER_STEP,
-                       Assume.OVERSUBSCRIBED})
+                       Assume.WORKERS, Assume.SHARING, Assume.FASTER_STEP})
 STORAGE_SIDE = frozenset({Assume.THROTTLE, Assume.ABOVE_DEVICE, Assume.REREADS})
 
 
@@ -58,15 +56,13 @@ class Spread:
     weights: tuple[float, ...] = ()  # each untested assumption's weight
     held_rel: float = 0.0  # the step held by the outside work (`Rates.held_rel`)
     sharing_rel: float = 0.0  # a carried sharing of the cores (`carried_sharing_rel`)
-    oversubscribed: float = 0.0  # the weight of `Assume.OVERSUBSCRIBED` (0: not assumed)
 
     def sigma(self, scale: float | None = None, untested_sigma: float | None = None) -> float:
         """The relative sigma at `SETTINGS`' constants (or the ones given: the tuning bench)."""
         s = SETTINGS.fit_sigma_scale if scale is None else scale
         u = SETTINGS.untested_sigma if untested_sigma is None else untested_sigma
         parts = [s * self.fit_rel * self.loop, self.storage_rel * (1 - self.loop),
-                 self.held_rel, self.sharing_rel, *(w * u for w in self.weights),
-                 self.oversubscribed * SETTINGS.oversubscribed_sigma]
+                 self.held_rel, self.sharing_rel, *(w * u for w in self.weights)]
         return math.sqrt(sum(x * x for x in parts))
 
     def interval(self, rate_sps: float) -> tuple[float, float]:
@@ -83,11 +79,8 @@ def spread(model: Model, cfg: Config, held_rel: float = 0.0, loop: float = 1.0,
            sharing_rel: float = 0.0) -> Spread:
     """The sigma's parts for `cfg`, whose rate moves `loop` with the loop's costs."""
     storage = model.storage_rel_sigma or SETTINGS.noise_floor
-    found = untested(model, cfg)
-    over = Assume.OVERSUBSCRIBED
     return Spread(loop, model.rel_sigma, storage,
-                  tuple(_weight(a, loop) for a in found if a.kind is not over), held_rel,
-                  sharing_rel, sum(_weight(a, loop) for a in found if a.kind is over))
+                  tuple(_weight(a, loop) for a in untested(model, cfg)), held_rel, sharing_rel)
 
 
 def rel_sigma_for(model: Model, cfg: Config, loop: float = 1.0) -> float:
@@ -184,17 +177,6 @@ def _storage_assumptions(model: Model, cfg: Config) -> list[Assumption]:
     return out
 
 
-def oversubscribed(model: Model, cfg: Config) -> Assumption | None:
-    """More DataLoader workers on a node than CPUs, where no fit run had more workers than its
-    CPUs: the model takes each sample's transforms to cost what they did with fewer, and the
-    scripts bench found them 0-27% off either way (bench21-37's disk runs at 1 CPU extrapolated
-    from 1 worker to 2 or 3: root mean square 12%; `SETTINGS.oversubscribed_sigma`)."""
-    node_workers = workers_for(model, cfg) * (cfg.nproc or model.ranks)
-    if node_workers <= cfg.cpus or any(k > c for c, k in model.measured_node_workers):
-        return None
-    return Assumption(Assume.OVERSUBSCRIBED, cpus=cfg.cpus, workers=node_workers)
-
-
 def untested(model: Model, cfg: Config) -> tuple[Assumption, ...]:
     """The assumptions a prediction for `cfg` rests on that no fit run tested
     (`report/assumptions.py` words them)."""
@@ -211,8 +193,6 @@ def untested(model: Model, cfg: Config) -> tuple[Assumption, ...]:
     if workers_for(model, cfg) != model.workers:
         out.append(Assumption(Assume.WORKERS, workers=workers_for(model, cfg),
                               measured_workers=model.workers))
-    if (over := oversubscribed(model, cfg)) is not None:
-        out.append(over)
     if (carried := stretch_from(model, cfg)) is not None:
         out.append(Assumption(Assume.SHARING, cpus=cfg.cpus, workers=workers_for(model, cfg),
                               measured_workers=carried))

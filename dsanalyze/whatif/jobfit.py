@@ -127,9 +127,6 @@ def job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] |
                   policy=policy, allreduce_s=allreduce,
                   step_ms=job_key(base[0])[1],
                   measured_cpus=tuple(sorted({run_cpus(r) for r in base})),
-                  measured_node_workers=tuple(sorted(
-                      {(run_cpus(r), job_as_run(r).workers * r.spec.job.nproc_per_node)
-                       for r in base if r.spec.mode is not Mode.SYNTHETIC})),
                   measured_ranks=tuple(sorted({r.spec.job.world_size for r in ok})),
                   measured_speedups=_speedups(ok, base[0]),
                   machine_cpus=base[0].environment.get("cpus_available"), loader=ran.loader,

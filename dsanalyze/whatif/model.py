@@ -179,8 +179,6 @@ class Model:
     storage_rel_sigma: float | None = None
     step_ms: float | None = None  # the base job's sim step (sim device), for other step times
     measured_cpus: tuple[int, ...] = ()
-    # (CPUs, DataLoader workers on the node) of each fit run that ran a loader
-    measured_node_workers: tuple[tuple[int, int], ...] = ()
     measured_ranks: tuple[int, ...] = ()
     measured_speedups: tuple[float, ...] = (1.0,)  # base step / each sim step a run measured
     machine_cpus: int | None = None
