@@ -491,7 +491,7 @@ def _keep_cheapest(m: _Measuring, run_id: str, asides: list[tuple[RunResult, Pat
     path.rename(store.run_path(m.ctx.prefix, run_id))
     m.keep(cheapest)
     if m.progress:
-        last = workspeed.work_cpu_s(stored) if stored.ok else None
+        last = workspeed.reading(stored)
         m.progress(f"{run_id}: the one of its {len(asides) + 1} tries whose transforms cost least "
                    f"is stored ({1e3 * workspeed.work_cpu_s(cheapest):.3f} ms a sample; the last "
                    f"one: {f'{1e3 * last:.3f} ms' if last is not None else stored.status})")

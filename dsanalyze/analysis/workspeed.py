@@ -54,7 +54,7 @@ def work_cpu_s(run: RunResult) -> float | None:
     return total if total > 0 else None
 
 
-def _reading(run: RunResult) -> float | None:
+def reading(run: RunResult) -> float | None:
     """A successful run's `work_cpu_s`; None for a failed one (its work is no reading)."""
     return work_cpu_s(run) if run.ok else None
 
@@ -64,8 +64,8 @@ def cheapest(tries: Sequence[RunResult]) -> RunResult:
     only ever makes the work dearer. A failed try or one without a reading is never chosen over
     one with a reading; among none with one, the first."""
     def cost(run: RunResult) -> float:
-        reading = _reading(run)
-        return math.inf if reading is None else reading
+        found = reading(run)
+        return math.inf if found is None else found
     return min(tries, key=cost)
 
 
@@ -80,17 +80,16 @@ def slowed(runs: Sequence[RunResult], limit_pct: float,
     reading of their configuration's runs among `runs` and `reference` (other runs of the
     job, never judged; one with the id of one of `runs` is that run's earlier measurement,
     left out), each with that %; slowest first."""
-    ids = {r.run_id for r in runs}
-    every = [*runs, *(r for r in reference if r.run_id not in ids)]
-    reading = {id(r): _reading(r) for r in every}
+    every = _with_reference(runs, reference)
+    read = {id(r): reading(r) for r in every}
     config = {id(r): configuration(r) for r in every}
     seen: dict[str, list[float]] = {}
     for r in every:
-        if reading[id(r)]:
-            seen.setdefault(config[id(r)], []).append(reading[id(r)])
+        if read[id(r)]:
+            seen.setdefault(config[id(r)], []).append(read[id(r)])
     found = []
     for run in runs:
-        own, of_config = reading[id(run)], seen.get(config[id(run)], [])
+        own, of_config = read[id(run)], seen.get(config[id(run)], [])
         if own is None or len(of_config) < MIN_RUNS:
             continue
         if (pct := pct_over(own, min(of_config))) > limit_pct:
@@ -108,15 +107,22 @@ def over_the_sweep(runs: Sequence[RunResult], limit_pct: float,
     by up to 30-46% (an examples-style script's disk runs and 2-CPU runs against its 1-CPU cached
     run), so this limit is far wider than the repeats'. A throttled run is left out: its rate is
     the throttle's, whatever its work cost."""
-    ids = {r.run_id for r in runs}
-    every = [*runs, *(r for r in reference if r.run_id not in ids)]
-    reading = {id(r): work_cpu_s(r) for r in every if r.ok and _unthrottled(r)}
-    seen = [g for g in reading.values() if g]
-    if len(seen) < MIN_RUNS:
+    read = {id(r): g for r in _with_reference(runs, reference)
+            if _unthrottled(r) and (g := reading(r))}
+    if len(read) < MIN_RUNS:
         return []
-    found = [(run, pct) for run in runs if reading.get(id(run))
-             and (pct := pct_over(reading[id(run)], min(seen))) > limit_pct]
+    low = min(read.values())
+    found = [(run, pct) for run in runs if id(run) in read
+             and (pct := pct_over(read[id(run)], low)) > limit_pct]
     return sorted(found, key=lambda x: -x[1])
+
+
+def _with_reference(runs: Sequence[RunResult], reference: Sequence[RunResult]
+                    ) -> list[RunResult]:
+    """`runs`, then the `reference` runs of other ids (one with the id of one of `runs` is that
+    run's earlier measurement: left out)."""
+    ids = {r.run_id for r in runs}
+    return [*runs, *(r for r in reference if r.run_id not in ids)]
 
 
 def _unthrottled(run: RunResult) -> bool:
