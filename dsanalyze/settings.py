@@ -30,6 +30,14 @@ SCRIPTS_GRID = "kept under the propagated law (sigma by what sets the rate) on t
     "leave-one-out 83-88% and extrapolation 83-94% on each directory"
 
 
+SIDES_GRID = "bench/interval_tuning.py --sides on bench/scripts_accuracy.py's tuning grids " \
+    "bench30, 31 and 33-39 (364 held-out single runs under d5f2115's model): each side (runs " \
+    "the storage held, runs the loop held) of each split toward 90% coverage and a median |z| " \
+    "of 0.674 apart; at the constants before (storage 1, throttle 6%, no step part) the " \
+    "storage side covered 100% (median |z| 0.07-0.19) and the loop side 70-75%; now 95-97% " \
+    "and 83-88% (median |z| 0.53-0.66)"
+
+
 def _tuned(value: float, unit: str, what: str, tuned: str) -> Any:
     return field(default=value, metadata={"unit": unit, "what": what, "tuned": tuned})
 
@@ -90,6 +98,20 @@ class Settings:
         "a held-out single run's error shows: the interval's sigma is this times it times the "
         "rate's sensitivity to the loop's costs, in quadrature with the storage's and the "
         "untested assumptions'", f"{INTERVAL_GRID} (9974e67); {SCRIPTS_GRID} (3364bb2)")
+    storage_sigma_scale: float = _tuned(
+        0.3, "x", "share of the storage's relative sigma (`Model.storage_rel_sigma`, else "
+        "the noise floor) a held-out single run the storage holds shows: the interval's "
+        "sigma is this times it times the rate's sensitivity to the storage",
+        f"{SIDES_GRID} (d5f2115)")
+    throttle_sigma: float = _tuned(
+        0.005, "", "relative error (one sigma) of a throttle taken at face value where no "
+        "fit run was held by one (`Assume.THROTTLE`), weighted by the rate's sensitivity to "
+        "the storage", f"{SIDES_GRID} (d5f2115)")
+    cpu_step_sigma: float = _tuned(
+        0.07, "", "relative error (one sigma) of a rate the loop sets where the step runs on the "
+        "CPU beside the loader (`Model.step_on_cpu`): how the step's threads and the workers "
+        "share the cores, which no law of the model pins, weighted by the rate's sensitivity "
+        "to the loop's costs", f"{SIDES_GRID} (d5f2115)")
     settled: float = _tuned(
         0.01, "", "cores left to the job, found within this share, are simulated no further",
         "no grid recorded: the simulation's own noise (ec56db1)")

@@ -67,14 +67,14 @@ def test_a_rate_the_throttle_sets_carries_the_storage_sigma_not_the_fit(
     # the throttle sets the rate: what it gives over the bytes a sample reads
     assert held.rate_sps == pytest.approx(free.rate_sps * share * model.throttle_efficiency,
                                           rel=0.1)
-    scaled = SETTINGS.fit_sigma_scale * fit
+    scaled, stored = SETTINGS.fit_sigma_scale * fit, SETTINGS.storage_sigma_scale * storage
     # the CPU sets the free rate: the fit's sigma at least (untested CPU counts add to it)
     assert _sigma(free) >= scaled * (1 - 1e-9)
     # the throttle's: the storage's sigma, the loop's share of the rate at most a twentieth
     # (the secant at the fit's interval's end sees the loop only where it is that close to
     # binding): sigma moves from the storage's by at most that share of either sigma
-    assert abs(_sigma(held) - storage) <= 0.05 * (scaled + storage) + 1e-9
-    if storage < 0.9 * scaled:
+    assert abs(_sigma(held) - stored) <= 0.05 * (scaled + stored) + 1e-9
+    if stored < 0.9 * scaled:
         assert _sigma(held) < _sigma(free)
 
 
@@ -101,7 +101,7 @@ def test_every_interval_holds_its_rate_between_the_sides_sigmas(
     cfg = replace(whatif.Config.of(cpus, CacheBudget.parse(cache, model.dataset_bytes), bps),
                   workers=workers)
     p = whatif.predict(model, cfg)
-    a, b = SETTINGS.fit_sigma_scale * fit, storage
+    a, b = SETTINGS.fit_sigma_scale * fit, SETTINGS.storage_sigma_scale * storage
     # sigma^2 = (a L)^2 + (b (1 - L))^2 + the untested parts, the loop's share L in [0, 1],
     # each untested assumption weighing at most 1
     assert a * b / math.hypot(a, b) * (1 - 1e-9) <= _sigma(p)

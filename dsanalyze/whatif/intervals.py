@@ -10,14 +10,19 @@ the rate is homogeneous in time (every cost, the storage's time per byte include
 longer gives a rate k times lower), so the two sensitivities sum to 1, and one simulation
 gives both (`loop_share`). The delta method then gives (`Spread.sigma`)
 
-    sigma^2 = (s * rel_sigma * loop)^2 + (storage_rel_sigma * (1 - loop))^2
-              + sum over the untested assumptions of (weight * u)^2 + held_rel^2
-              + sharing_rel^2
+    sigma^2 = (s * rel_sigma * loop)^2 + (k * storage_rel_sigma * (1 - loop))^2
+              + (c * loop)^2 [a step on the CPU] + sum over the untested assumptions of
+              (weight * u)^2 + held_rel^2 + sharing_rel^2
 
-with s = `SETTINGS.fit_sigma_scale`, u = `SETTINGS.untested_sigma`; an assumption about the
-loop (CPUs, workers, the step) weighs `loop`, one about the storage (a throttle, the device,
-re-reads) `1 - loop`, any other (ranks, nodes, DALI, storage not measured) 1. A rate set by
-the throttle alone gets the throttle's narrow interval; a CPU-bound one the fit's full one.
+with s = `SETTINGS.fit_sigma_scale`, k = `SETTINGS.storage_sigma_scale`, c =
+`SETTINGS.cpu_step_sigma`, u = `SETTINGS.untested_sigma` (a throttle at face value's:
+`SETTINGS.throttle_sigma`); an assumption about the loop (CPUs, workers, the step) weighs
+`loop`, one about the storage (a throttle, the device, re-reads) `1 - loop`, any other
+(ranks, nodes, DALI, storage not measured) 1. A rate set by the throttle alone gets the
+throttle's narrow interval; a CPU-bound one the fit's full one. The constants are calibrated
+per side: on the scripts bench's tuning grids a held-out run the throttle held lay within 2%
+of its prediction nine times in ten, and one the loop held, of a step sharing the cores with
+its loader, within 16% (`bench/interval_tuning.py` scores each side apart).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import math
 from dataclasses import dataclass, replace
 
 from dsanalyze.config import Mode
-from dsanalyze.settings import SETTINGS
+from dsanalyze.settings import SETTINGS, Settings
 from dsanalyze.whatif import pipeline
 from dsanalyze.whatif.assumptions import Assume, Assumption, Law
 from dsanalyze.whatif.laws import (
@@ -53,21 +58,25 @@ class Spread:
     loop: float  # d ln(rate) / d ln(the loop's costs), 0..1; the storage's is 1 - loop
     fit_rel: float  # the fit's residual relative sigma (`Model.rel_sigma`)
     storage_rel: float  # the storage's (`Model.storage_rel_sigma`, else the noise floor)
-    weights: tuple[float, ...] = ()  # each untested assumption's weight
+    weights: tuple[float, ...] = ()  # each untested assumption's weight, the throttle's aside
     held_rel: float = 0.0  # the step held by the outside work (`Rates.held_rel`)
     sharing_rel: float = 0.0  # a carried sharing of the cores (`carried_sharing_rel`)
+    throttle_weight: float = 0.0  # `Assume.THROTTLE`'s weight (1 - loop); 0 without it
+    step_on_cpu: bool = False  # the step shares the cores with the loader (`Model.step_on_cpu`)
 
-    def sigma(self, scale: float | None = None, untested_sigma: float | None = None) -> float:
-        """The relative sigma at `SETTINGS`' constants (or the ones given: the tuning bench)."""
-        s = SETTINGS.fit_sigma_scale if scale is None else scale
-        u = SETTINGS.untested_sigma if untested_sigma is None else untested_sigma
-        parts = [s * self.fit_rel * self.loop, self.storage_rel * (1 - self.loop),
-                 self.held_rel, self.sharing_rel, *(w * u for w in self.weights)]
+    def sigma(self, settings: Settings = SETTINGS) -> float:
+        """The relative sigma at `settings`' constants (another's: the tuning bench)."""
+        u = settings.untested_sigma
+        parts = [settings.fit_sigma_scale * self.fit_rel * self.loop,
+                 settings.storage_sigma_scale * self.storage_rel * (1 - self.loop),
+                 settings.cpu_step_sigma * self.loop if self.step_on_cpu else 0.0,
+                 self.held_rel, self.sharing_rel, self.throttle_weight * settings.throttle_sigma,
+                 *(w * u for w in self.weights)]
         return math.sqrt(sum(x * x for x in parts))
 
-    def interval(self, rate_sps: float) -> tuple[float, float]:
+    def interval(self, rate_sps: float, settings: Settings = SETTINGS) -> tuple[float, float]:
         """The rate's interval at the nominal level: rate x exp(-+z sigma)."""
-        k = math.exp(Z * self.sigma())
+        k = math.exp(Z * self.sigma(settings))
         return rate_sps / k, rate_sps * k
 
 
@@ -79,8 +88,11 @@ def spread(model: Model, cfg: Config, held_rel: float = 0.0, loop: float = 1.0,
            sharing_rel: float = 0.0) -> Spread:
     """The sigma's parts for `cfg`, whose rate moves `loop` with the loop's costs."""
     storage = model.storage_rel_sigma or SETTINGS.noise_floor
+    assumed = untested(model, cfg)
+    throttle = [_weight(a, loop) for a in assumed if a.kind is Assume.THROTTLE]
     return Spread(loop, model.rel_sigma, storage,
-                  tuple(_weight(a, loop) for a in untested(model, cfg)), held_rel, sharing_rel)
+                  tuple(_weight(a, loop) for a in assumed if a.kind is not Assume.THROTTLE),
+                  held_rel, sharing_rel, sum(throttle), model.step_on_cpu)
 
 
 def rel_sigma_for(model: Model, cfg: Config, loop: float = 1.0) -> float:
