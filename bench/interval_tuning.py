@@ -76,7 +76,10 @@ def side(sp: Spread) -> str:
     return "storage" if sp.loop < 0.5 else "loop"
 
 
-def score(points: list[Point], settings: Settings) -> dict[tuple[str, str], tuple[float, float, int]]:
+Scores = dict[tuple[str, str], tuple[float, float, int]]  # (split, side): coverage, median |z|, n
+
+
+def score(points: list[Point], settings: Settings) -> Scores:
     """(coverage, median |z|, runs) per (split, side) and per split ("all") at `settings`."""
     out = {}
     for split in sorted({p[0] for p in points}):

@@ -185,6 +185,15 @@ samples/s; predicted 79.2): runs over 15% 4 and 4, leave-one-out coverage 67% ->
 interval of its own for more workers than CPUs where no fit run had more (sized on bench21-37:
 their 70 extrapolated runs were off by -27..+24%, rms 12%, and their intervals held 71%) held
 bench39's 6 such runs 6/6 against 3/6, but took the split from 83% to 100%: reverted (871e2ab).
+The interval by side (0105f22: a rate the storage holds at 0.3 of the storage fit's sigma and a
+throttle at face value at 0.5%, one the loop holds beside a step on the CPU 7% more) was tuned
+on bench30, 31 and 33-39, each side of each split apart (bench/interval_tuning.py): tuning grids.
+bench40 (seed 163, workers 1,2, none,3.5M; measured on d5f2115, nothing chosen on it) scored it
+by a rule written before it ran: leave-one-out 1.7/28.7/88% -> 92%, extrapolation 0.8/31.2/83%
+-> 94% (the runs the loop held 75% -> 83% and 50% -> 83%, the storage's 100% both): kept. Its
+misses over 15% are one run: timm's 2-worker unthrottled disk run at 2 CPUs (214.6 samples/s,
+predicted 276.1 and 281.6), whose transforms read +38% over its sweep's cheapest (the sweep-wide
+judge's line is 40%) while its configuration's other runs read within 10%.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
@@ -471,8 +480,13 @@ def scores(checks: list[whatif.Check]) -> dict[str, float]:
     errors = [abs(c.error_pct) for c in checks]
     below = sum(c.measured_sps < c.low_sps for c in checks)
     above = sum(c.measured_sps > c.high_sps for c in checks)
+    sides = {side: [c.covered for c in checks if c.spread is not None
+                    and (c.spread.loop < 0.5) == (side == "storage")]
+             for side in ("storage", "loop")}
     return {"n": len(checks), "median": statistics.median(errors), "max": max(errors),
-            "coverage": 1 - (below + above) / len(checks), "below": below, "above": above}
+            "coverage": 1 - (below + above) / len(checks), "below": below, "above": above,
+            **{f"{side}_n": len(v) for side, v in sides.items()},
+            **{f"{side}_coverage": sum(v) / len(v) for side, v in sides.items() if v}}
 
 
 def _line(name: str, s: dict[str, float]) -> str:
@@ -480,8 +494,12 @@ def _line(name: str, s: dict[str, float]) -> str:
         COVERAGE_LOW <= s["coverage"] <= COVERAGE_HIGH
     return (f"{name}: median |error| {s['median']:.1f}%, max {s['max']:.1f}% over {s['n']:.0f} "
             f"single runs; 90% intervals cover {s['coverage']:.0%} ({s['below']:.0f} measured "
-            f"below, {s['above']:.0f} above) [{'meets' if ok else 'misses'} <= "
-            f"{TARGET_MEDIAN_PCT:g}% / {TARGET_MAX_PCT:g}% / {COVERAGE_LOW:.0%}-{COVERAGE_HIGH:.0%}]")
+            f"below, {s['above']:.0f} above; by what holds the rate: "
+            + ", ".join(f"{side} {s[f'{side}_coverage']:.0%} of {s[f'{side}_n']:.0f}"
+                        for side in ("storage", "loop") if f"{side}_coverage" in s)
+            + f") [{'meets' if ok else 'misses'} <= "
+            f"{TARGET_MEDIAN_PCT:g}% / {TARGET_MAX_PCT:g}% / "
+            f"{COVERAGE_LOW:.0%}-{COVERAGE_HIGH:.0%}]")
 
 
 def _print(name: str, checks: list[whatif.Check]) -> None:

@@ -131,14 +131,20 @@ def test_the_machine_is_judged_slowed_by_its_own_median_whatever_its_speed(seen,
 def scripted(monkeypatch, factors: dict[int, float]) -> list[float]:
     """The real probe's readings, the n-th (from 1, the start's baseline included) times
     `factors[n]`: the machine slowed on cue, as a neighbour on its host slows it (57-70% on
-    bench/scripts_accuracy.py's grids), which nothing here can cause on demand. Returns the
-    readings as the probe gave them."""
+    bench/scripts_accuracy.py's grids), which nothing here can cause on demand. The probe
+    runs for real every time; past the start's baseline its reading is the baseline's median
+    times the factor, so that a real neighbour (the other test worker under `make test`,
+    which once read 42% slow where the script said the machine was back) slows no reading
+    the script does not. Returns the readings as the probe gave them."""
     real, given = HostProbe._read, []
 
     def read(self: HostProbe, probe_s: float) -> float | None:
         cpu_s = real(self, probe_s)
         if cpu_s is not None:
-            cpu_s *= factors.get(len(given) + 1, 1.0)
+            n = len(given) + 1
+            if n > BASELINE_PROBES:
+                cpu_s = statistics.median(given[:BASELINE_PROBES])
+            cpu_s *= factors.get(n, 1.0)
             given.append(cpu_s)
         return cpu_s
     monkeypatch.setattr(HostProbe, "_read", read)

@@ -49,10 +49,13 @@ main process needing CPU). `whatif/calibrate.py` fits the parameters; a
 prediction's interval (`intervals.py`) is the rate times exp(+-z sigma), sigma
 propagated from what the rate depends on: the fit runs' residual log error
 (degrees of freedom counted, scaled by `SETTINGS.fit_sigma_scale`) times the
-rate's sensitivity to the loop's costs, the storage's own residual times its
-sensitivity to the storage, and `SETTINGS.untested_sigma` for each assumption
-of the prediction no fit run tested, weighted by the side it is about; the
-constants calibrated on a tuning grid (`bench/interval_tuning.py`).
+rate's sensitivity to the loop's costs, the storage's own residual (scaled by
+`SETTINGS.storage_sigma_scale`) times its sensitivity to the storage, a step on
+the CPU's sharing of the cores (`SETTINGS.cpu_step_sigma`) times the loop's, and
+`SETTINGS.untested_sigma` for each assumption of the prediction no fit run
+tested (a throttle at face value: `SETTINGS.throttle_sigma`), weighted by the
+side it is about; the constants calibrated on a tuning grid, each side apart
+(`bench/interval_tuning.py`).
 """
 
 from __future__ import annotations
