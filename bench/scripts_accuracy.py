@@ -194,6 +194,11 @@ by a rule written before it ran: leave-one-out 1.7/28.7/88% -> 92%, extrapolatio
 misses over 15% are one run: timm's 2-worker unthrottled disk run at 2 CPUs (214.6 samples/s,
 predicted 276.1 and 281.6), whose transforms read +38% over its sweep's cheapest (the sweep-wide
 judge's line is 40%) while its configuration's other runs read within 10%.
+bench41 (seed 167, workers 1,3, none,4M; 68acd2b, nothing chosen on it; stopped during Lightning,
+scored on examples and timm): leave-one-out 3.9/13.2/81% (75% at d5f2115), extrapolation
+3.3/17.9/75% (83%): examples' 4 MB/s runs near the kink (about 60 samples/s throttled, 73
+unthrottled) measured 3-11% under prediction while the storage side gave them +-1-3%. The storage
+side's width near the kink is the next law to look at; a tuning grid now.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
