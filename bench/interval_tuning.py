@@ -71,11 +71,6 @@ def components(c: whatif.Check) -> tuple[float, Spread]:
 Point = tuple[str, float, Spread]  # (split, log error, what its sigma is made of)
 
 
-def side(sp: Spread) -> str:
-    """Which side of the model holds the run's rate: the storage or the loop."""
-    return "storage" if sp.loop < 0.5 else "loop"
-
-
 Scores = dict[tuple[str, str], tuple[float, float, int]]  # (split, side): coverage, median |z|, n
 
 
@@ -85,7 +80,7 @@ def score(points: list[Point], settings: Settings) -> Scores:
     for split in sorted({p[0] for p in points}):
         for part in ("storage", "loop", "all"):
             z = [abs(e) / sp.sigma(settings) for s, e, sp in points
-                 if s == split and part in ("all", side(sp))]
+                 if s == split and part in ("all", sp.side)]
             if z:
                 out[(split, part)] = (sum(x <= Z for x in z) / len(z), statistics.median(z), len(z))
     return out

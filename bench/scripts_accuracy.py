@@ -485,8 +485,7 @@ def scores(checks: list[whatif.Check]) -> dict[str, float]:
     errors = [abs(c.error_pct) for c in checks]
     below = sum(c.measured_sps < c.low_sps for c in checks)
     above = sum(c.measured_sps > c.high_sps for c in checks)
-    sides = {side: [c.covered for c in checks if c.spread is not None
-                    and (c.spread.loop < 0.5) == (side == "storage")]
+    sides = {side: [c.covered for c in checks if c.spread is not None and c.spread.side == side]
              for side in ("storage", "loop")}
     return {"n": len(checks), "median": statistics.median(errors), "max": max(errors),
             "coverage": 1 - (below + above) / len(checks), "below": below, "above": above,

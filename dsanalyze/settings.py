@@ -30,7 +30,7 @@ SCRIPTS_GRID = "kept under the propagated law (sigma by what sets the rate) on t
     "leave-one-out 83-88% and extrapolation 83-94% on each directory"
 
 
-SIDES_GRID = "bench/interval_tuning.py --sides on bench/scripts_accuracy.py's tuning grids " \
+SIDES_GRID = "bench/interval_tuning.py --search on bench/scripts_accuracy.py's tuning grids " \
     "bench30, 31 and 33-39 (364 held-out single runs under d5f2115's model): each side (runs " \
     "the storage held, runs the loop held) of each split toward 90% coverage and a median |z| " \
     "of 0.674 apart; at the constants before (storage 1, throttle 6%, no step part) the " \

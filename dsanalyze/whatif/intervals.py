@@ -64,6 +64,12 @@ class Spread:
     throttle_weight: float = 0.0  # `Assume.THROTTLE`'s weight (1 - loop); 0 without it
     step_on_cpu: bool = False  # the step shares the cores with the loader (`Model.step_on_cpu`)
 
+    @property
+    def side(self) -> str:
+        """Which side of the model holds the rate: "storage" (the loop's share under 1/2) or
+        "loop" (the tuning bench calibrates each apart)."""
+        return "storage" if self.loop < 0.5 else "loop"
+
     def sigma(self, settings: Settings = SETTINGS) -> float:
         """The relative sigma at `settings`' constants (another's: the tuning bench)."""
         u = settings.untested_sigma
