@@ -8,7 +8,9 @@ device gives: `Model.storage_rel_sigma`, the residual of the runs the storage he
 much each moves the prediction is its sensitivity, d ln(rate) / d ln(that side's costs):
 the rate is homogeneous in time (every cost, the storage's time per byte included, k times
 longer gives a rate k times lower), so the two sensitivities sum to 1, and one simulation
-gives both (`loop_share`). The delta method then gives (`Spread.sigma`)
+gives both (`loop_share`: a secant as far as the loop's own interval reaches, so that
+near the kink the interval is that of the lesser of the two rates, `probe_factor`). The
+delta method then gives (`Spread.sigma`)
 
     sigma^2 = (s * rel_sigma * loop)^2 + (k * storage_rel_sigma * (1 - loop))^2
               + (c * loop)^2 [a step on the CPU] + sum over the untested assumptions of
@@ -116,11 +118,28 @@ def interval(model: Model, cfg: Config, rate_sps: float, held_rel: float = 0.0,
     return spread(model, cfg, held_rel, loop, sharing_rel).interval(rate_sps)
 
 
-def probe_factor(model: Model) -> float:
-    """How much faster `loop_share` makes the storage: the loop's costs at its interval's
-    end (the fit's sigma at the nominal level), at least 10% (a secant, not a derivative:
-    the simulation's rates step where a worker's share of the cores does)."""
-    return max(1.1, math.exp(Z * SETTINGS.fit_sigma_scale * model.rel_sigma))
+def loop_sigma(model: Model, cfg: Config, settings: Settings = SETTINGS) -> float:
+    """The relative sigma of `cfg`'s rate were the loop alone to set it: the fit's, a step on
+    the CPU's and each untested assumption about the loop's (`Spread.sigma` at a loop share
+    of 1, where the storage's parts are nil)."""
+    about_loop = tuple(1.0 for a in untested(model, cfg) if a.kind in LOOP_SIDE)
+    return Spread(1.0, model.rel_sigma, 0.0, about_loop,
+                  step_on_cpu=model.step_on_cpu).sigma(settings)
+
+
+def probe_factor(model: Model, cfg: Config) -> float:
+    """How much faster `loop_share` makes the storage: the loop's costs at the end of the
+    loop's own interval (`loop_sigma` at the nominal level), at least 10% (a secant, not a
+    derivative: the simulation's rates step where a worker's share of the cores does).
+    Reaching that far is what makes the interval of a rate near the kink the interval of a
+    minimum: a throttled rate S whose loop alone would run at L, S < L < k S, takes the
+    share 1 - ln(L / S) / ln k, and its interval's lower end, S exp(-z share loop_sigma)
+    before the storage's own parts widen it, is L / k: the loop's own lower end (the loop
+    may bind there, and no throttle lifts a rate above it). With the fit's sigma alone (the
+    step's and the untested assumptions' left out) a throttled run near its loop's rate took
+    the storage's narrow interval: bench41's examples at 4 MB/s, about 60 samples/s against
+    73 unthrottled, measured 3-11% under their +-1-3%."""
+    return max(1.1, math.exp(Z * loop_sigma(model, cfg)))
 
 
 def loop_share(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
@@ -129,13 +148,13 @@ def loop_share(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     1 - the rate's gain with the storage k times faster (`probe_factor`) over ln k. By the
     rate's homogeneity in time that is the secant of every loop cost k times longer: 1 where
     the CPU or the step sets the rate, 0 where the throttle alone does, in between near the
-    kink (storage-bound, a slower loop would bind: the secant sees it). A run without
+    kink (storage-bound, a loop slower within its own interval would bind). A run without
     storage reads (cached, loader, synthetic) or with reads that cost no time (the device
     not measured): 1, without a simulation."""
     if mode is not Mode.DISK or read_bps_for(model, cfg.storage_read_bps) is None \
             or not rate_sps or not math.isfinite(rate_sps):
         return 1.0
-    k = probe_factor(model)
+    k = probe_factor(model, cfg)
     faster = replace(model, throttle_efficiency=model.throttle_efficiency * k,
                      device_read_bps=model.device_read_bps * k if model.device_read_bps
                      else None, device_latency_s=model.device_latency_s / k)
