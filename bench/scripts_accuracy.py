@@ -198,7 +198,14 @@ bench41 (seed 167, workers 1,3, none,4M; 68acd2b, nothing chosen on it; stopped 
 scored on examples and timm): leave-one-out 3.9/13.2/81% (75% at d5f2115), extrapolation
 3.3/17.9/75% (83%): examples' 4 MB/s runs near the kink (about 60 samples/s throttled, 73
 unthrottled) measured 3-11% under prediction while the storage side gave them +-1-3%. The storage
-side's width near the kink is the next law to look at; a tuning grid now.
+side's width near the kink is the next law to look at; a tuning grid now. The secant of
+`intervals.loop_share` reaching the loop's own interval (ceea7fe: an interval near the kink starts
+no higher than the loop's own lower end) was written on it. bench42 (seed 173, workers 1,2,
+none,4M; measured on 0fbf8d3, nothing chosen on it) scored it by a rule written before it ran:
+every held-out row the same with and without (its throttles held the rate at a third or less of
+the loop's, no run near a kink), kept as the consistency fix it is: leave-one-out 2.8/20.4/75%
+(Lightning's unthrottled disk runs +16..+20% at 2 CPUs, -18.6/+17.6% at 1 CPU, where its two worker
+counts' runs predict each other), extrapolation 0.5/14.1/89%. A tuning grid now.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
