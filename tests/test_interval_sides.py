@@ -1,6 +1,6 @@
 """Each side of the model carries its own part of a prediction's sigma (`whatif/intervals.py`).
 
-The law: sigma^2 = (s fit L)^2 + (max(k storage, f) (1 - L))^2 + (c L)^2 [a step on the CPU]
+The law: sigma^2 = (s fit L)^2 + (k storage (1 - L))^2 + (c L)^2 [a step on the CPU]
 + (w_throttle u_t)^2 + sum (w u)^2 + held^2 + sharing^2, L the loop's share of the rate.
 The property tests check what each constant reaches and what it leaves alone, for every
 Spread: a constant changed on one side moves no prediction whose rate the other side sets.
@@ -53,25 +53,8 @@ def test_a_loop_constant_never_moves_a_rate_the_storage_alone_sets(sp: Spread, c
 def test_a_storage_constant_never_moves_a_rate_the_loop_alone_sets(sp: Spread, u_t: float,
                                                                    k: float) -> None:
     cpu_bound = replace(sp, loop=1.0, throttle_weight=0.0)  # its weight is 1 - L: nil
-    other = replace(SETTINGS, throttle_sigma=u_t, storage_sigma_scale=k,
-                    storage_sigma_floor=k / 10)
+    other = replace(SETTINGS, throttle_sigma=u_t, storage_sigma_scale=k)
     assert cpu_bound.sigma(other) == cpu_bound.sigma()
-
-
-@given(spreads, st.floats(0.0, 0.05))
-def test_a_rate_the_storage_alone_sets_is_never_known_closer_than_the_floor(
-        sp: Spread, f: float) -> None:
-    # a throttle's steady rate is known no closer than its efficiency, however small the fit
-    # runs' residual: a held-out rate the storage sets carries at least the floor, and the
-    # floor reaches such a rate as far as the rate depends on the storage, no further
-    held = replace(sp, loop=0.0)
-    other = replace(SETTINGS, storage_sigma_floor=f)
-    assert held.sigma(other) >= f * (1 - 1e-12)
-    half = replace(sp, loop=0.5, weights=(), held_rel=0.0, sharing_rel=0.0, throttle_weight=0.0,
-                   fit_rel=0.0, step_on_cpu=False)
-    assert half.sigma(other) >= f / 2 * (1 - 1e-12)
-    if SETTINGS.storage_sigma_scale * sp.storage_rel < f:
-        assert half.sigma(other) == pytest.approx(f / 2)
 
 
 @given(spreads)

@@ -12,13 +12,11 @@ gives both (`loop_share`: a secant as far as the loop's own interval reaches, so
 near the kink the interval is that of the lesser of the two rates, `probe_factor`). The
 delta method then gives (`Spread.sigma`)
 
-    sigma^2 = (s * rel_sigma * loop)^2 + (max(k * storage_rel_sigma, f) * (1 - loop))^2
+    sigma^2 = (s * rel_sigma * loop)^2 + (k * storage_rel_sigma * (1 - loop))^2
               + (c * loop)^2 [a step on the CPU] + sum over the untested assumptions of
               (weight * u)^2 + held_rel^2 + sharing_rel^2
 
-with s = `SETTINGS.fit_sigma_scale`, k = `SETTINGS.storage_sigma_scale`, f =
-`SETTINGS.storage_sigma_floor` (a throttle's steady rate is never known closer than the
-efficiency its cold windows gave: a floor no residual of the fit runs narrows), c =
+with s = `SETTINGS.fit_sigma_scale`, k = `SETTINGS.storage_sigma_scale`, c =
 `SETTINGS.cpu_step_sigma`, u = `SETTINGS.untested_sigma` (a throttle at face value's:
 `SETTINGS.throttle_sigma`); an assumption about the loop (CPUs, workers, the step) weighs
 `loop`, one about the storage (a throttle, the device, re-reads) `1 - loop`, any other
@@ -78,8 +76,7 @@ class Spread:
         """The relative sigma at `settings`' constants (another's: the tuning bench)."""
         u = settings.untested_sigma
         parts = [settings.fit_sigma_scale * self.fit_rel * self.loop,
-                 max(settings.storage_sigma_scale * self.storage_rel,
-                     settings.storage_sigma_floor) * (1 - self.loop),
+                 settings.storage_sigma_scale * self.storage_rel * (1 - self.loop),
                  settings.cpu_step_sigma * self.loop if self.step_on_cpu else 0.0,
                  self.held_rel, self.sharing_rel, self.throttle_weight * settings.throttle_sigma,
                  *(w * u for w in self.weights)]
