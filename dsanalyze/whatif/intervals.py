@@ -118,13 +118,13 @@ def interval(model: Model, cfg: Config, rate_sps: float, held_rel: float = 0.0,
     return spread(model, cfg, held_rel, loop, sharing_rel).interval(rate_sps)
 
 
-def loop_sigma(model: Model, cfg: Config, settings: Settings = SETTINGS) -> float:
+def loop_sigma(model: Model, cfg: Config) -> float:
     """The relative sigma of `cfg`'s rate were the loop alone to set it: the fit's, a step on
     the CPU's and each untested assumption about the loop's (`Spread.sigma` at a loop share
     of 1, where the storage's parts are nil)."""
     about_loop = tuple(1.0 for a in untested(model, cfg) if a.kind in LOOP_SIDE)
     return Spread(1.0, model.rel_sigma, 0.0, about_loop,
-                  step_on_cpu=model.step_on_cpu).sigma(settings)
+                  step_on_cpu=model.step_on_cpu).sigma()
 
 
 def probe_factor(model: Model, cfg: Config) -> float:
