@@ -38,6 +38,12 @@ SIDES_GRID = "bench/interval_tuning.py --search on bench/scripts_accuracy.py's t
     "and 83-88% (median |z| 0.53-0.66)"
 
 
+KINK_GRID = "bench/scripts_accuracy.py's bench42 (seed 173, 4 MB/s) and bench43 (seed 179, " \
+    "10 MB/s), tuning grids: their 44 held-out single runs the storage held lay within 2.0-2.1% " \
+    "of their predictions nine times in ten (bench21-39's: 1.7-2.0%), in one sign within a " \
+    "script and throttle, where the storage's scaled sigma gave them +-1-1.6%"
+
+
 def _tuned(value: float, unit: str, what: str, tuned: str) -> Any:
     return field(default=value, metadata={"unit": unit, "what": what, "tuned": tuned})
 
@@ -103,6 +109,13 @@ class Settings:
         "the noise floor) a held-out single run the storage holds shows: the interval's "
         "sigma is this times it times the rate's sensitivity to the storage",
         f"{SIDES_GRID} (d5f2115)")
+    storage_sigma_floor: float = _tuned(
+        0.0125, "", "the least relative error (one sigma) of a rate the storage sets: a "
+        "throttle's steady rate against the efficiency the fit's cold windows gave it, which no "
+        "fit's residual narrows; where the fit measured the throttle, the storage's part of "
+        "the interval's sigma is at least this times the rate's sensitivity to the storage (a "
+        "throttle at face value carries `throttle_sigma` alone)",
+        f"{KINK_GRID} (4d7123c); face value spared: bench42-45 (4f5b2e1)")
     throttle_sigma: float = _tuned(
         0.005, "", "relative error (one sigma) of a throttle taken at face value where no "
         "fit run was held by one (`Assume.THROTTLE`), weighted by the rate's sensitivity to "

@@ -67,7 +67,8 @@ def test_a_rate_the_throttle_sets_carries_the_storage_sigma_not_the_fit(
     # the throttle sets the rate: what it gives over the bytes a sample reads
     assert held.rate_sps == pytest.approx(free.rate_sps * share * model.throttle_efficiency,
                                           rel=0.1)
-    scaled, stored = SETTINGS.fit_sigma_scale * fit, SETTINGS.storage_sigma_scale * storage
+    scaled = SETTINGS.fit_sigma_scale * fit
+    stored = max(SETTINGS.storage_sigma_scale * storage, SETTINGS.storage_sigma_floor)
     # the CPU sets the free rate: the fit's sigma at least (untested CPU counts add to it)
     assert _sigma(free) >= scaled * (1 - 1e-9)
     # the throttle's: the storage's sigma, the loop's share of the rate at most a twentieth
@@ -101,7 +102,10 @@ def test_every_interval_holds_its_rate_between_the_sides_sigmas(
     cfg = replace(whatif.Config.of(cpus, CacheBudget.parse(cache, model.dataset_bytes), bps),
                   workers=workers)
     p = whatif.predict(model, cfg)
-    a, b = SETTINGS.fit_sigma_scale * fit, SETTINGS.storage_sigma_scale * storage
+    a = SETTINGS.fit_sigma_scale * fit
+    # the floor holds a throttle whose efficiency was fitted (every one here), never the device
+    b = max(SETTINGS.storage_sigma_scale * storage,
+            SETTINGS.storage_sigma_floor if bps is not None else 0.0)
     # sigma^2 = (a L)^2 + (b (1 - L))^2 + the untested parts, the loop's share L in [0, 1],
     # each untested assumption weighing at most 1
     assert a * b / math.hypot(a, b) * (1 - 1e-9) <= _sigma(p)

@@ -1,6 +1,6 @@
 """Each side of the model carries its own part of a prediction's sigma (`whatif/intervals.py`).
 
-The law: sigma^2 = (s fit L)^2 + (k storage (1 - L))^2 + (c L)^2 [a step on the CPU]
+The law: sigma^2 = (s fit L)^2 + (max(k storage, f) (1 - L))^2 + (c L)^2 [a step on the CPU]
 + (w_throttle u_t)^2 + sum (w u)^2 + held^2 + sharing^2, L the loop's share of the rate.
 The property tests check what each constant reaches and what it leaves alone, for every
 Spread: a constant changed on one side moves no prediction whose rate the other side sets.
@@ -30,7 +30,8 @@ unit = st.floats(0.0, 1.0)
 rel = st.floats(0.0, 0.5)
 spreads = st.builds(Spread, loop=unit, fit_rel=rel, storage_rel=rel,
                     weights=st.lists(unit, max_size=3).map(tuple), held_rel=rel,
-                    sharing_rel=rel, throttle_weight=unit, step_on_cpu=st.booleans())
+                    sharing_rel=rel, throttle_weight=unit, step_on_cpu=st.booleans(),
+                    efficiency_fitted=st.booleans())
 
 
 @given(spreads)
@@ -53,8 +54,35 @@ def test_a_loop_constant_never_moves_a_rate_the_storage_alone_sets(sp: Spread, c
 def test_a_storage_constant_never_moves_a_rate_the_loop_alone_sets(sp: Spread, u_t: float,
                                                                    k: float) -> None:
     cpu_bound = replace(sp, loop=1.0, throttle_weight=0.0)  # its weight is 1 - L: nil
-    other = replace(SETTINGS, throttle_sigma=u_t, storage_sigma_scale=k)
+    other = replace(SETTINGS, throttle_sigma=u_t, storage_sigma_scale=k,
+                    storage_sigma_floor=k / 10)
     assert cpu_bound.sigma(other) == cpu_bound.sigma()
+
+
+@given(spreads, st.floats(0.0, 0.05))
+def test_a_rate_the_storage_alone_sets_is_never_known_closer_than_the_floor(
+        sp: Spread, f: float) -> None:
+    # a throttle's steady rate is known no closer than its efficiency, however small the fit
+    # runs' residual: a held-out rate the storage sets carries at least the floor, and the
+    # floor reaches such a rate as far as the rate depends on the storage, no further
+    held = replace(sp, loop=0.0, efficiency_fitted=True)
+    other = replace(SETTINGS, storage_sigma_floor=f)
+    assert held.sigma(other) >= f * (1 - 1e-12)
+    half = replace(sp, loop=0.5, weights=(), held_rel=0.0, sharing_rel=0.0, throttle_weight=0.0,
+                   fit_rel=0.0, step_on_cpu=False, efficiency_fitted=True)
+    assert half.sigma(other) >= f / 2 * (1 - 1e-12)
+    if SETTINGS.storage_sigma_scale * sp.storage_rel < f:
+        assert half.sigma(other) == pytest.approx(f / 2)
+
+
+@given(spreads, st.floats(0.0, 0.05))
+def test_the_floor_never_reaches_a_throttle_taken_at_face_value(sp: Spread, f: float) -> None:
+    # no fit run measured the throttle: its own sigma (`throttle_sigma`) is the whole of what
+    # is known of it, and the efficiency's floor has nothing to bound (bench45's face-value
+    # throttles lay within 0.5% of their predictions)
+    face = replace(sp, efficiency_fitted=False)
+    assert face.sigma(replace(SETTINGS, storage_sigma_floor=f)) == face.sigma(
+        replace(SETTINGS, storage_sigma_floor=0.0))
 
 
 @given(spreads)
@@ -77,3 +105,17 @@ def test_a_cpu_trained_script_carries_the_steps_part_and_the_sim_job_does_not() 
         # the prediction's interval is at least that wide
         p = whatif.predict(model, cfg)
         assert math.log(p.rate_sps_high / p.rate_sps) >= Z * expected * (1 - 1e-9)
+
+
+def test_only_a_throttle_the_fit_measured_takes_the_efficiencys_floor() -> None:
+    model = whatif.fit(store.load_runs(DATA / "script_cpu"))
+    throttled, free = whatif.Config.of(1, storage_read_bps=4e6), whatif.Config.of(1)
+    measured = replace(model, throttle_measured=True)
+    face = replace(model, throttle_measured=False)
+    assert spread(measured, throttled, loop=0.0).efficiency_fitted
+    assert not spread(face, throttled, loop=0.0).efficiency_fitted
+    assert not spread(measured, free, loop=0.0).efficiency_fitted  # the device: no throttle
+    # at face value the throttle's own sigma stands where the floor would
+    assert spread(face, throttled, loop=0.0).sigma() == pytest.approx(math.hypot(
+        SETTINGS.storage_sigma_scale * spread(face, throttled, loop=0.0).storage_rel,
+        SETTINGS.throttle_sigma))

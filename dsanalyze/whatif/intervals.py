@@ -12,11 +12,15 @@ gives both (`loop_share`: a secant as far as the loop's own interval reaches, so
 near the kink the interval is that of the lesser of the two rates, `probe_factor`). The
 delta method then gives (`Spread.sigma`)
 
-    sigma^2 = (s * rel_sigma * loop)^2 + (k * storage_rel_sigma * (1 - loop))^2
+    sigma^2 = (s * rel_sigma * loop)^2 + (max(k * storage_rel_sigma, f) * (1 - loop))^2
               + (c * loop)^2 [a step on the CPU] + sum over the untested assumptions of
               (weight * u)^2 + held_rel^2 + sharing_rel^2
 
-with s = `SETTINGS.fit_sigma_scale`, k = `SETTINGS.storage_sigma_scale`, c =
+with s = `SETTINGS.fit_sigma_scale`, k = `SETTINGS.storage_sigma_scale`, f =
+`SETTINGS.storage_sigma_floor` where a throttle's efficiency was fitted (its steady rate is
+never known closer than the efficiency the fit's cold windows gave: a floor no residual of
+the fit runs narrows; a throttle at face value carries `SETTINGS.throttle_sigma` instead,
+and no floor: bench45's lay within 0.5%), else 0, c =
 `SETTINGS.cpu_step_sigma`, u = `SETTINGS.untested_sigma` (a throttle at face value's:
 `SETTINGS.throttle_sigma`); an assumption about the loop (CPUs, workers, the step) weighs
 `loop`, one about the storage (a throttle, the device, re-reads) `1 - loop`, any other
@@ -65,6 +69,7 @@ class Spread:
     sharing_rel: float = 0.0  # a carried sharing of the cores (`carried_sharing_rel`)
     throttle_weight: float = 0.0  # `Assume.THROTTLE`'s weight (1 - loop); 0 without it
     step_on_cpu: bool = False  # the step shares the cores with the loader (`Model.step_on_cpu`)
+    efficiency_fitted: bool = False  # a throttle whose efficiency the fit's cold windows gave
 
     @property
     def side(self) -> str:
@@ -76,7 +81,9 @@ class Spread:
         """The relative sigma at `settings`' constants (another's: the tuning bench)."""
         u = settings.untested_sigma
         parts = [settings.fit_sigma_scale * self.fit_rel * self.loop,
-                 settings.storage_sigma_scale * self.storage_rel * (1 - self.loop),
+                 max(settings.storage_sigma_scale * self.storage_rel,
+                     settings.storage_sigma_floor if self.efficiency_fitted else 0.0)
+                 * (1 - self.loop),
                  settings.cpu_step_sigma * self.loop if self.step_on_cpu else 0.0,
                  self.held_rel, self.sharing_rel, self.throttle_weight * settings.throttle_sigma,
                  *(w * u for w in self.weights)]
@@ -98,9 +105,10 @@ def spread(model: Model, cfg: Config, held_rel: float = 0.0, loop: float = 1.0,
     storage = model.storage_rel_sigma or SETTINGS.noise_floor
     assumed = untested(model, cfg)
     throttle = [_weight(a, loop) for a in assumed if a.kind is Assume.THROTTLE]
+    fitted = cfg.storage_read_bps is not None and model.throttle_measured
     return Spread(loop, model.rel_sigma, storage,
                   tuple(_weight(a, loop) for a in assumed if a.kind is not Assume.THROTTLE),
-                  held_rel, sharing_rel, sum(throttle), model.step_on_cpu)
+                  held_rel, sharing_rel, sum(throttle), model.step_on_cpu, fitted)
 
 
 def rel_sigma_for(model: Model, cfg: Config, loop: float = 1.0) -> float:
