@@ -226,6 +226,11 @@ bench42-45 rescored: leave-one-out 83/75/96/88%, extrapolation 89/72/94/94%) was
 same coverage, 16 storage-side intervals narrower): kept. Its largest misses: examples' 1-worker
 unthrottled disk run at 1 CPU (-14.6%, leave-one-out) and Lightning's 2-worker one at 2 CPUs
 (+10.8%, the same sign as on bench38-45); noise floor median 2.1%, max 18.4%.
+bench47 (seed 197, workers 1,2, none,8M; 0ab195c, nothing chosen on it, a replication): leave-one-out
+3.2/17.4/96%, extrapolation 1.2/18.9/83%: coverage within 80-97% on both splits, the maximum not
+(timm's 1-worker unthrottled disk run at 2 CPUs +17.4%, examples' 2-worker one at 1 CPU +18.9%
+extrapolated: 120.1 samples/s unthrottled against 119.0 at 8 MB/s, its synthetic run at 1 CPU
+241.9 where bench46's was 177.1); the model-free ratio's maximum on the same runs 17.5%.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
