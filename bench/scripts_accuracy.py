@@ -231,6 +231,13 @@ bench47 (seed 197, workers 1,2, none,8M; 0ab195c, nothing chosen on it, a replic
 (timm's 1-worker unthrottled disk run at 2 CPUs +17.4%, examples' 2-worker one at 1 CPU +18.9%
 extrapolated: 120.1 samples/s unthrottled against 119.0 at 8 MB/s, its synthetic run at 1 CPU
 241.9 where bench46's was 177.1); the model-free ratio's maximum on the same runs 17.5%.
+bench48 (seed 199, workers 1,3, none,4.5M; 0ab195c, nothing chosen on it): leave-one-out
+1.1/16.6/88%, extrapolation 0.5/10.0/94%: coverage within bounds, the leave-one-out maximum not
+(examples' 3-worker unthrottled disk run at 2 CPUs +16.6%; Lightning's and timm's unthrottled
+disk runs at 1 CPU, where the 1- and 3-worker runs alone give the read cost, +13.7/+14.1% and
+-11.3/-11.3%, each pair predicting the other the wrong way round). Over bench46-48 on 0ab195c:
+leave-one-out 66 of 72 inside (91.7%), extrapolation 48 of 54 (88.9%), medians 1.1-3.2%, maxima
+14.6/9.5, 17.4/18.9 and 16.6/10.0%.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
