@@ -137,17 +137,28 @@ def _repeats(prefix: Path) -> int:
 def _loader_workers(mode: str) -> list[psutil.Process]:
     """The DataLoader workers of this test's built-in job rank in `mode` (none before its
     loader starts iterating): the children of the rank, the bootstrap process that
-    torch.distributed.run started (its own argv names the job too, and its child is the rank)."""
+    torch.distributed.run started (its own argv names the job too, and its child is the rank).
+    A worker is forked: it keeps the rank's argv. Any other child (a short-lived helper a
+    library spawns) is not one: the burners once stopped 0.2 s after starting on such a
+    child, and the run they were to disturb was not."""
     for p in psutil.Process().children(recursive=True):
         try:
             # the built-in job runs under the bootstrap; its mode is in its environment
             if "dsanalyze.instrument.bootstrap" in p.cmdline() \
                     and "torch.distributed.run" in p.parent().cmdline() \
                     and p.environ().get(rankenv.ENV_MODE) == mode:
-                return p.children()
+                argv = p.cmdline()
+                return [c for c in p.children() if _argv(c) == argv]
         except (psutil.Error, AttributeError):  # ended meanwhile (its parent too: None)
             pass
     return []
+
+
+def _argv(p: psutil.Process) -> list[str] | None:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return None
 
 
 def _running(p: psutil.Process) -> bool:
