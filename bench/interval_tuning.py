@@ -13,10 +13,10 @@ own, measured after the constants were set): recorded runs only, nothing is meas
 A held-out single run's standardised error is z = log(measured / predicted) / sigma, with
 sigma its `intervals.Spread` at a `Settings`' constants: the fit's own sigma scaled by
 `fit_sigma_scale` times the rate's sensitivity to the loop's costs, the storage's sigma
-scaled by `storage_sigma_scale` (at least `storage_sigma_floor`) times its sensitivity to the
-storage, `cpu_step_sigma` times
-the loop's sensitivity where the step runs on the CPU, `untested_sigma` per untested
-assumption (a throttle at face value: `throttle_sigma`), weighted by the side it is about.
+scaled by `storage_sigma_scale` (at least `storage_sigma_floor` for a throttle the fit
+measured) times its sensitivity to the storage, `cpu_step_sigma` times the loop's
+sensitivity where the step runs on the CPU, `untested_sigma` per untested assumption
+(a throttle at face value: `throttle_sigma`), weighted by the side it is about.
 Well-sized 90% intervals hold 90% of the |z| under 1.645 and have a median |z| of 0.674 (a
 normal error's), on each side: the runs the storage holds (loop share under 1/2) and the
 runs the loop holds, in each split. A pooled coverage can meet 90% with one side at 100%

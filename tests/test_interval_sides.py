@@ -116,6 +116,6 @@ def test_only_a_throttle_the_fit_measured_takes_the_efficiencys_floor() -> None:
     assert not spread(face, throttled, loop=0.0).efficiency_fitted
     assert not spread(measured, free, loop=0.0).efficiency_fitted  # the device: no throttle
     # at face value the throttle's own sigma stands where the floor would
-    assert spread(face, throttled, loop=0.0).sigma() == pytest.approx(math.hypot(
-        SETTINGS.storage_sigma_scale * spread(face, throttled, loop=0.0).storage_rel,
-        SETTINGS.throttle_sigma))
+    at_face = spread(face, throttled, loop=0.0)
+    assert at_face.sigma() == pytest.approx(math.hypot(
+        SETTINGS.storage_sigma_scale * at_face.storage_rel, SETTINGS.throttle_sigma))

@@ -144,10 +144,10 @@ def _loader_workers(mode: str) -> list[psutil.Process]:
     for p in psutil.Process().children(recursive=True):
         try:
             # the built-in job runs under the bootstrap; its mode is in its environment
-            if "dsanalyze.instrument.bootstrap" in p.cmdline() \
+            argv = p.cmdline()
+            if "dsanalyze.instrument.bootstrap" in argv \
                     and "torch.distributed.run" in p.parent().cmdline() \
                     and p.environ().get(rankenv.ENV_MODE) == mode:
-                argv = p.cmdline()
                 return [c for c in p.children() if _argv(c) == argv]
         except (psutil.Error, AttributeError):  # ended meanwhile (its parent too: None)
             pass

@@ -105,7 +105,8 @@ def spread(model: Model, cfg: Config, held_rel: float = 0.0, loop: float = 1.0,
     storage = model.storage_rel_sigma or SETTINGS.noise_floor
     assumed = untested(model, cfg)
     throttle = [_weight(a, loop) for a in assumed if a.kind is Assume.THROTTLE]
-    fitted = cfg.storage_read_bps is not None and model.throttle_measured
+    # a throttle not at face value (`_storage_assumptions`): its efficiency was fitted
+    fitted = cfg.storage_read_bps is not None and not throttle
     return Spread(loop, model.rel_sigma, storage,
                   tuple(_weight(a, loop) for a in assumed if a.kind is not Assume.THROTTLE),
                   held_rel, sharing_rel, sum(throttle), model.step_on_cpu, fitted)

@@ -51,8 +51,7 @@ propagated from what the rate depends on: the fit runs' residual log error
 (degrees of freedom counted, scaled by `SETTINGS.fit_sigma_scale`) times the
 rate's sensitivity to the loop's costs, the storage's own residual (scaled by
 `SETTINGS.storage_sigma_scale`, at least `SETTINGS.storage_sigma_floor` for a
-throttle the fit measured) times its
-sensitivity to the storage, a step on
+throttle the fit measured) times its sensitivity to the storage, a step on
 the CPU's sharing of the cores (`SETTINGS.cpu_step_sigma`) times the loop's, and
 `SETTINGS.untested_sigma` for each assumption of the prediction no fit run
 tested (a throttle at face value: `SETTINGS.throttle_sigma`), weighted by the
