@@ -238,6 +238,12 @@ disk runs at 1 CPU, where the 1- and 3-worker runs alone give the read cost, +13
 -11.3/-11.3%, each pair predicting the other the wrong way round). Over bench46-48 on 0ab195c:
 leave-one-out 66 of 72 inside (91.7%), extrapolation 48 of 54 (88.9%), medians 1.1-3.2%, maxima
 14.6/9.5, 17.4/18.9 and 16.6/10.0%.
+bench49 (seed 211, workers 1,2, none,5.5M; 03e2b72) scored a law by a rule written before it ran
+(docs/design.md: a validation pass's cold re-reads paying the read cost at the epoch's end): main
+leave-one-out 1.5/17.5/96%, extrapolation 0.8/11.6/83%; with the law 1.5/17.5/96% and
+0.8/17.4/83%, the extrapolation's maximum up: not kept. For main, a replication (nothing of main
+chosen on it). Its maximum, examples' 2-worker unthrottled disk run at 1 CPU (-17.5%), measured
+171.0 samples/s against 151.6 cached: disk faster than memory by 13%, the machine's noise.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
