@@ -244,6 +244,10 @@ leave-one-out 1.5/17.5/96%, extrapolation 0.8/11.6/83%; with the law 1.5/17.5/96
 0.8/17.4/83%, the extrapolation's maximum up: not kept. For main, a replication (nothing of main
 chosen on it). Its maximum, examples' 2-worker unthrottled disk run at 1 CPU (-17.5%), measured
 171.0 samples/s against 151.6 cached: disk faster than memory by 13%, the machine's noise.
+bench50 (seed 223, workers 1,3, none,6.5M; 03e2b72, nothing chosen on it, a replication):
+leave-one-out 1.4/17.1/79%, extrapolation 1.0/13.4/89%. Over bench46-50 on main: leave-one-out 108
+of 120 inside (90.0%, median 1.6%, max 17.5%), extrapolation 79 of 90 (87.8%, median 0.9%, max
+18.9%).
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
