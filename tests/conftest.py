@@ -9,6 +9,7 @@ import shutil
 import tarfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 from dsanalyze import cli
@@ -209,3 +210,11 @@ def timed_by(model, run):
     r0 = run.ranks[0]
     return replace(run, ranks=[replace(r0, iter_s=tl.iter_s, wait_s=tl.wait_s, epoch=tl.epoch,
                                        samples=r0.samples[:len(tl.iter_s)])])
+
+
+def argv_of(p: psutil.Process) -> list[str]:
+    """A process's argv; ["(ended)"] where it ended meanwhile (no live process's argv)."""
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return ["(ended)"]

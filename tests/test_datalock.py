@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import harness
+from conftest import argv_of, harness
 from test_errors import one_line_error
 from test_lifeline import running, wait_for
 
@@ -77,14 +77,7 @@ def test_second_harness_on_the_same_data_refuses(small_dataset, tmp_path, capsys
         first.wait()
         wait_for(lambda: not any(running(p.pid) for p in job), timeout_s=10)
         left = [p for p in job if running(p.pid)]
-        assert not left, [f"{p.pid}: {' '.join(_argv(p))}" for p in left]  # which one lingered
+        assert not left, [f"{p.pid}: {' '.join(argv_of(p))}" for p in left]  # which one lingered
     finally:
         first.kill()
         first.wait()
-
-
-def _argv(p: psutil.Process) -> list[str]:
-    try:
-        return p.cmdline()
-    except psutil.Error:
-        return ["(ended)"]

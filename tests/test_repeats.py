@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import copy_of, harness, needs_cgroups
+from conftest import argv_of, copy_of, harness, needs_cgroups
 
 from dsanalyze import launch, store, sweep
 from dsanalyze.analysis import stalls
@@ -148,17 +148,10 @@ def _loader_workers(mode: str) -> list[psutil.Process]:
             if "dsanalyze.instrument.bootstrap" in argv \
                     and "torch.distributed.run" in p.parent().cmdline() \
                     and p.environ().get(rankenv.ENV_MODE) == mode:
-                return [c for c in p.children() if _argv(c) == argv]
+                return [c for c in p.children() if argv_of(c) == argv]
         except (psutil.Error, AttributeError):  # ended meanwhile (its parent too: None)
             pass
     return []
-
-
-def _argv(p: psutil.Process) -> list[str] | None:
-    try:
-        return p.cmdline()
-    except psutil.Error:
-        return None
 
 
 def _running(p: psutil.Process) -> bool:
