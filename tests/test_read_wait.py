@@ -13,6 +13,7 @@ timm and Lightning runs do (0.3-1.0 ms a sample over cached with 1 worker, 0.0-0
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +24,11 @@ from hypothesis import strategies as st
 from dsanalyze import store
 from dsanalyze.analysis import runrate
 from dsanalyze.config import Mode
+from dsanalyze.report.params import how_text
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif.heldout import HeldOut
 from dsanalyze.whatif.model import run_cpus
 from dsanalyze.whatif.pipeline import Pipeline, simulate
-from dsanalyze.report.params import how_text
 from dsanalyze.whatif.rates import predict_run
 
 SAMPLES = 600
@@ -95,4 +96,25 @@ def test_one_worker_count_leaves_the_wait_to_the_device() -> None:
     model = whatif.fit(store.load_runs(LIGHTNING))
     assert model.read_wait_s == 0
     wait = next(p for p in model.params if p.name == "read_wait_s")
-    assert wait.runs == () and "one worker count" in how_text(wait.how)
+    assert wait.runs == () and "two worker counts" in how_text(wait.how)
+
+
+def _slower(run, factor: float):
+    return replace(run, ranks=tuple(replace(k, iter_s=tuple(t * factor for t in k.iter_s))
+                                    for k in run.ranks))
+
+
+@pytest.mark.long
+def test_no_wait_where_fewer_workers_were_not_slowed_more() -> None:
+    """The 2-worker disk run slowed to 0.8 of its rate lies further under its cached twin
+    than the 1-worker one: no wait does that (it hurts fewer workers more), so none is
+    fitted, and the parameter says why."""
+    runs = store.load_runs(LIGHTNING)
+    two = [_slower(r, 1.25) if r.mode is Mode.DISK else r for r in
+           store.load_runs(LIGHTNING / "w2")]
+    measured = _ratios(runs + two, lambda r: runrate.run_rate(r).rate_sps)
+    assert measured[(2, 2)] < measured[(2, 1)]
+    model = whatif.fit(runs + two)
+    assert model.read_wait_s == 0
+    wait = next(p for p in model.params if p.name == "read_wait_s")
+    assert wait.runs == () and "did not lie further under" in how_text(wait.how)

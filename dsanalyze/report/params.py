@@ -76,9 +76,12 @@ REASONS = {
     Reason.THROTTLE_SLICE_DEFAULT: "not recorded (the runs predate it): the kernel's slice for a "
                                    "non-rotational disk taken; a throttle's budget left unused "
                                    "for up to this long is spent by the reads after",
-    Reason.ONE_WORKER_COUNT: "not fitted: the unthrottled disk runs had one worker count, "
-                             "which cannot tell a read's wait from its CPU; the device's "
-                             "latency alone",
+    Reason.ONE_WORKER_COUNT: "not fitted: no CPU count had unthrottled disk runs of two "
+                             "worker counts, which alone tell a read's wait from its CPU; the "
+                             "device's latency alone",
+    Reason.NO_WAIT_SHOWN: "not fitted: the unthrottled disk runs of fewer workers did not lie "
+                          "further under their cached twins than those of more, as a wait "
+                          "makes them; the device's latency alone",
     Reason.NO_UNTHROTTLED_RUN: "not measured: no unthrottled disk run; reads are taken to cost "
                                "no CPU",
     Reason.NO_STORAGE_BOUND_RUN: "not measured: no throttled disk run whose rate its storage "

@@ -87,6 +87,23 @@ def _twins(runs: list[RunResult]) -> list[tuple[RunResult, list[RunResult]]]:
             and (twins := cached.get((run_cpus(r), HeldOut.of(r).job.workers)))]
 
 
+def _wait_shown(pairs: list[tuple[RunResult, list[RunResult]]]) -> bool | None:
+    """Whether the runs show a wait: at every CPU count with disk runs of several worker
+    counts, the fewest workers' run lies further under its cached twins than the most
+    workers' (a wait hurts fewer workers more; the CPU a read costs, all alike). None: no
+    CPU count had two worker counts."""
+    ratio: dict[int, dict[int, float]] = {}
+    for r, twins in pairs:
+        twin = statistics.fmean(runrate.run_rate(c).rate_sps or 0.0 for c in twins)
+        if twin:
+            ratio.setdefault(run_cpus(r), {})[HeldOut.of(r).job.workers] = \
+                (runrate.run_rate(r).rate_sps or 0.0) / twin
+    both = [by for by in ratio.values() if len(by) > 1]
+    if not both:
+        return None
+    return all(by[min(by)] < by[max(by)] for by in both)
+
+
 def _fit_wait(model: Model, pairs: list[tuple[RunResult, list[RunResult]]]
               ) -> tuple[float, float]:
     """(kappa, wait): the CPU per byte read and the wait per missed sample that reproduce how
@@ -153,8 +170,11 @@ def fit_read_cpu(model: Model, runs: list[RunResult]) -> tuple[Model, list[Param
     behind their CPU work, so the disk runs of 1 worker lie further under their cached twins
     than those of several (timm's and Lightning's on the scripts bench: 0.3-1.0 ms a sample
     over cached with 1 worker, 0.0-0.6 ms with 2-3). Where the unthrottled disk runs without a
-    page cache had more than one worker count, both are fitted on how far each lies under
-    its cached twins (`_fit_wait`). Otherwise the wait is the device's latency alone and:
+    page cache had more than one worker count at one CPU count and the fewer workers lay
+    further under their cached twins at each (`_wait_shown`), both are fitted on how far
+    each lies under its cached twins (`_fit_wait`). Otherwise the wait is the device's
+    latency alone (a wait fitted on runs without that sign took their noise for it: examples'
+    2-worker run at 1 CPU 21% under its cached twin, bench47) and:
 
     Where unthrottled runs at one CPU count had different cache budgets, from the
     contrast alone: how their rates change with the bytes they missed, their common level
@@ -165,7 +185,8 @@ def fit_read_cpu(model: Model, runs: list[RunResult]) -> tuple[Model, list[Param
     made it 2 ms a sample from 2-CPU runs and missed a 1-CPU run by 11%)."""
     disk = [r for r in runs if r.mode is Mode.DISK]
     pairs = _twins(runs)
-    if len({HeldOut.of(r).job.workers for r, _ in pairs}) > 1:
+    shown = _wait_shown(pairs)
+    if shown:
         kappa, wait = _fit_wait(model, pairs)
         ids = tuple(r.run_id for r, _ in pairs)
         return _read_params(replace(model, read_wait_s=wait), kappa, ids, ReadCpu(
@@ -173,6 +194,7 @@ def fit_read_cpu(model: Model, runs: list[RunResult]) -> tuple[Model, list[Param
     read, contrast = _read_runs(disk)
     if not read:
         return model, [Param("read_cpu_bps", None, "B/s", (), Fixed(Reason.NO_UNTHROTTLED_RUN))]
+    why = Reason.ONE_WORKER_COUNT if shown is None else Reason.NO_WAIT_SHOWN
 
     def error(kappa: float) -> float:
         trial = replace(model, miss_cpu_s_per_byte=kappa)
@@ -185,14 +207,15 @@ def fit_read_cpu(model: Model, runs: list[RunResult]) -> tuple[Model, list[Param
     if kappa <= 1e-13 or error(0.0) <= error(kappa):
         kappa = 0.0
     return _read_params(model, kappa, tuple(r.run_id for r in read),
-                        ReadCpu(contrast, run_cpus(read[0]), bool(kappa)))
+                        ReadCpu(contrast, run_cpus(read[0]), bool(kappa)), why)
 
 
-def _read_params(model: Model, kappa: float, ids: tuple[str, ...], how: ReadCpu
-                 ) -> tuple[Model, list[Param]]:
-    """The fitted CPU per byte read (dropped outside its bound) and the read wait."""
+def _read_params(model: Model, kappa: float, ids: tuple[str, ...], how: ReadCpu,
+                 why: Reason = Reason.ONE_WORKER_COUNT) -> tuple[Model, list[Param]]:
+    """The fitted CPU per byte read (dropped outside its bound) and the read wait (not
+    fitted: `why`)."""
     wait = [Param("read_wait_s", model.read_wait_s, "s", ids if how.wait_fitted else (),
-                  how if how.wait_fitted else Fixed(Reason.ONE_WORKER_COUNT))]
+                  how if how.wait_fitted else Fixed(why))]
     if kappa and not bounds.READ_CPU_BPS.holds(1 / kappa):
         return model, [Param("read_cpu_bps", None, "B/s", ids,
                              ReadCpuDropped(bounds.READ_CPU_BPS.dropped(1 / kappa, ids))), *wait]
