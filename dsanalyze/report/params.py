@@ -76,6 +76,12 @@ REASONS = {
     Reason.THROTTLE_SLICE_DEFAULT: "not recorded (the runs predate it): the kernel's slice for a "
                                    "non-rotational disk taken; a throttle's budget left unused "
                                    "for up to this long is spent by the reads after",
+    Reason.ONE_WORKER_COUNT: "not fitted: no CPU count had unthrottled disk runs of two "
+                             "worker counts, which alone tell a read's wait from its CPU; the "
+                             "device's latency alone",
+    Reason.NO_WAIT_SHOWN: "not fitted: the unthrottled disk runs of fewer workers did not lie "
+                          "further under their cached twins than those of more, as a wait "
+                          "makes them; the device's latency alone",
     Reason.NO_UNTHROTTLED_RUN: "not measured: no unthrottled disk run; reads are taken to cost "
                                "no CPU",
     Reason.NO_STORAGE_BOUND_RUN: "not measured: no throttled disk run whose rate its storage "
@@ -214,6 +220,11 @@ def _outside(h: OutsideWork) -> str:
 
 
 def _read_cpu(h: ReadCpu) -> str:
+    if h.wait_fitted:
+        return ("calibrated with the wait a missed read holds its worker (two numbers): how far "
+                "each unthrottled disk run without a page cache lies under its cached twins "
+                f"(the same CPUs and workers), at {h.cpus} CPU(s) and up"
+                + ("" if h.measurable else "; reading costs no measurable CPU"))
     where = (f"the change of rate with the bytes missed across the cache budgets of the "
              f"unthrottled disk runs at {h.cpus} CPU(s)" if h.contrast else
              f"the unthrottled disk runs without a page cache at {h.cpus} CPU(s)")

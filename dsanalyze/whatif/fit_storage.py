@@ -73,8 +73,108 @@ def _read_runs(disk: list[RunResult]) -> tuple[list[RunResult], bool]:
     return [r for r in runs if run_cpus(r) == fewest], False
 
 
-def fit_read_cpu(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param]]:
-    """CPU a worker spends per byte read from storage (one number), on unthrottled runs.
+def _twins(runs: list[RunResult]) -> list[tuple[RunResult, list[RunResult]]]:
+    """Each unthrottled disk run without a page cache, with the cached runs of its CPU count and
+    worker count (its twins: the same loop, its reads from memory); those that have some."""
+    runs = [r for r in runs if r.ok and r.ranks and runrate.run_rate(r).rate_sps]
+    cached: dict[tuple[int, int], list[RunResult]] = {}
+    for r in runs:
+        if r.mode is Mode.CACHED:
+            cached.setdefault((run_cpus(r), HeldOut.of(r).job.workers), []).append(r)
+    return [(r, twins) for r in runs if r.mode is Mode.DISK
+            and r.spec.resources.storage_read_bps is None
+            and not r.spec.resources.cache.cache_bytes
+            and (twins := cached.get((run_cpus(r), HeldOut.of(r).job.workers)))]
+
+
+def _wait_shown(pairs: list[tuple[RunResult, list[RunResult]]]) -> bool | None:
+    """Whether the runs show a wait: at every CPU count with disk runs of several worker
+    counts, the fewest workers' run lies further under its cached twins than the most
+    workers' (a wait hurts fewer workers more; the CPU a read costs, all alike). None: no
+    CPU count had two worker counts."""
+    ratio: dict[int, dict[int, float]] = {}
+    for r, twins in pairs:
+        twin = statistics.fmean(runrate.run_rate(c).rate_sps or 0.0 for c in twins)
+        if twin:
+            ratio.setdefault(run_cpus(r), {})[HeldOut.of(r).job.workers] = \
+                (runrate.run_rate(r).rate_sps or 0.0) / twin
+    both = [by for by in ratio.values() if len(by) > 1]
+    if not both:
+        return None
+    return all(by[min(by)] < by[max(by)] for by in both)
+
+
+def _fit_wait(model: Model, pairs: list[tuple[RunResult, list[RunResult]]]
+              ) -> tuple[float, float]:
+    """(kappa, wait): the CPU per byte read and the wait per missed sample that reproduce how
+    much slower each disk run of `pairs` is than its cached twins (the log ratio of the rates,
+    predicted against measured: the loop's own misfit at that CPU and worker count cancels).
+    Least squares by Gauss-Newton steps on (the CPU a sample's read costs, the wait), both
+    kept at 0 or above: a few simulations of each run where a search would take hundreds."""
+    twin_res = [statistics.fmean(residual(model, c) for c in twins) for _, twins in pairs]
+    per_sample = model.dataset_bytes / len(model.file_bytes)
+
+    def res(x: tuple[float, float]) -> list[float]:
+        trial = replace(model, miss_cpu_s_per_byte=x[0] / per_sample, read_wait_s=x[1])
+        return [residual(trial, r) - t for (r, _), t in zip(pairs, twin_res)]
+
+    h = SETTINGS.read_fit_step_s
+    x, at = (0.0, 0.0), res((0.0, 0.0))
+    for _ in range(SETTINGS.read_fit_steps):
+        cols = [[(b - a) / h for a, b in zip(at, res(_moved(x, i, h)))] for i in (0, 1)]
+        step = _least_squares(cols, [-v for v in at], x)
+        trial = (max(0.0, x[0] + step[0]), max(0.0, x[1] + step[1]))
+        got = res(trial)
+        if sum(v * v for v in got) >= sum(v * v for v in at):
+            break
+        x, at = trial, got
+    return x[0] / per_sample, min(x[1], SETTINGS.read_wait_max_s)
+
+
+def _moved(x: tuple[float, float], i: int, h: float) -> tuple[float, float]:
+    return (x[0] + h, x[1]) if i == 0 else (x[0], x[1] + h)
+
+
+def _least_squares(cols: list[list[float]], rhs: list[float], x: tuple[float, float]
+                   ) -> tuple[float, float]:
+    """The step d minimising |cols d - rhs| with x + d >= 0: both free, else each alone with
+    the other held at 0 (its lower end), the better of those."""
+    def dot(u: list[float], v: list[float]) -> float:
+        return sum(a * b for a, b in zip(u, v))
+
+    def alone(i: int) -> tuple[float, float]:
+        aa = dot(cols[i], cols[i])
+        d = max(-x[i], dot(cols[i], rhs) / aa) if aa > 0 else 0.0
+        other = -x[1 - i]
+        return (d, other) if i == 0 else (other, d)
+
+    a, b, c = dot(cols[0], cols[0]), dot(cols[0], cols[1]), dot(cols[1], cols[1])
+    det = a * c - b * b
+    if det > 1e-12 * max(a * c, 1e-300):
+        u, v = dot(cols[0], rhs), dot(cols[1], rhs)
+        d = ((c * u - b * v) / det, (a * v - b * u) / det)
+        if x[0] + d[0] >= 0 and x[1] + d[1] >= 0:
+            return d
+
+    def cost(d: tuple[float, float]) -> float:
+        return sum((p * d[0] + q * d[1] - r) ** 2 for p, q, r in zip(cols[0], cols[1], rhs))
+    return min((alone(0), alone(1)), key=cost)
+
+
+def fit_read_cpu(model: Model, runs: list[RunResult]) -> tuple[Model, list[Param]]:
+    """CPU a worker spends per byte read from storage (one number), on unthrottled runs, and
+    where their worker counts differ, the wait a read that misses holds its worker.
+
+    A read that misses costs its worker some CPU and a wait without CPU (the worker sleeps
+    until its bytes arrive). One worker pays both in turn; several hide each other's waits
+    behind their CPU work, so the disk runs of 1 worker lie further under their cached twins
+    than those of several (timm's and Lightning's on the scripts bench: 0.3-1.0 ms a sample
+    over cached with 1 worker, 0.0-0.6 ms with 2-3). Where the unthrottled disk runs without a
+    page cache had more than one worker count at one CPU count and the fewer workers lay
+    further under their cached twins at each (`_wait_shown`), both are fitted on how far
+    each lies under its cached twins (`_fit_wait`). Otherwise the wait is the device's
+    latency alone (a wait fitted on runs without that sign took their noise for it: examples'
+    2-worker run at 1 CPU 21% under its cached twin, bench47) and:
 
     Where unthrottled runs at one CPU count had different cache budgets, from the
     contrast alone: how their rates change with the bytes they missed, their common level
@@ -83,27 +183,44 @@ def fit_read_cpu(model: Model, disk: list[RunResult]) -> tuple[Model, list[Param
     where the job's own CPU holds it. A level fit at more CPUs would fold the contention
     and the work outside the cgroup into a read cost (one fold of bench/whatif_accuracy.py
     made it 2 ms a sample from 2-CPU runs and missed a 1-CPU run by 11%)."""
-    runs, contrast = _read_runs(disk)
-    if not runs:
+    disk = [r for r in runs if r.mode is Mode.DISK]
+    pairs = _twins(runs)
+    shown = _wait_shown(pairs)
+    if shown:
+        kappa, wait = _fit_wait(model, pairs)
+        ids = tuple(r.run_id for r, _ in pairs)
+        return _read_params(replace(model, read_wait_s=wait), kappa, ids, ReadCpu(
+            False, min(run_cpus(r) for r, _ in pairs), bool(kappa), wait_fitted=True))
+    read, contrast = _read_runs(disk)
+    if not read:
         return model, [Param("read_cpu_bps", None, "B/s", (), Fixed(Reason.NO_UNTHROTTLED_RUN))]
+    why = Reason.ONE_WORKER_COUNT if shown is None else Reason.NO_WAIT_SHOWN
 
     def error(kappa: float) -> float:
         trial = replace(model, miss_cpu_s_per_byte=kappa)
         if not contrast:
-            return log_error(trial, runs)
-        res = [residual(trial, r) for r in runs]
+            return log_error(trial, read)
+        res = [residual(trial, r) for r in read]
         mean = statistics.fmean(res)
         return sum((x - mean) ** 2 for x in res)
     kappa = pipeline.minimize(error, 1e-13, 1e-7, 12)
     if kappa <= 1e-13 or error(0.0) <= error(kappa):
         kappa = 0.0
-    ids = tuple(r.run_id for r in runs)
+    return _read_params(model, kappa, tuple(r.run_id for r in read),
+                        ReadCpu(contrast, run_cpus(read[0]), bool(kappa)), why)
+
+
+def _read_params(model: Model, kappa: float, ids: tuple[str, ...], how: ReadCpu,
+                 why: Reason = Reason.ONE_WORKER_COUNT) -> tuple[Model, list[Param]]:
+    """The fitted CPU per byte read (dropped outside its bound) and the read wait (not
+    fitted: `why`)."""
+    wait = [Param("read_wait_s", model.read_wait_s, "s", ids if how.wait_fitted else (),
+                  how if how.wait_fitted else Fixed(why))]
     if kappa and not bounds.READ_CPU_BPS.holds(1 / kappa):
         return model, [Param("read_cpu_bps", None, "B/s", ids,
-                             ReadCpuDropped(bounds.READ_CPU_BPS.dropped(1 / kappa, ids)))]
+                             ReadCpuDropped(bounds.READ_CPU_BPS.dropped(1 / kappa, ids))), *wait]
     return replace(model, miss_cpu_s_per_byte=kappa), [Param(
-        "read_cpu_bps", 1 / kappa if kappa else None, "B/s", ids,
-        ReadCpu(contrast, run_cpus(runs[0]), bool(kappa)))]
+        "read_cpu_bps", 1 / kappa if kappa else None, "B/s", ids, how), *wait]
 
 
 def _cold_window(run: RunResult) -> tuple[pipeline.Layout, float, bool] | None:

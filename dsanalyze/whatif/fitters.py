@@ -87,7 +87,7 @@ def _one(model: Model, params: list[Param]) -> int:
 
 
 def _read_dof(model: Model, params: list[Param]) -> int:
-    return int(bool(model.miss_cpu_s_per_byte))
+    return int(bool(model.miss_cpu_s_per_byte)) + int(model.read_wait_s > 0)
 
 
 def _throttle_dof(model: Model, params: list[Param]) -> int:
@@ -117,7 +117,8 @@ FITTERS = (
     Fitter("cpu_stretch", Runs.ALL, (Mode.CACHED,), fit_loop.fit_stretch,
            lambda model, params: len(params)),
     Fitter("startup", Runs.BASE, (Mode.LOADER, Mode.CACHED), fit_loop.fit_startup, _one),
-    Fitter("read_cpu", Runs.BASE_DISK, (Mode.DISK,), fit_storage.fit_read_cpu, _read_dof,
+    # cached runs too: a disk run's cached twins (the same CPUs and workers) where the wait is fitted
+    Fitter("read_cpu", Runs.BASE, (Mode.CACHED, Mode.DISK), fit_storage.fit_read_cpu, _read_dof,
            (bounds.READ_CPU_BPS,), needs_prep=True),
     Fitter("throttle", Runs.BASE_DISK, (Mode.DISK,), fit_storage.fit_throttles, _throttle_dof,
            (bounds.THROTTLE_EFFICIENCY,), needs_prep=True),

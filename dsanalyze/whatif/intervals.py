@@ -166,7 +166,8 @@ def loop_share(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
     k = probe_factor(model, cfg)
     faster = replace(model, throttle_efficiency=model.throttle_efficiency * k,
                      device_read_bps=model.device_read_bps * k if model.device_read_bps
-                     else None, device_latency_s=model.device_latency_s / k)
+                     else None, device_latency_s=model.device_latency_s / k,
+                     read_wait_s=model.read_wait_s / k)
     got = mean_rates(faster, cfg, layout, mode, cache_bytes).rate_sps
     return min(1.0, max(0.0, 1 - math.log(got / rate_sps) / math.log(k)))
 

@@ -176,6 +176,10 @@ class Model:
     allreduce_s: float = 0.0  # t_allreduce of the ring law
     device_read_bps: float | None = None  # the storage device (None: not measured)
     device_latency_s: float = 0.0
+    # a read that misses holds its worker this long besides the device's latency, without CPU
+    # (`fit_storage.fit_read_cpu`: fitted with the CPU per byte where the unthrottled disk runs
+    # had more than one worker count; 0: not fitted)
+    read_wait_s: float = 0.0
     # a throttle's unused budget the reads may bank for up to this long (blk-throttle's slice)
     throttle_slice_s: float = SETTINGS.throttle_slice_s
     rel_sigma: float = 0.05  # relative standard error of a predicted rate: the loop's costs

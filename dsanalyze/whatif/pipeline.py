@@ -13,8 +13,9 @@ as its inputs:
   round-robin from worker 0 at each epoch start (PyTorch's in-order loader);
   with 0 workers the main process loads each batch when it asks for it;
 - a worker handles its batches one after the other, and each sample of a batch
-  as: read its missing bytes from storage while `read_overlap` of its
-  `prep_cpu_s` runs (readahead streams the file to the decoder), then the
+  as: wait `read_latency_s` if it misses (the device's latency and the read's wait: no
+  CPU, and no prep before its first bytes), read its missing bytes from storage while
+  `read_overlap` of its `prep_cpu_s` runs (readahead streams the file to the decoder), then the
   rest of the prep plus `miss_cpu_s_per_byte` per byte read; the job's other
   reads of the same files (a validation pass over the training files) add
   `reread_share` of each sample's bytes to what it reads from storage;
@@ -296,7 +297,8 @@ class _Sim:
         self.done = False
         self.pending: dict[Chunk, int] = {}
         self.after: dict[Chunk, float] = {}
-        self.io_bytes: dict[Chunk, float] = {}
+        self.io_bytes: dict[Chunk, float] = {}  # a chunk waiting on its latency: its bytes,
+        self.io_prep: dict[Chunk, float] = {}  # and the prep that runs while they arrive
         # an event's handler by its type, called with its one field (a dict lookup, hot loop)
         self.handlers: dict[type, Callable[[Any], None]] = {
             ReadStarts: self._read_starts, PartDone: self._part_done,
@@ -386,13 +388,13 @@ class _Sim:
             # readahead streams the file while the decoder works on what arrived:
             # `read_overlap` of the prep runs alongside the read, the rest after it
             self.pending[key] = 2
-            if self.misses is not None:  # a latency per missed sample
-                self.io_bytes[key] = nbytes
+            if self.misses is not None:  # a latency per missed sample, before any byte
+                self.io_bytes[key], self.io_prep[key] = nbytes, prep * p.read_overlap
                 self._timer(p.read_latency_s * round(self.misses[epoch][batch][t][rank]),
                             ReadStarts(key))
             else:
                 self.io.add(nbytes, self._seq(), PartDone(key))
-            self._cpu(prep * p.read_overlap, PartDone(key))
+                self._cpu(prep * p.read_overlap, PartDone(key))
             self.after[key] = prep * (1 - p.read_overlap) + \
                 nbytes * p.miss_cpu_s_per_byte
         else:
@@ -400,6 +402,7 @@ class _Sim:
 
     def _read_starts(self, key: Chunk) -> None:
         self.io.add(self.io_bytes.pop(key), self._seq(), PartDone(key))
+        self._cpu(self.io_prep.pop(key), PartDone(key))  # the decoder starts on the first bytes
 
     def _part_done(self, key: Chunk) -> None:
         self.pending[key] -= 1

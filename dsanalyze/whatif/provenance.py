@@ -50,6 +50,8 @@ class Reason(str, enum.Enum):
     THROTTLE_SLICE = "throttle_slice"  # throttle_slice_s: as the storage probe read it
     THROTTLE_SLICE_DEFAULT = "throttle_slice_default"  # throttle_slice_s: not recorded
     NO_UNTHROTTLED_RUN = "no_unthrottled_run"  # read_cpu_bps
+    ONE_WORKER_COUNT = "one_worker_count"  # read_wait_s: no CPU count had two worker counts
+    NO_WAIT_SHOWN = "no_wait_shown"  # read_wait_s: fewer workers were not slowed more
     NO_BINDING_CACHE = "no_binding_cache"  # cache_slack_bytes
     NO_STORAGE_BOUND_RUN = "no_storage_bound_run"  # storage_rel_sigma
     NO_AMPLIFICATION_RUN = "no_amplification_run"  # read_amplification
@@ -281,6 +283,9 @@ class ReadCpu(Provenance):
     contrast: bool
     cpus: int
     measurable: bool
+    # with the wait a missed read holds its worker, on the disk runs' ratios to their cached
+    # twins at every CPU and worker count (`cpus`: the fewest)
+    wait_fitted: bool = False
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None,
         read_credit_bytes=read_credit_bytes_for(model, cfg.storage_read_bps)
         if mode is Mode.DISK else 0.0,
         miss_cpu_s_per_byte=model.miss_cpu_s_per_byte * s,
-        read_latency_s=model.device_latency_s,
+        read_latency_s=model.device_latency_s + model.read_wait_s,
         size_share=model.size_share, receive_s=model.receive_s,
         reread_share=reread, restart_cpu_s=0.0 if restarts_kept else model.restart_cpu_s * s,
         restart_main_cpu_s=0.0 if restarts_kept else model.restart_main_cpu_s * s,
