@@ -82,15 +82,18 @@ class Settings:
         "bound)", "a physical figure (memcpy on a server core), not tuned (ba92cab)")
     read_wait_max_s: float = _tuned(
         20e-3, "s", "the longest wait a read that misses may be fitted to hold its worker "
-        "(`fit_storage.fit_read_cpu`): the search's upper end", "not tuned: a local device "
-        "answers a cold read in well under a millisecond and the scripts bench's fits land at "
-        "0.1-1 ms; 20 ms leaves room for a network disk (stop 56)")
+        "(`fit_storage.fit_read_cpu`): the fit's upper end", "not tuned: a local device "
+        "answers a cold read in well under a millisecond and the scripts bench's fits land "
+        "under 0.5 ms (bench50: timm 0.24, Lightning 0.10); 20 ms leaves room for a network "
+        "disk (883a44e)")
     read_fit_step_s: float = _tuned(
         1e-4, "s", "the finite difference the read cost and wait fit steps by (per sample)",
-        "not tuned: a tenth of the smallest wait the scripts bench shows (stop 56)")
+        "not tuned: 0.1 ms, a fraction of the waits the loader's own timing shows on the "
+        "scripts bench (0.2-1.4 ms a sample with one worker) (883a44e)")
     read_fit_steps: int = _tuned(
         4, "", "Gauss-Newton steps of the read cost and wait fit (each simulates every run "
-        "three times)", "not tuned: the fits on bench42-50 stop moving after 2-3 (stop 56)")
+        "three times)", "not tuned: four keep the fit within a main fit's time (bench50: "
+        "5.0-7.6 s a script against 4.8-6.5 s) (883a44e)")
     reread_uncached: float = _tuned(
         0.9, "", "a disk run whose cache leaves at least this share of the dataset uncached "
         "measures the read amplification: the job's other reads of a file then miss as its "

@@ -1,7 +1,9 @@
-"""Storage: the device, the CPU per byte read, the throttles and the page cache's slack.
+"""Storage: the device, the CPU per byte read and a read's wait, the throttles and the page
+cache's slack.
 
 The device is the harness's cold probe before each disk run; the CPU per
-byte read is calibrated on the unthrottled disk runs; one efficiency for
+byte read is calibrated on the unthrottled disk runs, with the wait a read
+that misses holds its worker where their worker counts show one; one efficiency for
 every throttle is solved on the cold windows the throttle held (reading at
 least `SETTINGS.throttle_binds` of it); the slack is the page cache the runs
 had beyond a budget that bound.
