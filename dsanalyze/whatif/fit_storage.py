@@ -112,7 +112,8 @@ def _fit_wait(model: Model, pairs: list[tuple[RunResult, list[RunResult]]]
     much slower each disk run of `pairs` is than its cached twins (the log ratio of the rates,
     predicted against measured: the loop's own misfit at that CPU and worker count cancels).
     Least squares by Gauss-Newton steps on (the CPU a sample's read costs, the wait), both
-    kept at 0 or above: a few simulations of each run where a search would take hundreds."""
+    kept at 0 or above (the wait at most `SETTINGS.read_wait_max_s`): a few simulations of
+    each run where a search would take hundreds."""
     twin_res = [statistics.fmean(residual(model, c) for c in twins) for _, twins in pairs]
     per_sample = model.dataset_bytes / len(model.file_bytes)
 
@@ -125,12 +126,13 @@ def _fit_wait(model: Model, pairs: list[tuple[RunResult, list[RunResult]]]
     for _ in range(SETTINGS.read_fit_steps):
         cols = [[(b - a) / h for a, b in zip(at, res(_moved(x, i, h)))] for i in (0, 1)]
         step = _least_squares(cols, [-v for v in at], x)
-        trial = (max(0.0, x[0] + step[0]), max(0.0, x[1] + step[1]))
+        trial = (max(0.0, x[0] + step[0]),
+                 min(SETTINGS.read_wait_max_s, max(0.0, x[1] + step[1])))
         got = res(trial)
         if sum(v * v for v in got) >= sum(v * v for v in at):
             break
         x, at = trial, got
-    return x[0] / per_sample, min(x[1], SETTINGS.read_wait_max_s)
+    return x[0] / per_sample, x[1]
 
 
 def _moved(x: tuple[float, float], i: int, h: float) -> tuple[float, float]:

@@ -87,7 +87,7 @@ class Spread:
                  settings.cpu_step_sigma * self.loop if self.step_on_cpu else 0.0,
                  self.held_rel, self.sharing_rel, self.throttle_weight * settings.throttle_sigma,
                  *(w * u for w in self.weights)]
-        return math.sqrt(sum(x * x for x in parts))
+        return math.hypot(*parts)  # no underflow where a part is tiny (a 1e-253 floor)
 
     def interval(self, rate_sps: float, settings: Settings = SETTINGS) -> tuple[float, float]:
         """The rate's interval at the nominal level: rate x exp(-+z sigma)."""
