@@ -218,3 +218,10 @@ def argv_of(p: psutil.Process) -> list[str]:
         return p.cmdline()
     except psutil.Error:
         return ["(ended)"]
+
+
+def slower(run, factor: float):
+    """`run` with every rank's iterations `factor` times longer (its waits as they were)."""
+    from dataclasses import replace
+    return replace(run, ranks=tuple(replace(k, iter_s=tuple(t * factor for t in k.iter_s))
+                                    for k in run.ranks))

@@ -13,11 +13,11 @@ timm and Lightning runs do (0.3-1.0 ms a sample over cached with 1 worker, 0.0-0
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import slower
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -99,18 +99,13 @@ def test_one_worker_count_leaves_the_wait_to_the_device() -> None:
     assert wait.runs == () and "two worker counts" in how_text(wait.how)
 
 
-def _slower(run, factor: float):
-    return replace(run, ranks=tuple(replace(k, iter_s=tuple(t * factor for t in k.iter_s))
-                                    for k in run.ranks))
-
-
 @pytest.mark.long
 def test_no_wait_where_fewer_workers_were_not_slowed_more() -> None:
     """The 2-worker disk run slowed to 0.8 of its rate lies further under its cached twin
     than the 1-worker one: no wait does that (it hurts fewer workers more), so none is
     fitted, and the parameter says why."""
     runs = store.load_runs(LIGHTNING)
-    two = [_slower(r, 1.25) if r.mode is Mode.DISK else r for r in
+    two = [slower(r, 1.25) if r.mode is Mode.DISK else r for r in
            store.load_runs(LIGHTNING / "w2")]
     measured = _ratios(runs + two, lambda r: runrate.run_rate(r).rate_sps)
     assert measured[(2, 2)] < measured[(2, 1)]

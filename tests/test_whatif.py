@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import slower
 
 from dsanalyze import cli, store
 from dsanalyze.analysis.stalls import run_rate
@@ -509,17 +510,12 @@ def test_validate_reads_nothing_measured_in_held_out_runs() -> None:
     assert {s["name"] for s in doc["splits"]} == {"leave-one-out", "extrapolation"}
 
 
-def _slower(run, factor: float):
-    return replace(run, ranks=tuple(replace(k, iter_s=tuple(t * factor for t in k.iter_s))
-                                    for k in run.ranks))
-
-
 def test_validate_holds_out_a_configuration_with_its_repeats() -> None:
     """A repeat of the held-out configuration left in the fit would predict it in sample:
     both are held out, and the figure predicted is their mean rate."""
     runs = store.load_runs(DATA / "report_sweep")
     disk = next(r for r in runs if r.mode.value == "disk")
-    twin = replace(_slower(disk, 1.25), spec=replace(disk.spec, repeat=2))
+    twin = replace(slower(disk, 1.25), spec=replace(disk.spec, repeat=2))
     alone = {c.run_id: c for c in whatif.validate(runs).splits[0].checks}[disk.run_id]
     both = {c.run_id: c for c in whatif.validate([*runs, twin]).splits[0].checks}[disk.run_id]
     assert both.repeats == 2 and alone.repeats == 1
@@ -653,7 +649,7 @@ def test_read_cost_comes_from_the_contrast_across_cache_budgets() -> None:
     model = whatif.fit(runs)
     (param,) = [p for p in model.params if p.name == "read_cpu_bps"]
     assert param.how.contrast and len(param.runs) == 4
-    slow = whatif.fit([_slower(r, 1.1) if r.mode.value == "disk" else r for r in runs])
+    slow = whatif.fit([slower(r, 1.1) if r.mode.value == "disk" else r for r in runs])
     assert slow.miss_cpu_s_per_byte == pytest.approx(model.miss_cpu_s_per_byte, rel=1e-9, abs=1e-15)
     loo = {c.run_id: c for c in whatif.validate(runs).splits[0].checks}
     cold = loo["disk-cpus1-cache0B-bwnone"]

@@ -178,7 +178,28 @@ def fit_read_cpu(model: Model, runs: list[RunResult]) -> tuple[Model, list[Param
     further under their cached twins at each (`_wait_shown`), both are fitted on how far
     each lies under its cached twins (`_fit_wait`). Otherwise the wait is the device's
     latency alone (a wait fitted on runs without that sign took their noise for it: examples'
-    2-worker run at 1 CPU 21% under its cached twin, bench47) and:
+    2-worker run at 1 CPU 21% under its cached twin, bench47) and the CPU per byte is fitted
+    alone (`_fit_kappa`)."""
+    pairs = _twins(runs)
+    shown = _wait_shown(pairs)
+    if shown:
+        kappa, wait = _fit_wait(model, pairs)
+        ids = tuple(r.run_id for r, _ in pairs)
+        how = ReadCpu(False, min(run_cpus(r) for r, _ in pairs), bool(kappa), wait_fitted=True)
+        model, params = _read_cpu_params(replace(model, read_wait_s=wait), kappa, ids, how)
+        return model, [*params, Param("read_wait_s", wait, "s", ids, how)]
+    read, contrast = _read_runs([r for r in runs if r.mode is Mode.DISK])
+    if not read:
+        return model, [Param("read_cpu_bps", None, "B/s", (), Fixed(Reason.NO_UNTHROTTLED_RUN))]
+    kappa = _fit_kappa(model, read, contrast)
+    model, params = _read_cpu_params(model, kappa, tuple(r.run_id for r in read),
+                                     ReadCpu(contrast, run_cpus(read[0]), bool(kappa)))
+    why = Reason.ONE_WORKER_COUNT if shown is None else Reason.NO_WAIT_SHOWN
+    return model, [*params, Param("read_wait_s", model.read_wait_s, "s", (), Fixed(why))]
+
+
+def _fit_kappa(model: Model, read: list[RunResult], contrast: bool) -> float:
+    """The CPU per byte read alone, on `_read_runs`' runs (0: reading costs no measurable CPU).
 
     Where unthrottled runs at one CPU count had different cache budgets, from the
     contrast alone: how their rates change with the bytes they missed, their common level
@@ -187,19 +208,6 @@ def fit_read_cpu(model: Model, runs: list[RunResult]) -> tuple[Model, list[Param
     where the job's own CPU holds it. A level fit at more CPUs would fold the contention
     and the work outside the cgroup into a read cost (one fold of bench/whatif_accuracy.py
     made it 2 ms a sample from 2-CPU runs and missed a 1-CPU run by 11%)."""
-    disk = [r for r in runs if r.mode is Mode.DISK]
-    pairs = _twins(runs)
-    shown = _wait_shown(pairs)
-    if shown:
-        kappa, wait = _fit_wait(model, pairs)
-        ids = tuple(r.run_id for r, _ in pairs)
-        return _read_params(replace(model, read_wait_s=wait), kappa, ids, ReadCpu(
-            False, min(run_cpus(r) for r, _ in pairs), bool(kappa), wait_fitted=True))
-    read, contrast = _read_runs(disk)
-    if not read:
-        return model, [Param("read_cpu_bps", None, "B/s", (), Fixed(Reason.NO_UNTHROTTLED_RUN))]
-    why = Reason.ONE_WORKER_COUNT if shown is None else Reason.NO_WAIT_SHOWN
-
     def error(kappa: float) -> float:
         trial = replace(model, miss_cpu_s_per_byte=kappa)
         if not contrast:
@@ -208,23 +216,18 @@ def fit_read_cpu(model: Model, runs: list[RunResult]) -> tuple[Model, list[Param
         mean = statistics.fmean(res)
         return sum((x - mean) ** 2 for x in res)
     kappa = pipeline.minimize(error, 1e-13, 1e-7, 12)
-    if kappa <= 1e-13 or error(0.0) <= error(kappa):
-        kappa = 0.0
-    return _read_params(model, kappa, tuple(r.run_id for r in read),
-                        ReadCpu(contrast, run_cpus(read[0]), bool(kappa)), why)
+    return 0.0 if kappa <= 1e-13 or error(0.0) <= error(kappa) else kappa
 
 
-def _read_params(model: Model, kappa: float, ids: tuple[str, ...], how: ReadCpu,
-                 why: Reason = Reason.ONE_WORKER_COUNT) -> tuple[Model, list[Param]]:
-    """The fitted CPU per byte read (dropped outside its bound) and the read wait (not
-    fitted: `why`)."""
-    wait = [Param("read_wait_s", model.read_wait_s, "s", ids if how.wait_fitted else (),
-                  how if how.wait_fitted else Fixed(why))]
+def _read_cpu_params(model: Model, kappa: float, ids: tuple[str, ...], how: ReadCpu
+                     ) -> tuple[Model, list[Param]]:
+    """The fitted CPU per byte read, in the model and as its parameter; dropped (the model
+    as it was, the value named) outside its bound."""
     if kappa and not bounds.READ_CPU_BPS.holds(1 / kappa):
         return model, [Param("read_cpu_bps", None, "B/s", ids,
-                             ReadCpuDropped(bounds.READ_CPU_BPS.dropped(1 / kappa, ids))), *wait]
+                             ReadCpuDropped(bounds.READ_CPU_BPS.dropped(1 / kappa, ids)))]
     return replace(model, miss_cpu_s_per_byte=kappa), [Param(
-        "read_cpu_bps", 1 / kappa if kappa else None, "B/s", ids, how), *wait]
+        "read_cpu_bps", 1 / kappa if kappa else None, "B/s", ids, how)]
 
 
 def _cold_window(run: RunResult) -> tuple[pipeline.Layout, float, bool] | None:

@@ -297,8 +297,8 @@ class _Sim:
         self.done = False
         self.pending: dict[Chunk, int] = {}
         self.after: dict[Chunk, float] = {}
-        self.io_bytes: dict[Chunk, float] = {}  # a chunk waiting on its latency: its bytes,
-        self.io_prep: dict[Chunk, float] = {}  # and the prep that runs while they arrive
+        # a chunk waiting on its latency: (its bytes, the prep that runs while they arrive)
+        self.latent: dict[Chunk, tuple[float, float]] = {}
         # an event's handler by its type, called with its one field (a dict lookup, hot loop)
         self.handlers: dict[type, Callable[[Any], None]] = {
             ReadStarts: self._read_starts, PartDone: self._part_done,
@@ -389,7 +389,7 @@ class _Sim:
             # `read_overlap` of the prep runs alongside the read, the rest after it
             self.pending[key] = 2
             if self.misses is not None:  # a latency per missed sample, before any byte
-                self.io_bytes[key], self.io_prep[key] = nbytes, prep * p.read_overlap
+                self.latent[key] = nbytes, prep * p.read_overlap
                 self._timer(p.read_latency_s * round(self.misses[epoch][batch][t][rank]),
                             ReadStarts(key))
             else:
@@ -401,8 +401,9 @@ class _Sim:
             self._cpu(prep + nbytes * p.miss_cpu_s_per_byte, ChunkDone(key))
 
     def _read_starts(self, key: Chunk) -> None:
-        self.io.add(self.io_bytes.pop(key), self._seq(), PartDone(key))
-        self._cpu(self.io_prep.pop(key), PartDone(key))  # the decoder starts on the first bytes
+        nbytes, prep = self.latent.pop(key)
+        self.io.add(nbytes, self._seq(), PartDone(key))
+        self._cpu(prep, PartDone(key))  # the decoder starts on the first bytes
 
     def _part_done(self, key: Chunk) -> None:
         self.pending[key] -= 1
