@@ -259,6 +259,11 @@ tuning grid now.
 For main, bench51 was a replication; its extrapolation maximum is timm's 3-worker
 unthrottled disk run at 2 CPUs (+25.5%, inside its interval). A tuning grid now. Over bench46-51 on main:
 leave-one-out 129 of 144 inside (89.6%, max 18.8%), extrapolation 96 of 108 (88.9%, max 25.5%).
+Law V2 (a validation pass's misses cost its workers their wait and CPU) was kept by the same
+rule written before bench53 (seed 239, workers 1,2, none,5M; 47ddf80) ran: main leave-one-out
+0.7/13.3/96%, extrapolation 0.7/22.3/89%; V2 0.7/11.4/96% and 0.7/22.3/89%. bench53's
+extrapolation maximum is timm's 2-worker unthrottled disk run at 2 CPUs fitted on 1 worker
+(-22.3%). A tuning grid now.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
@@ -348,8 +353,16 @@ TUNED_ON = ("/tmp/dsa-scripts-bench{,2,3,4} (seed 5, workers 1,2, bandwidths non
             "/tmp/dsa-scripts-bench41 (seed 167, workers 1,3, none,4M, examples and timm), "
             "/tmp/dsa-scripts-bench42 (seed 173, workers 1,2, none,4M), "
             "/tmp/dsa-scripts-bench43 (seed 179, workers 1,2, none,10M), "
-            "/tmp/dsa-scripts-bench44 (seed 181, workers 1,2, none,7M) and "
-            "/tmp/dsa-scripts-bench45 (seed 191, workers 1,2, none,5M)")
+            "/tmp/dsa-scripts-bench44 (seed 181, workers 1,2, none,7M), "
+            "/tmp/dsa-scripts-bench45 (seed 191, workers 1,2, none,5M), "
+            "/tmp/dsa-scripts-bench46 (seed 193, workers 1,2, none,6M), "
+            "/tmp/dsa-scripts-bench47 (seed 197, workers 1,2, none,8M), "
+            "/tmp/dsa-scripts-bench48 (seed 199, workers 1,3, none,4.5M), "
+            "/tmp/dsa-scripts-bench49 (seed 211, workers 1,2, none,5.5M), "
+            "/tmp/dsa-scripts-bench50 (seed 223, workers 1,3, none,6.5M), "
+            "/tmp/dsa-scripts-bench51 (seed 229, workers 1,3, none,5M), "
+            "/tmp/dsa-scripts-bench52 (seed 233, workers 1,2, none,6M) and "
+            "/tmp/dsa-scripts-bench53 (seed 239, workers 1,2, none,5M)")
 SCRIPTS = {  # name: (file under tests/scripts, its own arguments; {w}: its worker count)
     "examples": ("train_examples.py", ("-j", "{w}", "-b", "12", "--epochs", "3",
                                        "--img-size", "32")),

@@ -36,8 +36,10 @@ as its inputs:
   each epoch's last step, in the main process, before the next epoch's batches are handed
   out: the workers have nothing to prepare meanwhile (`whatif/epochend.py`); where the
   job's other reads of its files are that work (`epoch_read_bytes`: a validation pass
-  over the training files), it takes at least their bytes over the storage's bandwidth,
-  and the samples' own reads carry no `reread_share`;
+  over the training files), its misses (`epoch_read_misses`) cost the pass's workers (the
+  training loader's count) their wait and their CPU per byte, as the samples' reads do
+  (`pass_reads_s`), it takes at least their bytes over the storage's bandwidth, and the
+  samples' own reads carry no `reread_share`;
 - workers that are not persistent start again at every epoch; from the second epoch on,
   each spends `restart_cpu_s` of CPU before its first batch (the re-forked worker copying the
   pages of the main process's grown heap it touches), on the cores like any other work,
@@ -114,6 +116,10 @@ class Pipeline:
     # training files): `reread_share` of these bytes (a node's samples' bytes an epoch) read
     # at each epoch's end, not with each sample
     epoch_read_bytes: float = 0.0
+    # of which, the files a node's pass misses (each waits `read_latency_s`, and its bytes cost
+    # `miss_cpu_s_per_byte`, in the pass's workers: `_epoch_end_s`); 0: the pass's reads
+    # cost only their storage time
+    epoch_read_misses: float = 0.0
 
     @property
     def epoch_rereads(self) -> bool:
@@ -475,12 +481,21 @@ class _Sim:
         self._epoch_ended(rank)
 
     def _epoch_end_s(self) -> float:
-        """The work between epochs; where it is the job's other reads of its files, at least
-        as long as the storage takes to give them (its CPU runs while they arrive)."""
+        """The work between epochs; where it is the job's other reads of its files, the pass
+        pays the reads its misses make (`pass_reads_s`), and takes at least as long as the
+        storage takes to give them (its CPU runs while they arrive)."""
         p = self.p
-        if not p.epoch_rereads or p.read_bps is None:
+        if not p.epoch_rereads:
             return p.epoch_end_s
-        return max(p.epoch_end_s, p.reread_share * p.epoch_read_bytes / p.read_bps)
+        ranks = p.ranks
+        cpu_s = p.miss_cpu_s_per_byte * p.reread_share * p.epoch_read_bytes / ranks
+        wait_s = p.read_latency_s * p.epoch_read_misses / ranks if p.read_bps is not None \
+            else 0.0
+        end_s = p.epoch_end_s + pass_reads_s(p.epoch_end_s, cpu_s, wait_s, p.workers,
+                                              p.cpus / ranks)
+        if p.read_bps is None:
+            return end_s
+        return max(end_s, p.reread_share * p.epoch_read_bytes / p.read_bps)
 
     def _epoch_ended(self, rank: int) -> None:
         """The rank's iteration ends (at an epoch's end, after the work between epochs)."""
@@ -650,3 +665,20 @@ def minimize(f: Callable[[float], float], lo: float, hi: float, steps: int = 16)
             d = a + g * (b - a)
             fd = f(math.exp(d))
     return math.exp((a + b) / 2)
+
+
+def pass_reads_s(pass_s: float, cpu_s: float, wait_s: float, workers: int, cores: float
+                 ) -> float:
+    """What a loader-bound pass of `pass_s` (a validation pass over the training files, as
+    measured with its files cached) takes longer when its misses cost `cpu_s` of CPU and
+    `wait_s` of waiting in all: its `workers` (the main process where 0) each pay a
+    sample's wait and then its work, on `cores` cores. The pass's own work is
+    `pass_s` x k CPU-seconds (k = min(workers, cores): it was that loader-bound); with the
+    reads it takes the longer of its CPU over k cores and every worker's wait and work
+    in turn, over the workers. Workers with a core each pay `(cpu_s + wait_s) / workers`;
+    workers past the cores hide the waits behind each other's work (a rank's share of a
+    core is the cores' share: while one process waits, another has the core)."""
+    lanes = max(workers, 1)
+    k = min(lanes, cores)
+    work_s = pass_s * k + cpu_s
+    return max(work_s / k, (work_s + wait_s) / lanes) - pass_s

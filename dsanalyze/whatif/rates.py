@@ -64,7 +64,8 @@ def _pipe(model: Model, cfg: Config, mode: Mode, prep: float | None = None,
         size_share=model.size_share, receive_s=model.receive_s,
         reread_share=reread, restart_cpu_s=0.0 if restarts_kept else model.restart_cpu_s * s,
         restart_main_cpu_s=0.0 if restarts_kept else model.restart_main_cpu_s * s,
-        epoch_end_s=end_s, epoch_read_bytes=_epoch_bytes(model, cfg) if end_s > 0 else 0.0)
+        epoch_end_s=end_s, epoch_read_bytes=_epoch_bytes(model, cfg) if end_s > 0 else 0.0,
+        epoch_read_misses=reread * model.samples_per_epoch / cfg.nnodes if end_s > 0 else 0.0)
 
 
 def _epoch_bytes(model: Model, cfg: Config) -> float:
