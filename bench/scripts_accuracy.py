@@ -263,7 +263,10 @@ Law V2 (a validation pass's misses cost its workers their wait and CPU) was kept
 rule written before bench53 (seed 239, workers 1,2, none,5M; 47ddf80) ran: main leave-one-out
 0.7/13.3/96%, extrapolation 0.7/22.3/89%; V2 0.7/11.4/96% and 0.7/22.3/89%. bench53's
 extrapolation maximum is timm's 2-worker unthrottled disk run at 2 CPUs fitted on 1 worker
-(-22.3%). A tuning grid now.
+(-22.3%). A tuning grid now. bench54 (seed 241, workers 1,3, none,4M; fddd3da, with law V2), a
+replication with nothing chosen on it: leave-one-out 1.2/14.4/92%, extrapolation 0.4/13.0/94%,
+both splits within issue 24's figures (without law V2 the same); its maxima are examples'
+3-worker unthrottled disk runs (-14.4% at 1 CPU, +13.0% at 2).
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
