@@ -266,7 +266,10 @@ extrapolation maximum is timm's 2-worker unthrottled disk run at 2 CPUs fitted o
 (-22.3%). A tuning grid now. bench54 (seed 241, workers 1,3, none,4M; fddd3da, with law V2), a
 replication with nothing chosen on it: leave-one-out 1.2/14.4/92%, extrapolation 0.4/13.0/94%,
 both splits within issue 24's figures (without law V2 the same); its maxima are examples'
-3-worker unthrottled disk runs (-14.4% at 1 CPU, +13.0% at 2).
+3-worker unthrottled disk runs (-14.4% at 1 CPU, +13.0% at 2). bench55 (seed 251, workers 1,2,
+none,4.5M; ab6012d), another replication: leave-one-out 1.5/13.9/88%, extrapolation 0.6/11.5/94%,
+both within the figures too. Over bench53-55 with law V2: leave-one-out 66 of 72 inside (91.7%,
+max 14.4%), extrapolation 50 of 54 (92.6%, max 22.3%: bench53's timm run above).
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
