@@ -18,8 +18,8 @@ from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import fit_prep, fit_restart, pipeline
-from dsanalyze.whatif.fitruns import by_mode
-from dsanalyze.whatif.laws import compute_sps, gang_step, run_config, step_for, workers_for
+from dsanalyze.whatif.fitruns import by_mode, cores_and_workers
+from dsanalyze.whatif.laws import compute_sps, gang_step, run_config, step_for
 from dsanalyze.whatif.model import HeldOut, Model, Param, run_layout
 from dsanalyze.whatif.provenance import (
     CpuStretch,
@@ -133,7 +133,7 @@ def _stretch_of(model: Model, run: RunResult) -> float:
     forked again, is less of it than the rest: each step scaled by predicted / measured
     alone stopped 3.5% short of a stretch of 0.72 in three)."""
     measured = runrate.run_rate(run).rate_sps or 0.0
-    (cpus, workers) = _cores_and_workers(model, run)
+    (cpus, workers) = cores_and_workers(model, run)
 
     def excess(s: float) -> float:  # ln(predicted at stretch s / measured)
         stretched = replace(model, cpu_stretch_by_cpus=((cpus, workers, s),))
@@ -158,7 +158,7 @@ def fit_stretch(model: Model, results: list[RunResult]) -> tuple[Model, list[Par
         return model, []
     groups: dict[tuple[int, int], list[RunResult]] = {}
     for r in cached:
-        groups.setdefault(_cores_and_workers(model, r), []).append(r)
+        groups.setdefault(cores_and_workers(model, r), []).append(r)
     found = {ck: [_stretch_of(model, r) for r in runs] for ck, runs in sorted(groups.items())}
     stretch = tuple((c, k, statistics.median(v)) for (c, k), v in found.items())
     busy = {ck: statistics.median(b) for ck, runs in groups.items()
@@ -170,11 +170,6 @@ def fit_stretch(model: Model, results: list[RunResult]) -> tuple[Model, list[Par
               CpuStretch(c, k, len(found[c, k]), min(found[c, k]), max(found[c, k]),
                          busy.get((c, k))))
         for c, k, s in stretch]
-
-
-def _cores_and_workers(model: Model, run: RunResult) -> tuple[int, int]:
-    cfg = run_config(model, HeldOut.of(run))
-    return cfg.cpus, workers_for(model, cfg)
 
 
 def fit_startup(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]:

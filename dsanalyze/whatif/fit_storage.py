@@ -19,7 +19,7 @@ from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import bounds, pipeline
-from dsanalyze.whatif.fitruns import log_error, residual
+from dsanalyze.whatif.fitruns import cores_and_workers, log_error, residual
 from dsanalyze.whatif.laws import reread_share, run_cache, run_config
 from dsanalyze.whatif.model import HeldOut, Model, Param, run_cpus, run_layout
 from dsanalyze.whatif.provenance import (
@@ -75,21 +75,21 @@ def _read_runs(disk: list[RunResult]) -> tuple[list[RunResult], bool]:
     return [r for r in runs if run_cpus(r) == fewest], False
 
 
-def _twins(runs: list[RunResult]) -> list[tuple[RunResult, list[RunResult]]]:
+def _twins(model: Model, runs: list[RunResult]) -> list[tuple[RunResult, list[RunResult]]]:
     """Each unthrottled disk run without a page cache, with the cached runs of its CPU count and
     worker count (its twins: the same loop, its reads from memory); those that have some."""
     runs = [r for r in runs if r.ok and r.ranks and runrate.run_rate(r).rate_sps]
     cached: dict[tuple[int, int], list[RunResult]] = {}
     for r in runs:
         if r.mode is Mode.CACHED:
-            cached.setdefault((run_cpus(r), HeldOut.of(r).job.workers), []).append(r)
+            cached.setdefault(cores_and_workers(model, r), []).append(r)
     return [(r, twins) for r in runs if r.mode is Mode.DISK
             and r.spec.resources.storage_read_bps is None
             and not r.spec.resources.cache.cache_bytes
-            and (twins := cached.get((run_cpus(r), HeldOut.of(r).job.workers)))]
+            and (twins := cached.get(cores_and_workers(model, r)))]
 
 
-def _wait_shown(pairs: list[tuple[RunResult, list[RunResult]]]) -> bool | None:
+def _wait_shown(model: Model, pairs: list[tuple[RunResult, list[RunResult]]]) -> bool | None:
     """Whether the runs show a wait: at every CPU count with disk runs of several worker
     counts, the fewest workers' run lies further under its cached twins than the most
     workers' (a wait hurts fewer workers more; the CPU a read costs, all alike). None: no
@@ -98,8 +98,8 @@ def _wait_shown(pairs: list[tuple[RunResult, list[RunResult]]]) -> bool | None:
     for r, twins in pairs:
         twin = statistics.fmean(runrate.run_rate(c).rate_sps or 0.0 for c in twins)
         if twin:
-            ratio.setdefault(run_cpus(r), {})[HeldOut.of(r).job.workers] = \
-                (runrate.run_rate(r).rate_sps or 0.0) / twin
+            cpus, workers = cores_and_workers(model, r)
+            ratio.setdefault(cpus, {})[workers] = (runrate.run_rate(r).rate_sps or 0.0) / twin
     both = [by for by in ratio.values() if len(by) > 1]
     if not both:
         return None
@@ -180,8 +180,8 @@ def fit_read_cpu(model: Model, runs: list[RunResult]) -> tuple[Model, list[Param
     latency alone (a wait fitted on runs without that sign took their noise for it: examples'
     2-worker run at 1 CPU 21% under its cached twin, bench47) and the CPU per byte is fitted
     alone (`_fit_kappa`)."""
-    pairs = _twins(runs)
-    shown = _wait_shown(pairs)
+    pairs = _twins(model, runs)
+    shown = _wait_shown(model, pairs)
     if shown:
         kappa, wait = _fit_wait(model, pairs)
         ids = tuple(r.run_id for r, _ in pairs)

@@ -14,6 +14,7 @@ from dsanalyze.analysis import runrate
 from dsanalyze.analysis.jobrun import job_as_run
 from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
+from dsanalyze.whatif.laws import run_config, workers_for
 from dsanalyze.whatif.model import HeldOut, Model
 from dsanalyze.whatif.rates import predict_run
 
@@ -31,6 +32,13 @@ def base_runs(results: list[RunResult]) -> list[RunResult]:
     """The runs of the base job: the fewest ranks, then the slowest sim step."""
     key = min({job_key(r) for r in results}, key=lambda k: (k[0], -(k[1] or 0)))
     return [r for r in results if job_key(r) == key]
+
+
+def cores_and_workers(model: Model, run: RunResult) -> tuple[int, int]:
+    """A stored run's CPU count and workers as the model sees them (the groups the cached runs'
+    CPU stretch is fitted per, and a disk run's cached twins share)."""
+    cfg = run_config(model, HeldOut.of(run))
+    return cfg.cpus, workers_for(model, cfg)
 
 
 def per_iter(run: RunResult) -> int:
