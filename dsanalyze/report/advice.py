@@ -21,6 +21,7 @@ from dsanalyze.analysis.verdict import Bound
 from dsanalyze.report.assumptions import assumption_text
 from dsanalyze.report.notes import note_text
 from dsanalyze.report.text import bandwidth_text, cache_text, number
+from dsanalyze.report.verdicts import REPEAT_HINT
 from dsanalyze.report.whatif_text import unmade_text
 from dsanalyze.whatif.advice import Advice, ModelFailure
 from dsanalyze.whatif.decision import (
@@ -240,14 +241,29 @@ def _refused_text(a: Advice) -> str:
             "(more CPU counts, worker counts or bandwidths) and ask again.")
 
 
+def _unfitted_text(a: Advice) -> str:
+    """No model, and no measured configuration met the budget. Where the fastest measured one
+    missed it only because the table cannot tell its stall from 0 (a slow step or two widened
+    the interval), what settles it is its runs again, as the table's verdict says, not the
+    model's want of a prep-bound run."""
+    unfitted = f"the what-if model could not be fitted on these runs ({failure_text(a.note)})"
+    best = a.decision.best_measured
+    if best is None or best.bound != Bound.NOISE.value:
+        return f"Advice: none: {unfitted}."
+    return (f"Advice: none yet: {option_label(best)} stalls "
+            f"{number(best.stall_pct, '{:.0f}')}% of {_epochs(a.decision)}, but the table "
+            "cannot tell its stall from 0 nor hold it under the "
+            f"{a.decision.max_stall_pct:g}% budget (within noise): {REPEAT_HINT}; "
+            f"{unfitted}.")
+
+
 def advice_text(a: Advice) -> str:
     """The advice in one or a few sentences."""
     kind = a.decision.kind
     if kind is DecisionKind.MEASURED:
         return _measured_text(a)
     if a.note:  # no model
-        return ("Advice: none: the what-if model could not be fitted on these runs "
-                f"({failure_text(a.note)}).")
+        return _unfitted_text(a)
     if kind is DecisionKind.CHANGE:
         return _change_text(a)
     if kind is DecisionKind.KEEP:
