@@ -67,13 +67,15 @@ def test_two_ranks_all_modes_combined(small_dataset, tmp_path):
     # CPU of a loaded machine it measured a 13% prep stall: whole machine). What remains is the
     # main process taking each batch off the workers' queue, about 4.5 ms a step on a slow CI
     # machine (3.0% of a 150 ms step, ±1.3): 1.5% of this one, well inside the verdict's
-    # input-bound threshold, which is the bound asserted
+    # input-bound threshold, which is the bound asserted. 21 steps measured: with a few, one
+    # sleep woken late by a VM's stolen time widens the stall's interval past 5% ("within
+    # noise"; tests/data/compute_noise)
     pytest.param(2, 2, 300.0, "compute", marks=pytest.mark.whole_machine),
 ])
 def test_cached_prep_stall(small_dataset, tmp_path, workers, batch, step_ms, bound):
     prefix = tmp_path / "r"
     rc = harness("--data", small_dataset, "--prefix", prefix, "--modes", "synthetic,cached",
-                 "-b", batch, "-j", workers, "--iters", 20 if step_ms < 100 else 10, "--warmup", 3,
+                 "-b", batch, "-j", workers, "--iters", 20 if step_ms < 100 else 24, "--warmup", 3,
                  "--sim-step-ms", step_ms, "--no-plots")
     assert rc == 0
     cfg = summary_of(prefix)["configs"][0]
