@@ -55,7 +55,16 @@ from dsanalyze.records import (
     ThrottleStart,
 )
 from dsanalyze.remote.runlink import RemoteData
-from dsanalyze.resources import cgroups, interrupts, libmaps, memroom, pagecache, reclaim, storage
+from dsanalyze.resources import (
+    cgroups,
+    interrupts,
+    libmaps,
+    memroom,
+    pagecache,
+    reclaim,
+    scratch,
+    storage,
+)
 from dsanalyze.resources.cacheproc import LimiterProcess
 from dsanalyze.resources.libmaps import MapsRecorder, tree_pids
 from dsanalyze.resources.lifeline import Lifeline
@@ -356,6 +365,9 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
     with ExitStack() as stack:
         # Exits in reverse: the limiter stops, then the cgroup is removed, then the reaper goes.
         line = stack.enter_context(Lifeline())
+        # removed after the cgroup (entered before it): once every process of the job is gone
+        tmp = stack.enter_context(scratch.job_tmpdir(line))
+        env = env if tmp is None else {**env, "TMPDIR": str(tmp)}
         cg, gate = _enter_cgroup(stack, spec, ctx, limits, line, run_dir)
         log = stack.enter_context(open(log_path, "w"))
         if ctx.start_gate is not None:

@@ -44,7 +44,7 @@ from dsanalyze.fingerprint import Fingerprint, check_resumable, check_unchanged
 from dsanalyze.records import CpuScaling, HostSpeed, RunResult, Status
 from dsanalyze.remote.runlink import RemoteData
 from dsanalyze.report.notes import short_text
-from dsanalyze.resources import cgroups, cpuscale, interrupts
+from dsanalyze.resources import cgroups, cpuscale, interrupts, scratch
 from dsanalyze.resources.datalock import DataLock
 from dsanalyze.resources.hostspeed import (
     SETTLE_S,
@@ -213,6 +213,7 @@ def _prepare(sweep: Sweep, specs: list[RunSpec], dataset: DatasetInfo, lock_wait
     if sweep.adaptive:
         from dsanalyze import adaptive
         adaptive.check(sweep)
+    scratch.clean_stale()  # the temporary directories of runs whose harness was killed
     hierarchy, why = resolve_cgroups(sweep.use_cgroups)
     ctx = launch.LaunchContext(prefix, dataset, hierarchy, why,
                                drop_caches_globally=sweep.drop_caches_globally)

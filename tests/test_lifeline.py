@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,7 +60,10 @@ def wait_for(condition, timeout_s: float, step_s: float = 0.1):
 @needs_cgroups
 def test_sigkill_of_the_harness_ends_the_job_and_its_cgroups(small_dataset, tmp_path):
     hierarchy = cgroups.detect()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # the harness's own temporary directory, short (`scratch.fits`): the job's TMPDIR is made
+    # in it, and the reaper removes it with what the killed job left there
+    temp = Path(tempfile.mkdtemp(prefix="dsa-test-", dir="/tmp"))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp)}
     harness = subprocess.Popen(
         [sys.executable, str(REPO / "harness.py"), "--data", str(small_dataset), "--prefix",
          str(tmp_path / "r"), "--modes", "disk", "-b", "4", "-j", "1", "--iters", "100000",
@@ -70,6 +75,7 @@ def test_sigkill_of_the_harness_ends_the_job_and_its_cgroups(small_dataset, tmp_
         pids = wait_for(lambda: (p := procs_in(run_dirs(hierarchy, harness.pid))) and
                         len(p) >= 3 and p, timeout_s=120, step_s=0.5) or set()
         assert len(pids) >= 3, f"the job did not start: {pids}"
+        assert [p.name.startswith(f"dsa-job-{harness.pid}-") for p in temp.iterdir()] == [True]
         harness.send_signal(signal.SIGKILL)
         harness.wait()
         gone = wait_for(lambda: not run_dirs(hierarchy, harness.pid)
@@ -77,9 +83,11 @@ def test_sigkill_of_the_harness_ends_the_job_and_its_cgroups(small_dataset, tmp_
         assert not [p for p in pids if running(p)], "job processes outlived the harness"
         assert not run_dirs(hierarchy, harness.pid), "cgroups outlived the harness"
         assert gone
+        assert wait_for(lambda: not any(temp.iterdir()), timeout_s=10), list(temp.iterdir())
     finally:
         if harness.poll() is None:
             harness.kill()
             harness.wait()
+        shutil.rmtree(temp, ignore_errors=True)
         for d in run_dirs(hierarchy, harness.pid):  # ours only, if the test failed
             cgroups.RunCgroup(cgroups.Hierarchy(hierarchy.version, {"x": d.parent}), d.name).remove()

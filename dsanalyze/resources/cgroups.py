@@ -454,10 +454,11 @@ def clean_stale(hierarchy: Hierarchy | None = None) -> list[str]:
 def _harness_gone(name: str) -> bool:
     """`name` is one of a harness's (`dsanalyze-<pid>-...`) whose process is gone."""
     m = re.match(rf"{PREFIX}(\d+)-", name)
-    return m is not None and not _alive(int(m.group(1)))
+    return m is not None and not pid_alive(int(m.group(1)))
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """A process of that pid exists (this one counts; one of another user too)."""
     if pid == os.getpid():
         return True
     try:

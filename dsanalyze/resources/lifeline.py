@@ -15,8 +15,9 @@ the OOM killer, a lost SSH session or a scheduler), the reaper SIGKILLs the
 job's process group and every process in the run's cgroups until none is
 left, removes the cgroups, unlists the cgroup v2 controllers the harness listed
 for them (`unlist_after`) unless another run cgroup still needs them, runs the
-undo commands it was given (`undo_with`: a network namespace to delete), and
-exits: the last process standing cleans up.
+undo commands it was given (`undo_with`: a network namespace to delete), removes the
+directories it was given (`remove_after`: the job's TMPDIR), and exits: the last process
+standing cleans up.
 `cgroups.clean_stale` at the next start remains the fallback for a reaper
 that was itself killed. The reaper imports nothing heavy.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -81,6 +83,11 @@ class Lifeline:
     def undo_with(self, argv: list[str]) -> None:
         """A command the reaper runs after its kills (a network namespace to delete)."""
         self._send(f"run {json.dumps(argv)}")
+
+    def remove_after(self, path: str | Path) -> None:
+        """A directory the reaper removes, with all it holds, after its kills (the job's
+        TMPDIR, `scratch.job_tmpdir`)."""
+        self._send(f"rmtree {path}")
 
     def release(self) -> None:
         """The harness cleaned up itself: let the reaper go without touching anything."""
@@ -176,6 +183,7 @@ def main() -> int:
     pgids: list[int] = []
     dirs: list[str] = []
     commands: list[list[str]] = []
+    trees: list[str] = []
     listed: list[tuple[Path, tuple[str, ...], str]] = []
     for line in sys.stdin:
         word, _, value = line.strip().partition(" ")
@@ -187,6 +195,8 @@ def main() -> int:
             dirs.append(value)
         elif word == "run":
             commands.append(json.loads(value))
+        elif word == "rmtree":
+            trees.append(value)
         elif word == "unlist":
             parent, controllers, record = json.loads(value)
             listed.append((Path(parent), tuple(controllers), record))
@@ -196,6 +206,8 @@ def main() -> int:
             if cgroups.unlist_unused(parent, controllers) and record:
                 cgroups.forget_listed(record)
     undo(commands)
+    for tree in trees:  # after the kills: no process of the job writes there any more
+        shutil.rmtree(tree, ignore_errors=True)
     return 0 if reaped else 1
 
 
