@@ -269,7 +269,10 @@ both splits within issue 24's figures (without law V2 the same); its maxima are 
 3-worker unthrottled disk runs (-14.4% at 1 CPU, +13.0% at 2). bench55 (seed 251, workers 1,2,
 none,4.5M; ab6012d), another replication: leave-one-out 1.5/13.9/88%, extrapolation 0.6/11.5/94%,
 both within the figures too. Over bench53-55 with law V2: leave-one-out 66 of 72 inside (91.7%,
-max 14.4%), extrapolation 50 of 54 (92.6%, max 22.3%: bench53's timm run above).
+max 14.4%), extrapolation 50 of 54 (92.6%, max 22.3%: bench53's timm run above). bench56 (seed
+257, workers 1,2, none,5.5M; 829e135), a replication: leave-one-out 1.1/18.5/92% (examples'
+1-worker unthrottled disk run at 1 CPU, -18.5%, measured faster than its cached runs),
+extrapolation 0.5/13.7/94%. Over bench53-56: 88 of 96 and 67 of 72 inside.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
