@@ -366,8 +366,7 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
         # Exits in reverse: the limiter stops, then the cgroup is removed, then the reaper goes.
         line = stack.enter_context(Lifeline())
         # removed after the cgroup (entered before it): once every process of the job is gone
-        tmp = stack.enter_context(scratch.job_tmpdir(line))
-        env = env if tmp is None else {**env, "TMPDIR": str(tmp)}
+        env = scratch.job_env(env, stack.enter_context(scratch.job_tmpdir(line)))
         cg, gate = _enter_cgroup(stack, spec, ctx, limits, line, run_dir)
         log = stack.enter_context(open(log_path, "w"))
         if ctx.start_gate is not None:

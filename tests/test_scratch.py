@@ -114,3 +114,25 @@ def test_a_long_temporary_directory_is_left_to_the_job_as_it_was(monkeypatch, tm
     with scratch.job_tmpdir() as tmp:
         assert tmp is None
     assert list(long.iterdir()) == []
+
+
+def test_torch_compile_s_cache_stays_where_torch_keeps_it(temp_dir):
+    """A run directory removed after each run must not take torch.compile's cache with it
+    (every run would compile from nothing): torch's own rule, asked in the job's environment,
+    names the directory it names in the harness's."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    ask = ("import tempfile; from torch._inductor.runtime.cache_dir_utils import cache_dir; "
+           "print(tempfile.gettempdir()); print(cache_dir())")
+    with scratch.job_tmpdir() as tmp:
+        assert tmp is not None
+        env = scratch.job_env({k: v for k, v in os.environ.items()
+                               if k != "TORCHINDUCTOR_CACHE_DIR"}, tmp)
+        job_temp, job_cache = subprocess.run([sys.executable, "-c", ask], env=env, check=True,
+                                             capture_output=True, text=True).stdout.split()
+        # one the user set is theirs
+        mine = scratch.job_env({**env, "TORCHINDUCTOR_CACHE_DIR": "/elsewhere"}, tmp)
+    assert job_temp == str(tmp)
+    assert job_cache == default_cache_dir() and Path(job_cache).parent == temp_dir
+    assert Path(job_cache).is_dir()  # made there, and still there after the run
+    assert mine["TORCHINDUCTOR_CACHE_DIR"] == "/elsewhere"

@@ -23,6 +23,7 @@ which knows it by its harness's pid.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import re
 import shutil
@@ -64,6 +65,29 @@ def job_tmpdir(line: Lifeline | None = None) -> Iterator[Path | None]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def job_env(env: dict[str, str], tmp: Path | None) -> dict[str, str]:
+    """`env` with its TMPDIR at `tmp` (None: as it was), and the caches that torch keeps in
+    the temporary directory to outlast a run left where they were: torch.compile's
+    (inductor's, and Triton's under it), which a run directory removed after each run would
+    make compile from nothing every run, a start-up the job does not have."""
+    if tmp is None:
+        return env
+    out = {**env, "TMPDIR": str(tmp)}
+    out.setdefault("TORCHINDUCTOR_CACHE_DIR", inductor_cache_dir(tmp.parent))
+    return out
+
+
+def inductor_cache_dir(temp: Path) -> str:
+    """torch.compile's cache directory where TORCHINDUCTOR_CACHE_DIR is not set, for a
+    temporary directory `temp` (torch/_inductor/runtime/cache_dir_utils.py's
+    `default_cache_dir`, outside fbcode)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid_{os.getuid()}"
+    return os.path.join(str(temp), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
 
 
 def clean_stale(parent: Path | None = None) -> list[Path]:
