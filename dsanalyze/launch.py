@@ -392,7 +392,8 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
                                               watchdog.check)
                 if status is Status.STALLED:  # seen before anything is killed
                     stall = progress.stall_record(watchdog, cg.pids() if cg else
-                                                  tree_pids(proc.pid), cg.counters() if cg else {})
+                                                  tree_pids(proc.pid), cg.counters() if cg else {},
+                                                  log_path)
                     error = f"{error}: {progress.stall_text(stall)}"
         finally:
             _kill_group(proc)

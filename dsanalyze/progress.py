@@ -13,7 +13,8 @@ when no rank's counter moved for `stall_s` seconds since the last move, or for `
 before the first iteration (imports, dataset scan, worker start-up take longer than a step),
 unless every rank has written its record (`rank<R>.json` or `.error`): the job is ending.
 `process_states` says what the job's processes were doing then: their state letter and the
-kernel function they wait in (`/proc/<pid>/stat`, `/proc/<pid>/wchan`).
+kernel function they wait in (`/proc/<pid>/stat`, `/proc/<pid>/wchan`); `last_exception`, the
+last exception its log shows (a thread that raised and ended while the rest waits for it).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ PREFIX = "progress"
 _COUNT = struct.Struct("<Q")
 DEFAULT_STALL_S = 120.0  # no iteration for this long after the first one: stalled
 DEFAULT_FIRST_S = 600.0  # before the first one (imports, a data scan, worker start-up)
+LOG_TAIL_BYTES = 1 << 16  # of the job's log read for its last exception
+EXCEPTION_CHARS = 300  # of that exception's line kept
 
 
 class Heartbeat:
@@ -127,13 +130,46 @@ def process_states(pids: Iterable[int]) -> tuple[ProcessState, ...]:
 
 
 def stall_record(watchdog: Watchdog, pids: Iterable[int],
-                 counters: dict[str, int | float]) -> StallRecord:
-    """What the job was doing when the watchdog fired: its processes and cgroup counters."""
+                 counters: dict[str, int | float], log_path: Path | None = None) -> StallRecord:
+    """What the job was doing when the watchdog fired: its processes and cgroup counters, and
+    the last exception its log (`log_path`) shows."""
     def count(key: str) -> int | None:
         return int(counters[key]) if key in counters else None
     return StallRecord(round(watchdog.clock() - watchdog.moved_at, 1), watchdog.iterations,
                        process_states(pids), count("read_bytes"), count("memory_bytes"),
-                       count("cache_bytes"))
+                       count("cache_bytes"), _log_exception(log_path))
+
+
+def _log_exception(log_path: Path | None) -> str | None:
+    if log_path is None:
+        return None
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - LOG_TAIL_BYTES))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    return last_exception(text)
+
+
+def last_exception(log: str) -> str | None:
+    """The exception line of the last Python traceback in `log` (the first line after
+    `Traceback (most recent call last):` that is not indented, a frame's), cut to
+    `EXCEPTION_CHARS`; None without one."""
+    found, inside = None, False
+    for line in log.splitlines():
+        if line.startswith("Traceback (most recent call last):"):
+            inside = True
+        elif inside and line and not line[0].isspace():
+            found, inside = line.strip()[:EXCEPTION_CHARS], False
+    return found
+
+
+# what a `log_exception` says to do, by a fragment of it
+EXCEPTION_HINTS = {
+    "AF_UNIX path too long": "a DataLoader worker's Unix socket under TMPDIR needs a path "
+                             "over 107 bytes: set a shorter TMPDIR",
+}
 
 
 def stall_text(stall: StallRecord) -> str:
@@ -144,6 +180,10 @@ def stall_text(stall: StallRecord) -> str:
         kinds[key] = kinds.get(key, 0) + 1
     said = ", ".join(k + (f" x{n}" if n > 1 else "") for k, n in kinds.items())
     parts = [f"stopped; {len(stall.processes)} processes: {said or 'none left'}"]
+    if stall.log_exception is not None:
+        hints = [h for k, h in EXCEPTION_HINTS.items() if k in stall.log_exception]
+        parts.append(f"the log's last exception: {stall.log_exception}"
+                     + "".join(f" ({h})" for h in hints))
     if stall.read_bytes is not None:
         parts.append(f"read {format_bytes(stall.read_bytes)}")
     if stall.memory_bytes is not None:

@@ -66,7 +66,10 @@ class StallRecord:
     `still_s`: seconds with no iteration; `iterations`: each rank's count then (rank ->
     iterations); `processes`: the job's processes; `read_bytes`: the cgroup's bytes read
     (through the throttle, if any) by then; `memory_bytes` / `cache_bytes`: the cgroup's
-    memory use and page cache then (None without cgroups)."""
+    memory use and page cache then (None without cgroups); `log_exception`: the last
+    exception the job's log shows by then (`progress.last_exception`), None without one: a
+    thread of the job that raised and ended while the rest waits for it (a DataLoader
+    worker's queue feeder that could not send a batch hangs its rank)."""
 
     still_s: float
     iterations: dict[int, int]
@@ -74,19 +77,21 @@ class StallRecord:
     read_bytes: int | None = None
     memory_bytes: int | None = None
     cache_bytes: int | None = None
+    log_exception: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"still_s": self.still_s, "iterations": {str(k): v for k, v in
                                                          self.iterations.items()},
                 "processes": [p.to_dict() for p in self.processes],
                 "read_bytes": self.read_bytes, "memory_bytes": self.memory_bytes,
-                "cache_bytes": self.cache_bytes}
+                "cache_bytes": self.cache_bytes, "log_exception": self.log_exception}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StallRecord:
         return cls(float(d["still_s"]), {int(k): int(v) for k, v in d["iterations"].items()},
                    tuple(ProcessState.from_dict(p) for p in d["processes"]),
-                   d.get("read_bytes"), d.get("memory_bytes"), d.get("cache_bytes"))
+                   d.get("read_bytes"), d.get("memory_bytes"), d.get("cache_bytes"),
+                   d.get("log_exception"))
 
 
 class CacheAction(str, enum.Enum):

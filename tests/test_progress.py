@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -91,8 +92,44 @@ def test_a_script_that_hangs_is_stopped_as_stalled_and_the_sweep_goes_on(
     assert any(p.state == "S" and p.name.startswith("python") for p in stalled.stall.processes)
     assert stalled.stall.memory_bytes and stalled.stall.read_bytes is not None
     assert "run cached-cpusall stalled: no iteration for" in out
+    assert stalled.stall.log_exception is None  # it raised nothing: it sleeps
     assert took < 300, took  # far from the 1800 s run timeout
     assert not [p for p in Path("/proc").glob("[0-9]*") if b"train_hangs.py" in _cmdline(p)]
+
+
+@pytest.mark.slow
+def test_a_worker_that_cannot_hand_over_its_batch_is_named_from_the_log(
+        small_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TMPDIR too long for the Unix socket a DataLoader worker binds to hand a batch over by
+    file descriptor: the worker's queue feeder thread raises and ends, the worker goes on, and
+    the rank waits for the batch for good. The stall names the exception from the log, and
+    what to do."""
+    long = tmp_path / ("t" * max(1, 90 - len(str(tmp_path))))
+    long.mkdir()
+    monkeypatch.setenv("TMPDIR", str(long))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    prefix = tmp_path / "p"
+    rc = harness("--prefix", prefix, "--data", small_dataset, "--modes", "cached", "-b", 4,
+                 "-j", 2, "--iters", 8, "--warmup", 2, "--sim-step-ms", 20,
+                 "--startup-timeout", 15, "--no-plots", "--no-advice")
+    out = capsys.readouterr()
+    assert rc == 1
+    (run,) = [RunResult.from_dict(json.loads(p.read_text())) for p in (prefix / "runs").glob("*.json")]
+    assert run.status is Status.STALLED and run.stall is not None
+    assert run.stall.log_exception == "OSError: AF_UNIX path too long"
+    assert RunResult.from_dict(json.loads(json.dumps(run.to_dict()))).stall == run.stall
+    assert "the log's last exception: OSError: AF_UNIX path too long" in out.out + out.err
+    assert "set a shorter TMPDIR" in out.out + out.err
+
+
+def test_the_last_exception_of_a_log_is_the_last_traceback_s_own_line() -> None:
+    log = ("step 1\nTraceback (most recent call last):\n  File \"a.py\", line 1, in f\n"
+           "    g()\nValueError: first\n\nDuring handling of the above exception, another "
+           "exception occurred:\n\nTraceback (most recent call last):\n  File \"b.py\", "
+           "line 2, in h\n    raise KeyError('k')\nKeyError: 'k'\nstep 2\nwarning: later\n")
+    assert progress.last_exception(log) == "KeyError: 'k'"
+    assert progress.last_exception("step 1\nerror: not a traceback\n") is None
 
 
 def _cmdline(proc: Path) -> bytes:
