@@ -38,6 +38,7 @@ from dsanalyze.dataset import DatasetInfo, scan_dataset
 from dsanalyze.errors import ConfigError, DatasetError
 from dsanalyze.fileset import common_root, scan_files
 from dsanalyze.instrument import rank as rankenv
+from dsanalyze.resources import scratch
 
 DISCOVER_ITERS = 2
 DISCOVER_WARMUP = 1
@@ -104,7 +105,8 @@ def discover(job: Job, prefix: Path) -> dict[str, Any]:
     env, _ = launch.job_env(spec, run_dir)
     env[rankenv.ENV_DISCOVER] = "1"
     try:
-        rc = _run(launch.job_argv(spec), env, log_path, job.timeout_s)
+        with scratch.job_tmpdir() as tmp:  # what the killed run leaves there goes with it
+            rc = _run(launch.job_argv(spec), scratch.job_env(env, tmp), log_path, job.timeout_s)
         record = run_dir / "rank0.json"
         if rc != 0 or not record.is_file():
             raise _discovery_failed(job, rc, run_dir, log_path)

@@ -46,6 +46,22 @@ def test_a_stopped_job_leaves_nothing_in_the_temporary_directory(small_dataset, 
     assert sorted(p.name for p in temp_dir.iterdir()) == []
 
 
+@pytest.mark.slow
+def test_the_discovery_run_of_a_script_leaves_nothing_there_either(small_dataset, tmp_path,
+                                                                    temp_dir):
+    # no --data: the script runs once, outside the sweep, to show which files it reads
+    script = Path(__file__).parent / "scripts" / "train_examples.py"
+    assert harness("--prefix", tmp_path / "r", "--modes", "cached", "--iters", 3, "--warmup",
+                   1, "--no-plots", "--no-advice", script, small_dataset, "-j", 2, "-b", 8,
+                   "--img-size", 32) == 0
+    assert (tmp_path / "r" / "logs" / "discover.log").is_file()
+    # torch.compile's cache, where torch keeps it (torch made it in this script's run; before
+    # the discovery run had a TMPDIR of its own, torchrun's torchelastic_* stayed too), and
+    # nothing else
+    cache = Path(scratch.inductor_cache_dir(temp_dir)).name
+    assert {p.name for p in temp_dir.iterdir()} <= {cache}
+
+
 def test_the_job_writes_its_temporary_files_in_a_directory_removed_after_it(temp_dir):
     with scratch.job_tmpdir() as tmp:
         assert tmp.parent == temp_dir and tmp.name.startswith(f"dsa-job-{os.getpid()}-")
