@@ -167,8 +167,9 @@ def last_exception(log: str) -> str | None:
 
 # what a `log_exception` says to do, by a fragment of it
 EXCEPTION_HINTS = {
-    "AF_UNIX path too long": "a DataLoader worker's Unix socket under TMPDIR needs a path "
-                             "over 107 bytes: set a shorter TMPDIR",
+    "AF_UNIX path too long": "a Unix socket the job made under TMPDIR needs a path over "
+                             "107 bytes, a DataLoader worker's to hand a batch over: set a "
+                             "shorter TMPDIR",
 }
 
 

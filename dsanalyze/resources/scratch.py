@@ -9,15 +9,16 @@ The harness stops a job with SIGTERM, then SIGKILL (`launch._kill_group`, the cg
 kill): a Python process stopped so runs no exit handlers, and what it made in the temporary
 directory stays. Each DataLoader worker that handed a batch to its rank by file descriptor
 (torch's default sharing strategy, through `multiprocessing.resource_sharer`) holds a
-`pymp-*` directory with a socket there, removed only by its own clean exit: the built-in job
-left one per worker per run in /tmp, about a thousand over a day of the scripts bench.
+`pymp-*` directory with a socket there, removed only by its own clean exit, and torchrun's
+agent its `torchelastic_*` log directory: this machine's /tmp held 767 and 3221 of them
+after a few days of tests and benches.
 
 The directory is made in the temporary directory the harness itself was given (`TMPDIR`,
 else the system's), so the job's temporary files stay on the filesystem the user chose. A
-socket's path has at most 107 bytes: where the job's would not fit under the run directory's
-(a TMPDIR of over about 50 bytes), the job keeps its TMPDIR as it was (`fits`). A killed harness's reaper removes it
-(`Lifeline.remove_after`); a reaper killed too leaves it to `clean_stale` at the next start,
-which knows it by its harness's pid.
+socket's path has at most 107 bytes: where the job's would not fit under the run
+directory's (a TMPDIR of over about 50 bytes), the job keeps its TMPDIR as it was (`fits`).
+A killed harness's reaper removes it (`Lifeline.remove_after`); a reaper killed too leaves
+it to `clean_stale` at the next start, which knows it by its harness's pid.
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ SOCKET_TAIL = len("/pymp-abcdefgh/listener-abcdefgh")
 RANDOM_CHARS = 8  # tempfile.mkdtemp's
 
 
-def fits(parent: str | Path, pid: int | None = None) -> bool:
+def fits(parent: str | Path) -> bool:
     """A run directory in `parent` leaves the sockets the job makes under it within
     `SOCKET_PATH_MAX`: a DataLoader worker that cannot bind its socket hangs its rank (the
     error is in a feeder thread, the batch never comes)."""
-    name = f"/{PREFIX}{os.getpid() if pid is None else pid}-" + "x" * RANDOM_CHARS
+    name = f"/{PREFIX}{os.getpid()}-" + "x" * RANDOM_CHARS
     return len(os.fsencode(str(parent))) + len(name) + SOCKET_TAIL <= SOCKET_PATH_MAX
 
 
