@@ -272,7 +272,8 @@ both within the figures too. Over bench53-55 with law V2: leave-one-out 66 of 72
 max 14.4%), extrapolation 50 of 54 (92.6%, max 22.3%: bench53's timm run above). bench56 (seed
 257, workers 1,2, none,5.5M; 829e135), a replication: leave-one-out 1.1/18.5/92% (examples'
 1-worker unthrottled disk run at 1 CPU, -18.5%, measured faster than its cached runs),
-extrapolation 0.5/13.7/94%. Over bench53-56: 88 of 96 and 67 of 72 inside.
+extrapolation 0.5/13.7/94%. bench57 (seed 263, workers 1,3, none,4M; 2f944fd): leave-one-out
+1.2/11.1/92%, extrapolation 0.3/9.0/94%. Over bench53-57: 110 of 120 and 84 of 90 inside.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a

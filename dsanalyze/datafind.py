@@ -7,7 +7,8 @@ is a share of its bytes, cached runs warm it and disk runs evict it. So:
 - a script with `--data`: any set of files (`fileset.scan_files`); it wins;
 - a script without `--data`: one **discovery run** first, not measured and
   not stored: the script under the bootstrap in `loader` mode, 1 rank, no
-  cgroup, `DISCOVER_WARMUP` + `DISCOVER_ITERS` batches of its training
+  cgroup (bound to the harness's life and given a TMPDIR of its own, as a
+  measured run is), `DISCOVER_WARMUP` + `DISCOVER_ITERS` batches of its training
   loader, with `DSANALYZE_DISCOVER=1` (`instrument/datafiles.py`). Its rank
   reports what the training loader declares (an ImageFolder's root, a list
   of samples, webdataset urls) and every file it opened. Declared paths are
@@ -38,7 +39,8 @@ from dsanalyze.dataset import DatasetInfo, scan_dataset
 from dsanalyze.errors import ConfigError, DatasetError
 from dsanalyze.fileset import common_root, scan_files
 from dsanalyze.instrument import rank as rankenv
-from dsanalyze.resources import scratch
+from dsanalyze.resources import cgroups, scratch
+from dsanalyze.resources.lifeline import Lifeline
 
 DISCOVER_ITERS = 2
 DISCOVER_WARMUP = 1
@@ -105,8 +107,7 @@ def discover(job: Job, prefix: Path) -> dict[str, Any]:
     env, _ = launch.job_env(spec, run_dir)
     env[rankenv.ENV_DISCOVER] = "1"
     try:
-        with scratch.job_tmpdir() as tmp:  # what the killed run leaves there goes with it
-            rc = _run(launch.job_argv(spec), scratch.job_env(env, tmp), log_path, job.timeout_s)
+        rc = _run(launch.job_argv(spec), env, log_path, job.timeout_s)
         record = run_dir / "rank0.json"
         if rc != 0 or not record.is_file():
             raise _discovery_failed(job, rc, run_dir, log_path)
@@ -128,10 +129,14 @@ def _discovery_failed(job: Job, rc: int | None, run_dir: Path, log_path: Path) -
 
 
 def _run(argv: list[str], env: dict[str, str], log_path: Path, timeout_s: float) -> int | None:
-    """Run argv in its own session, output to the log; kill the session when done."""
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    """Run argv in its own session, output to the log, bound to the harness's life as a
+    measured run is (a reaper kills it and removes its TMPDIR if the harness is killed,
+    `launch.bound_argv`); kill the session when done."""
+    with Lifeline() as line, scratch.job_tmpdir(line) as tmp, open(log_path, "w") as log:
+        proc = subprocess.Popen(launch.bound_argv(None, cgroups.Limits(), line) + argv,
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=scratch.job_env(env, tmp), start_new_session=True)
+        line.watch_group(proc.pid)
         try:
             return proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

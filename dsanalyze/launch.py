@@ -375,7 +375,7 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
         probe = InterferenceProbe(limits.cpus, limits.device, cg.dirs.get("cpuacct") if cg else None)
         probe.start()
         argv = job_argv(spec) if ctx.remote is None else ctx.remote.argv(job_argv(spec))
-        proc = subprocess.Popen(_wrapper(cg, limits, line) + argv, stdout=log,
+        proc = subprocess.Popen(bound_argv(cg, limits, line) + argv, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
         line.watch_group(proc.pid)
@@ -438,7 +438,8 @@ def _enter_cgroup(stack: ExitStack, spec: RunSpec, ctx: LaunchContext, limits: c
                                                 ctx.dataset.files))
 
 
-def _wrapper(cg: cgroups.RunCgroup | None, limits: cgroups.Limits, line: Lifeline) -> list[str]:
+def bound_argv(cg: cgroups.RunCgroup | None, limits: cgroups.Limits, line: Lifeline
+               ) -> list[str]:
     """argv prefix that puts the job in its cgroup (or CPU set), bound to the harness's life."""
     if cg is not None:
         wrapper = cg.join_argv()

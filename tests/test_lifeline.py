@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import needs_cgroups
 
-from dsanalyze.resources import cgroups
+from dsanalyze.instrument import rank as rankenv
+from dsanalyze.resources import cgroups, scratch
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -91,3 +92,72 @@ def test_sigkill_of_the_harness_ends_the_job_and_its_cgroups(small_dataset, tmp_
         shutil.rmtree(temp, ignore_errors=True)
         for d in run_dirs(hierarchy, harness.pid):  # ours only, if the test failed
             cgroups.RunCgroup(cgroups.Hierarchy(hierarchy.version, {"x": d.parent}), d.name).remove()
+
+
+def discovery_pids(prefix: Path) -> set[int]:
+    """Processes of the discovery run (`datafind.discover`) of the sweep in `prefix`: their
+    environment names its run directory (no other test's)."""
+    mine = f"{rankenv.ENV_RUN_DIR}={prefix / 'tmp' / 'discover'}".encode()
+    found = set()
+    for p in Path("/proc").glob("[0-9]*"):
+        try:
+            if mine in (p / "environ").read_bytes().split(b"\0"):
+                found.add(int(p.name))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+STUCK = """\
+import sys, time
+from torch.utils.data import DataLoader
+from torchvision import datasets
+
+
+class Stuck(datasets.ImageFolder):
+    def __getitem__(self, index):
+        time.sleep(3600)
+
+
+for batch in DataLoader(Stuck(sys.argv[1]), batch_size=2, num_workers=1):
+    pass
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_harness_ends_a_script_s_discovery_run_and_its_temporary_files(
+        small_dataset, tmp_path):
+    """No --data: the script runs once to show its files, before any measured run. A harness
+    killed then takes that run with it, as it takes a measured one."""
+    temp = Path(tempfile.mkdtemp(prefix="dsa-test-", dir="/tmp"))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp)}
+    # its loader's first sample never comes: the discovery run lasts until it is killed
+    script = tmp_path / "train_stuck.py"
+    script.write_text(STUCK)
+    harness = subprocess.Popen(
+        [sys.executable, str(REPO / "harness.py"), "--prefix", str(tmp_path / "r"), "--iters",
+         "3", "--no-plots", str(script), str(small_dataset)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    pids: set[int] = set()
+    try:
+        prefix = tmp_path / "r"
+        pids = wait_for(lambda: discovery_pids(prefix), timeout_s=120, step_s=0.05) or set()
+        assert pids, "the discovery run did not start"
+        assert [p.name.startswith(f"dsa-job-{harness.pid}-") for p in temp.iterdir()] == [True]
+        # the rank's DataLoader worker has started, and waits in the sleep
+        assert wait_for(lambda: len(discovery_pids(prefix)) >= 3, timeout_s=60, step_s=0.1)
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+        assert wait_for(lambda: not any(running(p) for p in pids | discovery_pids(prefix)),
+                        timeout_s=10), "the discovery run outlived the harness"
+        # the run's TMPDIR gone; torch.compile's cache, where torch keeps it, may stay
+        cache = Path(scratch.inductor_cache_dir(temp)).name
+        assert wait_for(lambda: {p.name for p in temp.iterdir()} <= {cache}, timeout_s=10), \
+            list(temp.iterdir())
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait()
+        for pid in discovery_pids(tmp_path / "r"):  # if the test failed
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
