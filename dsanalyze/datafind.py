@@ -39,7 +39,7 @@ from dsanalyze.dataset import DatasetInfo, scan_dataset
 from dsanalyze.errors import ConfigError, DatasetError
 from dsanalyze.fileset import common_root, scan_files
 from dsanalyze.instrument import rank as rankenv
-from dsanalyze.resources import cgroups, scratch
+from dsanalyze.resources import scratch
 from dsanalyze.resources.lifeline import Lifeline
 
 DISCOVER_ITERS = 2
@@ -131,12 +131,9 @@ def _discovery_failed(job: Job, rc: int | None, run_dir: Path, log_path: Path) -
 def _run(argv: list[str], env: dict[str, str], log_path: Path, timeout_s: float) -> int | None:
     """Run argv in its own session, output to the log, bound to the harness's life as a
     measured run is (a reaper kills it and removes its TMPDIR if the harness is killed,
-    `launch.bound_argv`); kill the session when done."""
+    `launch.start_bound`); kill the session when done."""
     with Lifeline() as line, scratch.job_tmpdir(line) as tmp, open(log_path, "w") as log:
-        proc = subprocess.Popen(launch.bound_argv(None, cgroups.Limits(), line) + argv,
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=scratch.job_env(env, tmp), start_new_session=True)
-        line.watch_group(proc.pid)
+        proc = launch.start_bound(argv, scratch.job_env(env, tmp), log, line)
         try:
             return proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -34,7 +34,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from dsanalyze import progress
 from dsanalyze.config import Job, Mode, RunSpec, format_bytes
@@ -375,26 +375,16 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
         probe = InterferenceProbe(limits.cpus, limits.device, cg.dirs.get("cpuacct") if cg else None)
         probe.start()
         argv = job_argv(spec) if ctx.remote is None else ctx.remote.argv(job_argv(spec))
-        proc = subprocess.Popen(bound_argv(cg, limits, line) + argv, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
-        line.watch_group(proc.pid)
+        proc = start_bound(argv, env, log, line, cg, limits)
         beats = Path(env[rankenv.ENV_RUN_DIR])  # the ranks' heartbeats (`progress`)
         maps = stack.enter_context(MapsRecorder(cg.pids if cg else lambda: tree_pids(proc.pid),
                                                 file_pss=_pss_while(spec, beats)))
         monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s,
                           pids=cg.pids if cg else None)
         watchdog = progress.Watchdog(beats, spec.job.stall_timeout_s, spec.job.startup_timeout_s)
-        stall = None
         try:
             with monitor:
-                rc, status, error = _wait_job(proc, spec.job.timeout_s, ctx.should_abort,
-                                              watchdog.check)
-                if status is Status.STALLED:  # seen before anything is killed
-                    stall = progress.stall_record(watchdog, cg.pids() if cg else
-                                                  tree_pids(proc.pid), cg.counters() if cg else {},
-                                                  log_path)
-                    error = f"{error}: {progress.stall_text(stall)}"
+                rc, status, error, stall = _wait_watched(proc, spec, ctx, watchdog, cg, log_path)
         finally:
             _kill_group(proc)
             counters = cg.counters() if cg else {}
@@ -407,6 +397,32 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
                      limiter.record() if limiter is not None else None,
                      gate.record(counters.get("read_bytes")) if gate else None, stall,
                      maps.file_pss_peak_bytes)
+
+
+def start_bound(argv: list[str], env: dict[str, str], log: IO[str], line: Lifeline,
+                cg: cgroups.RunCgroup | None = None, limits: cgroups.Limits | None = None
+                ) -> subprocess.Popen:
+    """Start the job's `argv` in a session of its own, output to `log`, in its cgroup (or CPU
+    set) and bound to the harness's life (`bound_argv`), its process group watched by `line`'s
+    reaper: a measured run's and a script's discovery run's (`datafind`)."""
+    proc = subprocess.Popen(bound_argv(cg, limits or cgroups.Limits(), line) + argv,
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=env, start_new_session=True)
+    line.watch_group(proc.pid)
+    return proc
+
+
+def _wait_watched(proc: subprocess.Popen, spec: RunSpec, ctx: LaunchContext,
+                  watchdog: progress.Watchdog, cg: cgroups.RunCgroup | None, log_path: Path
+                  ) -> tuple[int | None, Status, str | None, StallRecord | None]:
+    """Wait for the job (`_wait_job`); a stalled one's record (`progress.stall_record`) taken
+    before anything is killed, and its facts added to the error."""
+    rc, status, error = _wait_job(proc, spec.job.timeout_s, ctx.should_abort, watchdog.check)
+    if status is not Status.STALLED:
+        return rc, status, error, None
+    stall = progress.stall_record(watchdog, cg.pids() if cg else tree_pids(proc.pid),
+                                  cg.counters() if cg else {}, log_path)
+    return rc, status, f"{error}: {progress.stall_text(stall)}", stall
 
 
 def _pss_while(spec: RunSpec, beats: Path) -> Callable[[], bool] | None:

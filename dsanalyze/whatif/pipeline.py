@@ -64,6 +64,7 @@ decodes, as one), which keeps large batches cheap to simulate.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import math
@@ -476,14 +477,16 @@ class _Sim:
 
     def _step_done(self, rank: int) -> None:
         if self.pos[rank][1] + 1 == self.batches and self.p.epoch_end_s > 0:
-            self._timer(self._epoch_end_s(), EpochEnded(rank))  # the work between epochs
+            self._timer(self._epoch_end_s, EpochEnded(rank))  # the work between epochs
             return
         self._epoch_ended(rank)
 
+    @functools.cached_property
     def _epoch_end_s(self) -> float:
-        """The work between epochs; where it is the job's other reads of its files, the pass
-        pays the reads its misses make (`pass_reads_s`), and takes at least as long as the
-        storage takes to give them (its CPU runs while they arrive)."""
+        """The work between epochs (the same at every epoch's end); where it is the job's
+        other reads of its files, the pass pays the reads its misses make (`pass_reads_s`),
+        and takes at least as long as the storage takes to give them (its CPU runs while they
+        arrive)."""
         p = self.p
         if not p.epoch_rereads:
             return p.epoch_end_s
