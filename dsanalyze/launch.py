@@ -519,7 +519,7 @@ def _environment(spec: RunSpec, ctx: LaunchContext, ex: Execution, threads: dict
 def _wait_job(proc: subprocess.Popen, timeout_s: float,
               should_abort: Callable[[], str | None] | None,
               stalled: Callable[[], str | None] | None = None, poll_s: float = WAIT_POLL_S
-              ) -> tuple[int | None, str, str | None]:
+              ) -> tuple[int | None, Status, str | None]:
     """Wait for the job: (exit status, run status, error). Polls `should_abort` and `stalled`
     (the progress watchdog) every `poll_s`. Ctrl-C or SIGTERM meanwhile is raised between two
     waits, never inside `Popen.wait` (`resources/interrupts.py`: the lock it would leave held
