@@ -381,7 +381,8 @@ def execute(spec: RunSpec, ctx: LaunchContext, limits: cgroups.Limits, env: dict
                                                 file_pss=_pss_while(spec, beats)))
         monitor = Monitor(proc.pid, cg.counters if cg else None, ctx.monitor_interval_s,
                           pids=cg.pids if cg else None)
-        watchdog = progress.Watchdog(beats, spec.job.stall_timeout_s, spec.job.startup_timeout_s)
+        watchdog = progress.Watchdog(beats, spec.job.stall_timeout_s, spec.job.startup_timeout_s,
+                                      log_path=log_path)
         try:
             with monitor:
                 rc, status, error, stall = _wait_watched(proc, spec, ctx, watchdog, cg, log_path)

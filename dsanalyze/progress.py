@@ -12,6 +12,8 @@ a store into a shared mapping, no system call. The harness reads the files. A ru
 when no rank's counter moved for `stall_s` seconds since the last move, or for `first_s`
 before the first iteration (imports, dataset scan, worker start-up take longer than a step),
 unless every rank has written its record (`rank<R>.json` or `.error`): the job is ending.
+Sooner where the job's log (`log_path`) shows an exception after which it waits for good
+(`HANGS`): stalled once the counters have stood still `HANG_STILL_S` with it there.
 `process_states` says what the job's processes were doing then: their state letter and the
 kernel function they wait in (`/proc/<pid>/stat`, `/proc/<pid>/wchan`); `last_exception`, the
 last exception its log shows (a thread that raised and ended while the rest waits for it).
@@ -19,6 +21,7 @@ last exception its log shows (a thread that raised and ended while the rest wait
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import struct
@@ -35,6 +38,8 @@ DEFAULT_STALL_S = 120.0  # no iteration for this long after the first one: stall
 DEFAULT_FIRST_S = 600.0  # before the first one (imports, a data scan, worker start-up)
 LOG_TAIL_BYTES = 1 << 16  # of the job's log read for its last exception
 EXCEPTION_CHARS = 300  # of that exception's line kept
+HANG_STILL_S = 10.0  # no iteration for this long with a `HANGS` exception in the log: stalled
+LOG_LOOK_S = 2.0  # the log read at most this often while the counters stand still
 
 
 class Heartbeat:
@@ -81,10 +86,13 @@ class Watchdog:
 
     def __init__(self, run_dir: Path, stall_s: float = DEFAULT_STALL_S,
                  first_s: float = DEFAULT_FIRST_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, log_path: Path | None = None
+                 ) -> None:
         self.run_dir, self.stall_s, self.first_s, self.clock = run_dir, stall_s, first_s, clock
+        self.log_path = log_path
         self.last: dict[int, int] = {}
         self.moved_at = clock()
+        self.looked_at = -math.inf
 
     @property
     def iterations(self) -> dict[int, int]:
@@ -104,11 +112,25 @@ class Watchdog:
         started = any(self.last.values())
         limit = self.stall_s if started else self.first_s
         if still < limit:
-            return None
+            return self._hung(still)
         if not started:
             return f"no iteration in the first {still:.0f} s"
         where = ", ".join(f"rank {r} at {n}" for r, n in sorted(self.last.items()))
         return f"no iteration for {still:.0f} s ({where})"
+
+
+    def _hung(self, still: float) -> str | None:
+        """Why the run is stalled before its timeout: its counters stood still `HANG_STILL_S`
+        with a `HANGS` exception last in its log; None otherwise (the log read at most every
+        `LOG_LOOK_S`)."""
+        now = self.clock()
+        if self.log_path is None or still < HANG_STILL_S or now - self.looked_at < LOG_LOOK_S:
+            return None
+        self.looked_at = now
+        exc = _log_exception(self.log_path)
+        if exc is None or not any(k in exc for k in HANGS):
+            return None
+        return f"no iteration for {still:.0f} s after the job's log showed {exc}"
 
 
 def process_states(pids: Iterable[int]) -> tuple[ProcessState, ...]:
@@ -171,6 +193,12 @@ EXCEPTION_HINTS = {
                              "107 bytes, a DataLoader worker's to hand a batch over: set a "
                              "shorter TMPDIR",
 }
+
+# exceptions after which a job that is still running waits for good, by a fragment of them:
+# a DataLoader worker's queue feeder thread that cannot bind its socket raises this and ends,
+# the worker lives on (the loader's liveness check passes), and the rank waits for that batch
+# (a main process that raised it would have exited instead)
+HANGS = ("AF_UNIX path too long",)
 
 
 def stall_text(stall: StallRecord) -> str:
