@@ -276,7 +276,9 @@ extrapolation 0.5/13.7/94%. bench57 (seed 263, workers 1,3, none,4M; 2f944fd): l
 1.2/11.1/92%, extrapolation 0.3/9.0/94%. Over bench53-57: 110 of 120 and 84 of 90 inside.
 bench58 (seed 269, workers 1,2, none,4.5M; measured with stop 59's rule R1, scored on main's runs
 among them): leave-one-out 1.2/17.3/88%, extrapolation 0.2/6.3/94%; over bench53-58 131 of 144
-and 101 of 108 inside. R1 (1-CPU cached runs three times) was not kept (docs/design.md).
+and 101 of 108 inside. R1 (1-CPU cached runs three times) was not kept (docs/design.md). bench59
+(seed 271, workers 1,3, none,5M; 7eac0d5): leave-one-out 1.2/7.7/96%, extrapolation 0.7/23.6/94%
+(timm's 3 workers at 2 CPUs fitted on 1); over bench53-59 154 of 168 and 118 of 126 inside.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a

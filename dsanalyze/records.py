@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import enum
 import re
-import statistics
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -395,17 +394,6 @@ class ReclaimScheme(PlainJson):
         """The schemes a run recorded (none for runs before the record existed)."""
         return tuple(cls.from_dict(d) for d in run.environment.get("page_reclaim") or ()
                      if isinstance(d, dict))
-
-
-def pct_over_median(value: float | None, seen: list[float] | tuple[float, ...],
-                    min_seen: int) -> float | None:
-    """How much more `value` is than the median of `seen`, in % (negative: less); None
-    without a value or with fewer than `min_seen` readings. The judge of a machine slowed:
-    the probe between runs (`resources/hostspeed.py`) and the job's own work during one
-    (`analysis/workspeed.py`)."""
-    if not value or len(seen) < min_seen:
-        return None
-    return pct_over(value, statistics.median(seen))
 
 
 def pct_over(value: float, base: float) -> float:

@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dsanalyze.records import pct_over_median
+from dsanalyze.records import pct_over
 from dsanalyze.resources import cpuscale
 from dsanalyze.settings import SETTINGS
 
@@ -52,7 +52,9 @@ POLL_S = 5.0  # seconds between readings while waiting
 def slowed_pct(cpu_s: float | None, seen: Sequence[float]) -> float | None:
     """How much longer than the median of `seen` the reading `cpu_s` took, in % (negative:
     faster); None without a reading or with fewer than `BASELINE_PROBES` seen."""
-    return pct_over_median(cpu_s, list(seen), BASELINE_PROBES)
+    if not cpu_s or len(seen) < BASELINE_PROBES:
+        return None
+    return pct_over(cpu_s, statistics.median(seen))
 
 
 def is_slowed(cpu_s: float | None, seen: Sequence[float]) -> bool:
