@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import io
+import multiprocessing.util
 import os
 import shutil
 import tarfile
@@ -29,6 +30,11 @@ def pytest_configure(config: pytest.Config) -> None:
     cpus = sorted(os.sched_getaffinity(0))
     if worker and count and int(count) > 1 and len(cpus) >= int(count):
         os.sched_setaffinity(0, cpus[int(worker.removeprefix("gw")) :: int(count)])
+    # multiprocessing's temporary directory (`pymp-*`), made now, which its finalizer
+    # removes at this process's exit: the DataLoader workers the tests start in this process
+    # inherit it and bind their resource-sharer sockets there, where each would otherwise
+    # make one of its own, which its end by SIGTERM leaves in /tmp
+    multiprocessing.util.get_temp_dir()
 
 
 # The modules whose tests take longest in all, heaviest first (seconds of each test, its
