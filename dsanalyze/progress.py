@@ -112,18 +112,16 @@ class Watchdog:
         started = any(self.last.values())
         limit = self.stall_s if started else self.first_s
         if still < limit:
-            return self._hung(still)
+            return self._hung(still, now)
         if not started:
             return f"no iteration in the first {still:.0f} s"
         where = ", ".join(f"rank {r} at {n}" for r, n in sorted(self.last.items()))
         return f"no iteration for {still:.0f} s ({where})"
 
-
-    def _hung(self, still: float) -> str | None:
+    def _hung(self, still: float, now: float) -> str | None:
         """Why the run is stalled before its timeout: its counters stood still `HANG_STILL_S`
-        with a `HANGS` exception last in its log; None otherwise (the log read at most every
-        `LOG_LOOK_S`)."""
-        now = self.clock()
+        (until `now`) with a `HANGS` exception last in its log; None otherwise (the log read at
+        most every `LOG_LOOK_S`)."""
         if self.log_path is None or still < HANG_STILL_S or now - self.looked_at < LOG_LOOK_S:
             return None
         self.looked_at = now
@@ -187,9 +185,11 @@ def last_exception(log: str) -> str | None:
     return found
 
 
+SOCKET_PATH_TOO_LONG = "AF_UNIX path too long"
+
 # what a `log_exception` says to do, by a fragment of it
 EXCEPTION_HINTS = {
-    "AF_UNIX path too long": "a Unix socket the job made under TMPDIR needs a path over "
+    SOCKET_PATH_TOO_LONG: "a Unix socket the job made under TMPDIR needs a path over "
                              "107 bytes, a DataLoader worker's to hand a batch over: set a "
                              "shorter TMPDIR",
 }
@@ -198,7 +198,7 @@ EXCEPTION_HINTS = {
 # a DataLoader worker's queue feeder thread that cannot bind its socket raises this and ends,
 # the worker lives on (the loader's liveness check passes), and the rank waits for that batch
 # (a main process that raised it would have exited instead)
-HANGS = ("AF_UNIX path too long",)
+HANGS = (SOCKET_PATH_TOO_LONG,)
 
 
 def stall_text(stall: StallRecord) -> str:

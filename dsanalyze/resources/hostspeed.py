@@ -52,9 +52,14 @@ POLL_S = 5.0  # seconds between readings while waiting
 def slowed_pct(cpu_s: float | None, seen: Sequence[float]) -> float | None:
     """How much longer than the median of `seen` the reading `cpu_s` took, in % (negative:
     faster); None without a reading or with fewer than `BASELINE_PROBES` seen."""
-    if not cpu_s or len(seen) < BASELINE_PROBES:
-        return None
-    return pct_over(cpu_s, statistics.median(seen))
+    base = baseline(seen)
+    return pct_over(cpu_s, base) if cpu_s and base is not None else None
+
+
+def baseline(seen: Sequence[float]) -> float | None:
+    """The median of the readings `seen`, that a reading is judged by (None: fewer than
+    `BASELINE_PROBES`)."""
+    return statistics.median(seen) if len(seen) >= BASELINE_PROBES else None
 
 
 def is_slowed(cpu_s: float | None, seen: Sequence[float]) -> bool:
@@ -134,7 +139,7 @@ class HostProbe:
 
     def baseline_cpu_s(self) -> float | None:
         """The median reading the next one is judged by (None: too few yet)."""
-        return statistics.median(self.seen) if len(self.seen) >= BASELINE_PROBES else None
+        return baseline(self.seen)
 
     def settle(self, cpu_s: float | None, wait_s: float | None = None,
                poll_s: float | None = None) -> Settled:
