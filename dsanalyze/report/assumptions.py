@@ -11,7 +11,9 @@ from collections.abc import Callable
 from dsanalyze.whatif.assumptions import Assume, Assumption, Law
 
 LAWS = {Law.PROBED: "contention from the machine's parallel decode probe",
-        Law.CONTENTION: "contention law", Law.LINEAR: "linear scaling (contention not fitted)"}
+        Law.CONTENTION: "contention law", Law.LINEAR: "linear scaling (contention not fitted)",
+        Law.BEYOND: "contention law up to the busy cores measured, each core beyond them adding "
+                    "the machine's parallel decode probe's contention (none without a probe)"}
 
 
 def _one_count(a: Assumption) -> str:

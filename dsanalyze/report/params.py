@@ -184,7 +184,9 @@ def _law(h: PrepLaw) -> str:
         Contention.PROBED: f"contention {h.contention:.3f} per extra busy core from the "
                            "machine's parallel decode probe (one busy-core count measured)",
         Contention.FITTED: f"contention {h.contention:.3f} per extra busy core, fitted across "
-                           f"busy cores {cores}",
+                           f"busy cores {cores}; each core beyond {max(cores)} adds "
+                           f"{h.beyond:.3f} (the machine's parallel decode probe's, at most the "
+                           "fitted; 0 without a probe)",
         Contention.ONE_COUNT: f"contention 0: one busy-core count measured ({cores[0]}), so each "
                               "extra core is taken to add a full core of prep (untested)",
         Contention.LINEAR: f"contention fitted as 0 across busy cores {cores} (cores add prep "

@@ -43,6 +43,9 @@ class Law(enum.Enum):
     PROBED = "probed"  # contention from the machine's parallel decode probe
     CONTENTION = "contention"  # the fitted contention law
     LINEAR = "linear"  # linear scaling: contention not fitted
+    # the fitted law up to the busy cores it was fitted on, each core beyond adding the
+    # machine's parallel decode probe's contention (`laws.contention_factor`)
+    BEYOND = "beyond"
 
 
 @dataclass(frozen=True)

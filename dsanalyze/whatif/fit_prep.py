@@ -69,6 +69,18 @@ def _prep_law(points: dict[int, float], probed: float | None = None) -> tuple[fl
     return c0, alpha
 
 
+def _beyond(points: dict[int, float], alpha: float, probed: float | None) -> dict[str, float]:
+    """Where the law was fitted across busy-core counts, its reach (the most busy cores) and
+    what each core beyond adds: the machine's parallel decode probe's contention, at most the
+    fitted one (0 without a probe). A slope fitted between 1 and 2 busy cores is no law for 8:
+    on an H200 machine (16 cores, a pytorch/examples-style script on cuda) the rates at 1 and 2
+    CPUs fitted 0.123 a core, which made 8 cores' prep 1.86x one core's; the workers' own CPU
+    clocks read 1.09x at 2 and 4 busy cores and 1.27x at 8, and the probe 0.000-0.013 a core."""
+    if len(points) < 2 or alpha <= 0:
+        return {"contention_cores": 0, "contention_beyond": 0.0}
+    return {"contention_cores": max(points), "contention_beyond": min(alpha, probed or 0.0)}
+
+
 def _prep_points(model: Model, loaders: list[RunResult], cached: list[RunResult]
                  ) -> tuple[dict[int, float], list[str]]:
     """Worker CPU per sample solved on each loader run and each prep-bound cached run of
@@ -136,7 +148,8 @@ def fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]
         if not bounds.PREP_CPU_S.holds(c0):
             return _prep_from_timing(model, results, bounds.PREP_CPU_S.dropped(c0, prep_runs))
         model = replace(model, prep_cpu_s=c0, contention=alpha,
-                        contention_probed=len(points) == 1 and probe is not None)
+                        contention_probed=len(points) == 1 and probe is not None,
+                        **_beyond(points, alpha, probe[0].contention if probe else None))
     params = [_prep_param(model, prep_runs, sorted(points), cached, dropped)]
     model, alone = fit_alone(model, cached)
     params += alone
@@ -231,4 +244,5 @@ def _prep_param(model: Model, runs: list[str], cores: list[int], cached: list[Ru
     if dropped:  # the law refitted on the fewest busy cores alone, contention 0
         law = Contention.REFITTED
     return Param("prep_cpu_s_per_sample", model.prep_cpu_s, "s", tuple(runs),
-                 PrepLaw(model.prep_cpu_s, law, model.contention, tuple(cores), dropped))
+                 PrepLaw(model.prep_cpu_s, law, model.contention, tuple(cores), dropped,
+                         model.contention_beyond))

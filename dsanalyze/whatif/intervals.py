@@ -42,6 +42,7 @@ from dsanalyze.whatif import pipeline
 from dsanalyze.whatif.assumptions import Assume, Assumption, Law
 from dsanalyze.whatif.laws import (
     binding_cache,
+    busy_cores,
     job_ranks,
     read_bps_for,
     stretch_from,
@@ -192,8 +193,9 @@ def _cpu_assumptions(model: Model, cfg: Config) -> list[Assumption]:
     top = max(model.measured_cpus, default=0)
     out = []
     if cfg.cpus > top:
-        law = Law.PROBED if model.contention_probed else Law.CONTENTION if model.contention \
-            else Law.LINEAR
+        law = Law.PROBED if model.contention_probed else Law.BEYOND \
+            if model.contention_cores and busy_cores(model, cfg) > model.contention_cores \
+            else Law.CONTENTION if model.contention else Law.LINEAR
         out.append(Assumption(Assume.BEYOND_CPUS, cpus=cfg.cpus, measured_cpus=top, law=law))
     elif cfg.cpus not in model.measured_cpus and len(model.measured_cpus) == 1:
         out.append(Assumption(Assume.ONE_CPU_COUNT, cpus=cfg.cpus, measured_cpus=top,

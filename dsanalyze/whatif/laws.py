@@ -23,8 +23,13 @@ def busy_cores(model: Model, cfg: Config) -> int:
 
 def contention_factor(model: Model, cfg: Config) -> float:
     """The contention law's slowdown of a sample's prep in `cfg`: 1 + contention (k - 1), k
-    the busy cores; a prep on one busy core times it is the prep there."""
-    return 1 + model.contention * (busy_cores(model, cfg) - 1)
+    the busy cores; a prep on one busy core times it is the prep there. Beyond the most busy
+    cores a fitted law was fitted on (K = `Model.contention_cores`), each core adds
+    `Model.contention_beyond` instead: 1 + contention (K - 1) + beyond (k - K)."""
+    k, top = busy_cores(model, cfg), model.contention_cores
+    if not top or k <= top:
+        return 1 + model.contention * (k - 1)
+    return 1 + model.contention * (top - 1) + model.contention_beyond * (k - top)
 
 
 def outside_load(model: Model, cfg: Config, mode: Mode) -> tuple[float, float] | None:

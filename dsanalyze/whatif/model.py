@@ -13,7 +13,9 @@ configuration: each is one number for the job or the machine, or one law.
   c(k) = c_prep * (1 + contention * (k - 1)) for k busy cores,
   k = min(CPUs, ranks * workers); contention is fitted when runs of two or
   more CPU counts exist, else the machine's parallel decode probe's
-  (`resources/cpuscale.py`, recorded with the runs), else 0 (said so). The
+  (`resources/cpuscale.py`, recorded with the runs), else 0 (said so). A law
+  fitted on busy cores up to K holds up to K; each core beyond K adds the
+  probe's contention (at most the fitted one; 0 without a probe). The
   image loader's share of it (per-transform timing) follows each sample's
   file bytes.
 - Work outside the job's cgroup (the kernel's I/O and reclaim for it, the
@@ -170,6 +172,10 @@ class Model:
     params: tuple[Param, ...] = ()
     contention: float = 0.0  # c(k) = c_prep * (1 + contention * (k - 1))
     contention_probed: bool = False  # contention from the machine's probe, not the job's runs
+    # the most busy cores a fitted law (two or more busy-core counts) was fitted on, and the
+    # contention each core beyond them adds (`laws.contention_factor`); 0: the law everywhere
+    contention_cores: int = 0
+    contention_beyond: float = 0.0
     # CPU seconds per sample spent outside the job's cgroup, machine-wide (0: not measured)
     others_cpu_s_per_sample: float = 0.0  # loader and cached runs
     others_disk_cpu_s_per_sample: float = 0.0  # disk runs (the kernel's I/O work besides)

@@ -175,6 +175,7 @@ class PrepLaw(Provenance):
     contention: float
     cores: tuple[int, ...]
     dropped: Dropped | None = None  # REFITTED: the contention dropped
+    beyond: float = 0.0  # FITTED: the contention each busy core beyond `cores` adds
 
 
 @dataclass(frozen=True)
