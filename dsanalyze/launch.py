@@ -631,6 +631,22 @@ def script_error_lines(log_path: Path, most: int = 4) -> list[str]:
     return own[-most:]
 
 
+DEVICE_ASSERT = "device-side assert triggered"  # torch's CUDA error for a kernel's assert
+
+
+def device_assertions(log_path: Path, most: int = 1) -> list[str]:
+    """The kernels' own assertion lines in the run's log (`file:line: kernel: block: [..],
+    thread: [..] Assertion `cond` failed.`), the condition alone: a CUDA error says only
+    that a device-side assert fired; which one is on the job's stderr (a class index out of
+    range: `t >= 0 && t < n_classes`)."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return []
+    found = re.findall(r"(Assertion `.*?` failed)", text)
+    return list(dict.fromkeys(found))[-most:]
+
+
 def usage_error(job: Job, lines: list[str], log_path: Path | str | None) -> ConfigError:
     """The script stopped at once with its own usage error (argparse, exit 2): most often a
     harness option written after the script, which the script was given instead."""
@@ -648,7 +664,8 @@ def _failure_message(rc: int | None, rank_errors: dict[int, rankenv.RankFailure]
         first = next(iter(rank_errors.values()))  # the first to crash
         if first.kind is FailureKind.CORRUPT_SAMPLE:  # names the file and what to do
             return f"{first.message} (log: {log_path})"
-        said = script_error_lines(log_path, 1) if script_exit_code(rank_errors) else []
+        said = script_error_lines(log_path, 1) if script_exit_code(rank_errors) else \
+            device_assertions(log_path, 1) if DEVICE_ASSERT in first.message else []
         return (f"rank {first.rank} crashed: {first.line}"
                 + "".join(f": {line}" for line in said) + f" (log: {log_path})")
     tail = ""

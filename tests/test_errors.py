@@ -9,9 +9,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import harness
 
-from dsanalyze import cli
+from dsanalyze import cli, launch
 from dsanalyze.errors import CorruptSampleError, FailureKind
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.instrument.rank import RankFailure
@@ -239,3 +240,54 @@ def test_full_disk_while_writing_a_run_keeps_the_runs_written(tmp_path):
         assert (runs / "a.json").read_text() == '{\n "x": 1\n}'
     finally:
         subprocess.run(["umount", str(runs)], check=True)
+
+
+class _Failing(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int):
+        raise ValueError(f"sample {i} is broken")
+
+
+def test_a_workers_exception_is_named_by_its_own_last_line() -> None:
+    """A DataLoader worker's exception reaches the rank as its whole traceback in text: the
+    original `ValueError: ...` line is what went wrong (a real worker process)."""
+    loader = torch.utils.data.DataLoader(_Failing(), batch_size=2, num_workers=1)
+    with pytest.raises(ValueError) as info:
+        next(iter(loader))
+    assert "Traceback (most recent call last)" in str(info.value)
+    assert rankenv.failure_message(info.value) == "sample 0 is broken"
+
+
+# torch's text for a failed kernel assert (c10's CUDA check), as a run on an H200 raised it
+CUDA_ASSERT = ("CUDA error: device-side assert triggered\nSearch for `cudaErrorAssert' in "
+               "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more "
+               "information.\nCUDA kernel errors might be asynchronously reported at some other "
+               "API call, so the stacktrace below might be incorrect.\nFor debugging consider "
+               "passing CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable "
+               "device-side assertions.\n")
+
+
+def test_a_cuda_assert_is_named_by_what_failed_not_by_its_last_hint(tmp_path) -> None:
+    """A message of several lines leads with what went wrong; the crash line adds the kernel's
+    own assertion from the job's log (a class index past the model's classes)."""
+    e = torch.AcceleratorError(CUDA_ASSERT)
+    message = rankenv.failure_message(e)
+    assert message == "CUDA error: device-side assert triggered"
+    log = tmp_path / "run.log"
+    log.write_text(
+        "[rank0]: Traceback (most recent call last):\n"
+        "/pytorch/aten/src/ATen/native/cuda/Loss.cu:245: nll_loss_forward_reduce_cuda_kernel_2d: "
+        "block: [0,0,0], thread: [5,0,0] Assertion `t >= 0 && t < n_classes` failed.\n"
+        "/pytorch/aten/src/ATen/native/cuda/Loss.cu:245: nll_loss_forward_reduce_cuda_kernel_2d: "
+        "block: [0,0,0], thread: [9,0,0] Assertion `t >= 0 && t < n_classes` failed.\n"
+        f"[rank0]: torch.AcceleratorError: {CUDA_ASSERT}")
+    failure = RankFailure(0, FailureKind.CRASH, "AcceleratorError", message, "")
+    said = launch._failure_message(1, {0: failure}, log)
+    assert said.startswith("rank 0 crashed: AcceleratorError: CUDA error: device-side assert "
+                           "triggered: Assertion `t >= 0 && t < n_classes` failed (log: ")
+    assert "TORCH_USE_CUDA_DSA" not in said
+    # another crash reads no assertion from the log
+    other = RankFailure(0, FailureKind.CRASH, "RuntimeError", "boom", "")
+    assert "Assertion" not in launch._failure_message(1, {0: other}, log)

@@ -106,14 +106,22 @@ def write_error(failure: RankFailure) -> None:
 
 
 def failure_message(e: BaseException) -> str:
-    """The last line of the exception's message (a traceback's last line).
+    """One line of the exception's message: what went wrong.
 
     An exception raised in a DataLoader worker is re-raised in the rank with
     the worker's whole traceback as its message (torch passes it as text),
-    which ends with the original `module.Type: message`: the prefix goes.
+    which ends with the original `module.Type: message`: that last line, the
+    prefix gone. Any other message of several lines leads with what went wrong
+    and follows with hints: torch's CUDA errors say "CUDA error: device-side
+    assert triggered", then where to search, CUDA_LAUNCH_BLOCKING and
+    TORCH_USE_CUDA_DSA (a run on an H200 was reported by that last hint alone).
     """
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return re.sub(rf"^[\w.]*\b{type(e).__name__}: ", "", lines[-1] if lines else "")
+    text = str(e)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    line = lines[-1] if "Traceback (most recent call last)" in text else lines[0]
+    return re.sub(rf"^[\w.]*\b{type(e).__name__}: ", "", line)
 
 
 def run_reporting_errors(main: Callable[[], Any],
