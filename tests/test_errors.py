@@ -196,10 +196,12 @@ def test_corrupt_sample_is_recorded_as_its_kind(tmp_path, monkeypatch, workers):
 
 
 def test_other_exceptions_are_crashes(tmp_path, monkeypatch):
+    """Named by the first line of a message of several lines: what went wrong, before the
+    hints (`test_a_cuda_assert_is_named_by_what_failed_not_by_its_last_hint`)."""
     def main() -> None:
-        raise RuntimeError("boom\non the last line")
+        raise RuntimeError("boom\na hint on the last line")
     failure = _fail_in_rank(tmp_path, monkeypatch, main)
-    assert failure.kind is FailureKind.CRASH and failure.line == "RuntimeError: on the last line"
+    assert failure.kind is FailureKind.CRASH and failure.line == "RuntimeError: boom"
 
 
 def test_read_only_prefix_is_one_line_and_keeps_the_runs(small_dataset, tmp_path, capsys):
