@@ -69,7 +69,7 @@ def _prep_law(points: dict[int, float], probed: float | None = None) -> tuple[fl
     return c0, alpha
 
 
-def _beyond(points: dict[int, float], alpha: float, probed: float | None) -> dict[str, float]:
+def _beyond(points: dict[int, float], alpha: float, probed: float | None) -> tuple[int, float]:
     """Where the law was fitted across busy-core counts, its reach (the most busy cores) and
     what each core beyond adds: the machine's parallel decode probe's contention, at most the
     fitted one (0 without a probe). A slope fitted between 1 and 2 busy cores is no law for 8:
@@ -77,8 +77,8 @@ def _beyond(points: dict[int, float], alpha: float, probed: float | None) -> dic
     CPUs fitted 0.123 a core, which made 8 cores' prep 1.86x one core's; the workers' own CPU
     clocks read 1.09x at 2 and 4 busy cores and 1.27x at 8, and the probe 0.000-0.013 a core."""
     if len(points) < 2 or alpha <= 0:
-        return {"contention_cores": 0, "contention_beyond": 0.0}
-    return {"contention_cores": max(points), "contention_beyond": min(alpha, probed or 0.0)}
+        return 0, 0.0
+    return max(points), min(alpha, probed or 0.0)
 
 
 def _prep_points(model: Model, loaders: list[RunResult], cached: list[RunResult]
@@ -147,9 +147,10 @@ def fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]
             c0, alpha = _prep_law({k: x for k, x in points.items() if k == min(points)})
         if not bounds.PREP_CPU_S.holds(c0):
             return _prep_from_timing(model, results, bounds.PREP_CPU_S.dropped(c0, prep_runs))
+        reach, beyond = _beyond(points, alpha, probe[0].contention if probe else None)
         model = replace(model, prep_cpu_s=c0, contention=alpha,
                         contention_probed=len(points) == 1 and probe is not None,
-                        **_beyond(points, alpha, probe[0].contention if probe else None))
+                        contention_cores=reach, contention_beyond=beyond)
     params = [_prep_param(model, prep_runs, sorted(points), cached, dropped)]
     model, alone = fit_alone(model, cached)
     params += alone

@@ -189,14 +189,21 @@ def carried_sharing_rel(model: Model, cfg: Config, layout: pipeline.Layout, mode
     return abs(math.log(rate_sps / other.rate_sps)) / math.sqrt(3.0)
 
 
+def _law_beyond(model: Model, cfg: Config) -> Law:
+    """How prep is taken to scale to `cfg`'s CPUs, beyond those measured."""
+    if model.contention_probed:
+        return Law.PROBED
+    if model.contention_cores and busy_cores(model, cfg) > model.contention_cores:
+        return Law.BEYOND
+    return Law.CONTENTION if model.contention else Law.LINEAR
+
+
 def _cpu_assumptions(model: Model, cfg: Config) -> list[Assumption]:
     top = max(model.measured_cpus, default=0)
     out = []
     if cfg.cpus > top:
-        law = Law.PROBED if model.contention_probed else Law.BEYOND \
-            if model.contention_cores and busy_cores(model, cfg) > model.contention_cores \
-            else Law.CONTENTION if model.contention else Law.LINEAR
-        out.append(Assumption(Assume.BEYOND_CPUS, cpus=cfg.cpus, measured_cpus=top, law=law))
+        out.append(Assumption(Assume.BEYOND_CPUS, cpus=cfg.cpus, measured_cpus=top,
+                              law=_law_beyond(model, cfg)))
     elif cfg.cpus not in model.measured_cpus and len(model.measured_cpus) == 1:
         out.append(Assumption(Assume.ONE_CPU_COUNT, cpus=cfg.cpus, measured_cpus=top,
                               law=Law.PROBED if model.contention_probed else None))
