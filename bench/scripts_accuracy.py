@@ -280,7 +280,9 @@ and 101 of 108 inside. R1 (1-CPU cached runs three times) was not kept (docs/des
 (seed 271, workers 1,3, none,5M; 7eac0d5): leave-one-out 1.2/7.7/96%, extrapolation 0.7/23.6/94%
 (timm's 3 workers at 2 CPUs fitted on 1); over bench53-59 154 of 168 and 118 of 126 inside.
 bench60 (seed 277, workers 1,2, none,3.5M; 47acb10): leave-one-out 1.3/13.2/100%, extrapolation
-0.4/6.6/100%; over bench53-60 178 of 192 and 136 of 144 inside.
+0.4/6.6/100%; over bench53-60 178 of 192 and 136 of 144 inside. bench61 (seed 281, workers 1,2,
+none,4M; a1fd37a): leave-one-out 1.1/14.2/96%, extrapolation 0.5/13.6/89%; over bench53-61 201 of
+216 and 152 of 162 inside.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
