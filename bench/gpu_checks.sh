@@ -27,8 +27,16 @@ step test_cgroups 90 $PY -m pytest -q -ra -p no:cacheprovider tests/test_cgroups
 # the waits and repeats it asked for (up to 90 s each) outran the lease (docs/design.md)
 $PY -m dsanalyze.cli make-dataset "$WORK/data" --images 512 --classes 8 --size 500x375 \
     --size-jitter 0.3 --seed 0 >/dev/null
+# the probe's work timed each second on its own core (0) and on the machine's last, beside
+# the demo: is a slow reading the machine's or that core's? (bench/core_speed.py)
+$PY bench/core_speed.py "$WORK/data" --cpus "0,$(($(nproc) - 1))" --seconds 200 \
+    >"$OUT/core_speed.tsv" 2>&1 &
+SAMPLER=$!
 TAIL=40 step demo_cuda 170 $PY harness.py --config configs/demo.toml --device cuda \
     --data "$WORK/data" --prefix "$WORK/demo" --host-retries 0 --verify
+kill -TERM $SAMPLER; wait $SAMPLER; tail -n 1 "$OUT/core_speed.tsv"
+# the runs' own probe readings (environment.host_speed) to lay against core_speed.tsv
+tar czf "$OUT/demo_runs.tgz" -C "$WORK/demo" runs 2>/dev/null
 # the script's model has 4 classes: a dataset of more fails its loss on the device
 $PY -m dsanalyze.cli make-dataset "$WORK/data4" --images 512 --classes 4 --size 500x375 \
     --size-jitter 0.3 --seed 0 >/dev/null
