@@ -19,7 +19,7 @@ from pathlib import Path
 
 from dsanalyze import store
 from dsanalyze.config import Mode
-from dsanalyze.errors import StoreError
+from dsanalyze.errors import ConfigError, StoreError
 from dsanalyze.whatif.api import fit
 from dsanalyze.whatif.assumptions import Assume
 from dsanalyze.whatif.validation import check
@@ -32,7 +32,7 @@ def main() -> int:
     args = ap.parse_args()
     try:
         return score(args.fit_prefix, args.held_prefixes)
-    except StoreError as e:
+    except (StoreError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
