@@ -231,3 +231,16 @@ def slower(run, factor: float):
     from dataclasses import replace
     return replace(run, ranks=tuple(replace(k, iter_s=tuple(t * factor for t in k.iter_s))
                                     for k in run.ranks))
+
+
+def with_probed_contention(runs, contention: float, cpus: int):
+    """`runs` as if the sweep's parallel decode probe (`resources/cpuscale.py`) had read
+    `contention` on `cpus` cores: 10 ms a decode alone, 10 ms x (1 + contention (cpus - 1))
+    on each core at once."""
+    from dataclasses import replace
+
+    from dsanalyze.records import CpuScaling
+    scaling = CpuScaling(cpus, contention, "decode", 0.010,
+                         0.010 * (1 + contention * (cpus - 1)), 100, 1.5)
+    return [replace(r, environment={**r.environment, "cpu_scaling": scaling.to_dict()})
+            for r in runs]

@@ -16,12 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import with_probed_contention
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsanalyze import store
 from dsanalyze.config import Mode
-from dsanalyze.records import CpuScaling
 from dsanalyze.whatif.api import fit
 from dsanalyze.whatif.assumptions import Law
 from dsanalyze.whatif.laws import busy_cores, contention_factor
@@ -42,12 +42,6 @@ def _fit_runs() -> list:
 
 def _wide_runs() -> list:
     return [r for r in store.load_runs(DATA / "cuda_examples_wide") if r.mode is not Mode.SYNTHETIC]
-
-
-def _with_probe(runs: list, contention: float) -> list:
-    scaling = CpuScaling(16, contention, "decode", 0.004, 0.004 * (1 + 15 * contention), 100, 1.5)
-    return [replace(r, environment={**r.environment, "cpu_scaling": scaling.to_dict()})
-            for r in runs]
 
 
 @settings(deadline=None)  # the first example fits the model once
@@ -83,8 +77,8 @@ def test_each_core_beyond_the_fitted_ones_adds_the_machines_probe_at_most_the_fi
     assert fitted.contention == pytest.approx(0.123, abs=0.01)
     assert fitted.contention_cores == 2 and not fitted.contention_probed
     assert fitted.contention_beyond == 0.0  # this machine's probe read 0.000 a core
-    assert fit(_with_probe(_fit_runs(), 0.02)).contention_beyond == pytest.approx(0.02)
-    assert fit(_with_probe(_fit_runs(), 0.5)).contention_beyond == pytest.approx(
+    assert fit(with_probed_contention(_fit_runs(), 0.02, cpus=16)).contention_beyond == pytest.approx(0.02)
+    assert fit(with_probed_contention(_fit_runs(), 0.5, cpus=16)).contention_beyond == pytest.approx(
         fitted.contention)
     bare = [replace(r, environment={k: v for k, v in r.environment.items()
                                     if k != "cpu_scaling"}) for r in _fit_runs()]

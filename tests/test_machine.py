@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import with_probed_contention
 
 from dsanalyze import store
 from dsanalyze.analysis import interference
@@ -53,17 +54,11 @@ def _prep_runs() -> list:
     return store.load_runs(DATA / "whatif_prep")
 
 
-def _probed(runs: list, contention: float) -> list:
-    scaling = CpuScaling(2, contention, "decode", 0.010, 0.010 * (1 + contention), 100, 1.5)
-    return [replace(r, environment={**r.environment, "cpu_scaling": scaling.to_dict()})
-            for r in runs]
-
-
 def test_one_cpu_count_takes_the_machines_probe_as_its_contention() -> None:
     """Fitted on 1 CPU: without a probe each extra core adds a full core (2 CPUs predicted
     2x 1 CPU, prep-bound); with the probe's 0.08, 2 CPUs give 2 / 1.08 of 1 CPU."""
     bare = whatif.fit(_prep_runs())
-    model = whatif.fit(_probed(_prep_runs(), 0.08))
+    model = whatif.fit(with_probed_contention(_prep_runs(), 0.08, cpus=2))
     assert bare.contention == 0 and not bare.contention_probed
     assert model.contention == pytest.approx(0.08) and model.contention_probed
     assert model.prep_cpu_s == pytest.approx(bare.prep_cpu_s, rel=1e-9)  # k = 1: no change

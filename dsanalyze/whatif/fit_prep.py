@@ -141,13 +141,14 @@ def fit_cpu(model: Model, results: list[RunResult]) -> tuple[Model, list[Param]]
     probe = _probe(results)
     dropped = None
     if points:
-        c0, alpha = _prep_law(points, probe[0].contention if probe else None)
+        probed = probe[0].contention if probe else None
+        c0, alpha = _prep_law(points, probed)
         if not bounds.CONTENTION.holds(alpha):
             dropped = bounds.CONTENTION.dropped(alpha, prep_runs)
             c0, alpha = _prep_law({k: x for k, x in points.items() if k == min(points)})
         if not bounds.PREP_CPU_S.holds(c0):
             return _prep_from_timing(model, results, bounds.PREP_CPU_S.dropped(c0, prep_runs))
-        reach, beyond = _beyond(points, alpha, probe[0].contention if probe else None)
+        reach, beyond = _beyond(points, alpha, probed)
         model = replace(model, prep_cpu_s=c0, contention=alpha,
                         contention_probed=len(points) == 1 and probe is not None,
                         contention_cores=reach, contention_beyond=beyond)

@@ -42,7 +42,7 @@ from dsanalyze.whatif import pipeline
 from dsanalyze.whatif.assumptions import Assume, Assumption, Law
 from dsanalyze.whatif.laws import (
     binding_cache,
-    busy_cores,
+    cores_beyond_fit,
     job_ranks,
     read_bps_for,
     stretch_from,
@@ -193,7 +193,7 @@ def _law_beyond(model: Model, cfg: Config) -> Law:
     """How prep is taken to scale to `cfg`'s CPUs, beyond those measured."""
     if model.contention_probed:
         return Law.PROBED
-    if model.contention_cores and busy_cores(model, cfg) > model.contention_cores:
+    if cores_beyond_fit(model, cfg):
         return Law.BEYOND
     return Law.CONTENTION if model.contention else Law.LINEAR
 

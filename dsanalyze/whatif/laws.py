@@ -21,15 +21,20 @@ def busy_cores(model: Model, cfg: Config) -> int:
     return max(1, min(cfg.cpus, (cfg.nproc or model.ranks) * max(1, workers_for(model, cfg))))
 
 
+def cores_beyond_fit(model: Model, cfg: Config) -> int:
+    """`cfg`'s busy cores beyond the most a fitted contention law was fitted on
+    (`Model.contention_cores`; 0 where it has no reach, or `cfg` lies within it)."""
+    top = model.contention_cores
+    return max(0, busy_cores(model, cfg) - top) if top else 0
+
+
 def contention_factor(model: Model, cfg: Config) -> float:
     """The contention law's slowdown of a sample's prep in `cfg`: 1 + contention (k - 1), k
-    the busy cores; a prep on one busy core times it is the prep there. Beyond the most busy
-    cores a fitted law was fitted on (K = `Model.contention_cores`), each core adds
-    `Model.contention_beyond` instead: 1 + contention (K - 1) + beyond (k - K)."""
-    k, top = busy_cores(model, cfg), model.contention_cores
-    if not top or k <= top:
-        return 1 + model.contention * (k - 1)
-    return 1 + model.contention * (top - 1) + model.contention_beyond * (k - top)
+    the busy cores; a prep on one busy core times it is the prep there. Each core beyond the
+    law's reach (`cores_beyond_fit`) adds `Model.contention_beyond` instead."""
+    beyond = cores_beyond_fit(model, cfg)
+    within = busy_cores(model, cfg) - beyond
+    return 1 + model.contention * (within - 1) + model.contention_beyond * beyond
 
 
 def outside_load(model: Model, cfg: Config, mode: Mode) -> tuple[float, float] | None:
