@@ -161,6 +161,16 @@ def _running(p: psutil.Process) -> bool:
         return False
 
 
+def _confirmed(children: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of `children` that still run with the argv they had 0.5 s ago: a library's helper
+    (ldconfig, through ctypes.util.find_library) has the rank's argv between its fork and its
+    exec, a window a loaded machine widens: on CI the burners once started on such a child
+    and stopped 0.12 s later, before the run they were to disturb had begun to load."""
+    argvs = {c.pid: argv_of(c) for c in children}
+    time.sleep(0.5)
+    return [c for c in children if _running(c) and argv_of(c) == argvs[c.pid]]
+
+
 def _burn_while_loading(mode: str, burners: Burners, burned: list[float]) -> threading.Thread:
     """Start the burners once the first `mode` run's loader has a worker, stop them once those
     workers are gone: they starve its measured iterations, not the job's start-up. The
@@ -169,7 +179,7 @@ def _burn_while_loading(mode: str, burners: Burners, burned: list[float]) -> thr
     def wait() -> None:
         workers: list[psutil.Process] = []
         while not workers and not burners.stopped.wait(0.05):
-            workers = _loader_workers(mode)
+            workers = _confirmed(_loader_workers(mode))
         if burners.stopped.is_set():
             return
         burners.__enter__()
