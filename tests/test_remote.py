@@ -175,6 +175,21 @@ def test_the_probe_sees_the_latency_alone_and_the_bandwidth_at_64(served_http):
     # 64 at once: the delay overlaps, the bucket's rate is the bound
     assert one.throughput_bps < many.throughput_bps < rate_bps * PAYLOAD_SHARE * 1.05
     assert many.bytes_read >= 1 << 20
+    # and nothing but the bucket: the server and the proxy accept all 64 at once. A connection
+    # its listening queue had no room for waits out a SYN retransmission, a second at least
+    # (Linux's first RTO): `python -m http.server` queued 5, and this level took 1.5-1.7 s
+    # (1.2-1.4 MB/s) where the bucket alone takes 1.2
+    assert _listen_overflows(served_http.link.netns) == 0
+    bucket_s = delay_s + many.bytes_read / (rate_bps * PAYLOAD_SHARE)
+    assert many.wall_s < bucket_s + 2 * late_s + 0.5, (many.wall_s, bucket_s, late_s)
+
+
+def _listen_overflows(netns: str) -> int:
+    """Connections the namespace's listening sockets had no room for (TcpExt ListenOverflows)."""
+    lines = subprocess.run(["ip", "netns", "exec", netns, "cat", "/proc/net/netstat"],
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    names, values = (line.split() for line in lines if line.startswith("TcpExt:"))
+    return int(dict(zip(names, values))["ListenOverflows"])
 
 
 def _namespaces() -> set[str]:

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 
 CHUNK_BYTES = 256 << 10
 LOG_REQUESTS = 1 << 17  # about 13 MiB of log, many runs' worth
+LISTEN_BACKLOG = 1024  # connections queued before the proxy accepts them (asyncio: 100)
 
 
 @dataclass
@@ -163,7 +164,7 @@ def _addr(text: str) -> tuple[str, int]:
 
 
 async def serve(listen: tuple[str, int], proxy: DelayProxy) -> None:
-    server = await asyncio.start_server(proxy.handle, *listen)
+    server = await asyncio.start_server(proxy.handle, *listen, backlog=LISTEN_BACKLOG)
     port = server.sockets[0].getsockname()[1]
     print(f"ready {port}", flush=True)
     loop = asyncio.get_running_loop()
