@@ -95,7 +95,7 @@ def read_run(path: str | Path) -> RunResult:
 
 # the folders under a prefix that keep the runs set aside (`set_aside`), never pooled
 SUPERSEDED = "superseded"  # a newer measurement of its configuration replaced it
-SLOWED = "host-slowed"  # the machine itself ran slow during it: measured again
+SLOWED = "host-slowed"  # the machine, or the run's own processes, ran slow: measured again
 
 
 def set_aside(prefix: str | Path, folder: str, run: RunResult) -> Path:

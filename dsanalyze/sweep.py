@@ -437,7 +437,8 @@ def _set_aside_slowed(result: RunResult, m: _Measuring, why: str) -> Path:
 def _measure_slowed_again(m: _Measuring, seq: int) -> None:
     """After the sweep, each run whose own transforms cost more than `SETTINGS.work_slow_pct`
     CPU a sample over the cheapest of its configuration's runs (its repeats, at least 3:
-    `analysis/workspeed.py`: the machine slowed during it, with the probes around it normal),
+    `analysis/workspeed.py`: the machine slowed during it, with the probes around it normal,
+    or the run's processes drew their speed slow: bench58's workers drew it per process),
     or more than `SETTINGS.work_outlier_pct` over the sweep's cheapest unthrottled run (a
     configuration's only run: `_slowed_during`), is set aside and measured again, the slowest
     first, until none is or each has been
@@ -455,7 +456,8 @@ def _measure_slowed_again(m: _Measuring, seq: int) -> None:
             break
         for run, why in found:
             tries.setdefault(run.run_id, []).append((run, _set_aside_slowed(
-                run, m, f"its transforms took {why} (the machine itself ran slow during it)")))
+                run, m, f"its transforms took {why} (the same work: the machine, or this run's "
+                "processes, ran slow)")))
             seq += 1
             _measure(run.spec, m, seq, again=_measured_again(run) + 1)
     for run_id, asides in tries.items():
