@@ -177,11 +177,10 @@ def test_the_probe_sees_the_latency_alone_and_the_bandwidth_at_64(served_http):
     assert many.bytes_read >= 1 << 20
     # and nothing but the bucket: the server and the proxy accept all 64 at once. A connection
     # its listening queue had no room for waits out a SYN retransmission, a second at least
-    # (Linux's first RTO): `python -m http.server` queued 5, and this level took 1.5-1.7 s
-    # (1.2-1.4 MB/s) where the bucket alone takes 1.2
+    # (Linux's first RTO): `python -m http.server` queued 5, overflowed 10-60 times a probe,
+    # and this level read 1.2-1.4 MB/s where it now reads 1.84 (the bucket's 1.91, less the
+    # delay). The count, not the rate, is asserted: a loaded machine slows the rate too.
     assert _listen_overflows(served_http.link.netns) == 0
-    bucket_s = delay_s + many.bytes_read / (rate_bps * PAYLOAD_SHARE)
-    assert many.wall_s < bucket_s + 2 * late_s + 0.5, (many.wall_s, bucket_s, late_s)
 
 
 def _listen_overflows(netns: str) -> int:
