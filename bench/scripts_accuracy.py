@@ -284,6 +284,9 @@ bench60 (seed 277, workers 1,2, none,3.5M; 47acb10): leave-one-out 1.3/13.2/100%
 none,4M; a1fd37a): leave-one-out 1.1/14.2/96%, extrapolation 0.5/13.6/89%; over bench53-61 201 of
 216 and 152 of 162 inside. bench62 (seed 283, workers 1,3, none,5M; 5042cbe): leave-one-out
 1.5/17.6/88%, extrapolation 0.5/16.5/89%; over bench53-62 222 of 240 and 168 of 180 inside.
+bench63 (seed 293, workers 1,2, none,6M; 3eb92ce): leave-one-out 2.3/22.3/88% (timm's 1-worker
+unthrottled disk run at 2 CPUs, left out), extrapolation 0.7/11.8/94%; over bench53-63 243 of
+264 and 185 of 198 inside.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
