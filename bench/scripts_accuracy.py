@@ -286,7 +286,8 @@ none,4M; a1fd37a): leave-one-out 1.1/14.2/96%, extrapolation 0.5/13.6/89%; over 
 1.5/17.6/88%, extrapolation 0.5/16.5/89%; over bench53-62 222 of 240 and 168 of 180 inside.
 bench63 (seed 293, workers 1,2, none,6M; 3eb92ce): leave-one-out 2.3/22.3/88% (timm's 1-worker
 unthrottled disk run at 2 CPUs, left out), extrapolation 0.7/11.8/94%; over bench53-63 243 of
-264 and 185 of 198 inside.
+264 and 185 of 198 inside. bench64 (seed 307, workers 1,2, none,5M; cedf461): leave-one-out
+0.9/13.1/96%, extrapolation 0.5/10.2/94%; over bench53-64 266 of 288 and 202 of 216 inside.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
