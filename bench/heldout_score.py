@@ -52,17 +52,17 @@ def score(fit_prefix: Path, held_prefixes: list[Path]) -> int:
     errors, inside = [], 0
     for run in held:
         c = check(model, (run,), "held")
-        hit = c.low_sps <= c.measured_sps <= c.high_sps
-        inside += hit
+        inside += c.covered
         errors.append(abs(c.error_pct))
         laws = [u.law.value for u in c.untested if u.kind is Assume.BEYOND_CPUS and u.law]
         print(f"{c.run_id:45s} measured {c.measured_sps:8.1f}  predicted {c.predicted_sps:8.1f} "
-              f"[{c.low_sps:8.1f}, {c.high_sps:8.1f}] {'in ' if hit else 'OUT'} "
+              f"[{c.low_sps:8.1f}, {c.high_sps:8.1f}] {'in ' if c.covered else 'OUT'} "
               f"{c.error_pct:+6.1f}%  {' '.join(laws)}")
     share = 100 * inside / len(held)
-    met = statistics.median(errors) <= 5 and max(errors) <= 15 and 80 <= share <= 97
+    median = statistics.median(errors)
+    met = median <= 5 and max(errors) <= 15 and 80 <= share <= 97
     print(f"figure: fitted on {len(fit_runs)} run(s) of {fit_prefix}, {len(held)} held-out "
-          f"single run(s): median |error| {statistics.median(errors):.1f}%, max "
+          f"single run(s): median |error| {median:.1f}%, max "
           f"{max(errors):.1f}%; 90% intervals cover {share:.0f}% "
           f"[{'meets' if met else 'misses'} <= 5% / 15% / 80%-97%]")
     return 0

@@ -162,10 +162,11 @@ def _running(p: psutil.Process) -> bool:
 
 
 def _confirmed(children: list[psutil.Process]) -> list[psutil.Process]:
-    """Those of `children` that still run with the argv they had 0.5 s ago: a library's helper
-    (ldconfig, through ctypes.util.find_library) has the rank's argv between its fork and its
-    exec, a window a loaded machine widens: on CI the burners once started on such a child
-    and stopped 0.12 s later, before the run they were to disturb had begun to load."""
+    """Those of `children` that still run with the argv they had 0.5 s ago. On CI the burners
+    once started on a child with the rank's argv and stopped 0.12 s later, before the run
+    they were to disturb had begun to load: that child ended or changed within 0.12 s, most
+    likely a helper between its fork and its exec (not reproduced here), a window a loaded
+    machine widens."""
     argvs = {c.pid: argv_of(c) for c in children}
     time.sleep(0.5)
     return [c for c in children if _running(c) and argv_of(c) == argvs[c.pid]]
