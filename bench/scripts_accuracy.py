@@ -288,6 +288,10 @@ bench63 (seed 293, workers 1,2, none,6M; 3eb92ce): leave-one-out 2.3/22.3/88% (t
 unthrottled disk run at 2 CPUs, left out), extrapolation 0.7/11.8/94%; over bench53-63 243 of
 264 and 185 of 198 inside. bench64 (seed 307, workers 1,2, none,5M; cedf461): leave-one-out
 0.9/13.1/96%, extrapolation 0.5/10.2/94%; over bench53-64 266 of 288 and 202 of 216 inside.
+bench65 (seed 311, workers 1,2, none,4M; 03408ea): leave-one-out 1.3/13.1/96%, extrapolation
+0.3/13.9/94%. bench66 (seed 313, workers 1,3, none,5M; 03408ea): leave-one-out 1.2/11.4/92%,
+extrapolation 0.6/37.7/94% (timm's 3 workers at 2 CPUs fitted on 1, inside its interval); over
+bench53-66 311 of 336 and 236 of 252 inside.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
