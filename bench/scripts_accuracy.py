@@ -290,8 +290,10 @@ unthrottled disk run at 2 CPUs, left out), extrapolation 0.7/11.8/94%; over benc
 0.9/13.1/96%, extrapolation 0.5/10.2/94%; over bench53-64 266 of 288 and 202 of 216 inside.
 bench65 (seed 311, workers 1,2, none,4M; 03408ea): leave-one-out 1.3/13.1/96%, extrapolation
 0.3/13.9/94%. bench66 (seed 313, workers 1,3, none,5M; 03408ea): leave-one-out 1.2/11.4/92%,
-extrapolation 0.6/37.7/94% (timm's 3 workers at 2 CPUs fitted on 1, inside its interval); over
-bench53-66 311 of 336 and 236 of 252 inside.
+extrapolation 0.6/37.7/94% (timm's 3 workers at 2 CPUs fitted on 1, inside its interval).
+bench67 (seed 317, workers 1,2, none,4.5M; e2a312f): leave-one-out 1.1/24.2/88% (examples' 2
+workers at 1 CPU, left out), extrapolation 0.4/14.8/94%; over bench53-67 332 of 360 and 253 of
+270 inside.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
