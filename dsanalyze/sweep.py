@@ -125,11 +125,13 @@ def check_data(prefix: Path, sweep: Sweep, specs: list[RunSpec], fp: Fingerprint
 
 
 def check_cpus(sweep: Sweep) -> None:
-    """Refuse `--cpus` beyond the machine before anything slow: the dataset's scan, a
+    """Refuse `--cpus` beyond the machine, and any value of the grid that does not parse
+    (`--cache`, `--storage-bw`, the links'), before anything slow: the dataset's scan, a
     discovery run, the first run."""
     asked = [c for c, _, _ in sweep.combos] if sweep.combos else list(sweep.cpus)
     for cpus in asked:
         launch.cpu_ids(None if cpus is None else int(cpus))
+    sweep.resource_grid(1)  # a budget in % of the dataset parses at any size
 
 
 def find_dataset(sweep: Sweep) -> DatasetInfo:

@@ -21,10 +21,18 @@ from dsanalyze.analysis.verdict import Bound, Verdict
 from dsanalyze.config import Mode
 from dsanalyze.dataset import scan_dataset
 from dsanalyze.records import RunResult
-from dsanalyze.report.advice import advice_text, failure_text, option_label, why_not_validated
+from dsanalyze.report.advice import (
+    advice_text,
+    change_text,
+    failure_text,
+    option_label,
+    why_not_validated,
+)
 from dsanalyze.report.verdicts import verdict_text
+from dsanalyze.report.whatif_text import whatif_lines
+from dsanalyze.whatif import api as whatif_api
 from dsanalyze.whatif import calibrate, decision, fit_prep, fit_restart, recommend
-from dsanalyze.whatif.advice import Advice, ModelFailure, advise, within
+from dsanalyze.whatif.advice import Advice, ModelFailure, advise, conclude, predictions, within
 from dsanalyze.whatif.assumptions import Assume, Assumption, Law
 from dsanalyze.whatif.decision import (
     Decision,
@@ -49,7 +57,7 @@ FIXTURES = sorted(p.name for p in DATA.iterdir() if (p / "runs").is_dir())
 # as whatif_compute and script_cpu do.
 SLOW_FIXTURES = {"whatif_caches", "report_sweep", "report_2ranks", "whatif_fetch",
                  "report_12configs"}
-LONG_FIXTURES = {"script_lightning", "script_cpu_w1"}  # 25-40 s: make test-long (and CI)
+LONG_FIXTURES = {"script_lightning", "script_cpu_w1", "script_csv"}  # 25-40 s: make test-long
 MIB = 1 << 20
 
 def typed(summary: dict) -> Summary:
@@ -163,6 +171,69 @@ def test_a_pick_is_advised_only_when_faster_at_its_interval_s_slow_end(prep_pick
             assert "predicted faster beyond its interval than its measured" in text
             assert f"but {slow:.2f} s at its interval's slow end: within the model's noise" \
                 in text
+
+
+def test_a_kept_configuration_s_reason_is_its_own_or_names_the_prediction_it_is_of(prep_pick):
+    """The reason a kept configuration stays stalled is about a configuration the line names.
+    A user's CPU-trained script (cpus=1 bw=4M/s kept, the table: likely prep-bound, fetch
+    stall 0) was told "(the fetch stall dominates: measure more cache or storage
+    bandwidth)": the reason was that of the least stalled prediction, unnamed, which did not
+    stall at all (0% stall, its fetch a hair over its prep of 0). A prediction within the
+    budget that is not faster leaves no reason; one that still stalls over it gives its
+    reason with its name and its stall."""
+    summary, facts, d0 = prep_pick
+    facts = replace(facts, cold=False)
+    best, p = d0.best_measured, d0.prediction
+    assert best.stall_pct > facts.max_stall_pct and best.bound == Bound.PREP.value
+    epoch = best.span_s / facts.epochs
+    # 10% faster by its point, its interval reaching 1.5x below: not surely faster; no stall
+    calm = replace(p, epoch_s=0.9 * epoch, epoch1_s=None, compute_s=0.9 * epoch,
+                   prep_stall_s=0.0, fetch_stall_s=1e-9, rate_sps_low=p.rate_sps / 1.5,
+                   rate_sps_high=p.rate_sps * 1.5)
+    d = decide(summary, [calm], facts)
+    assert d.kind is DecisionKind.KEEP and d.choice == best and d.unsure is not None
+    assert d.reason is None and d.stalled is None
+    text = advice_text(Advice(d, fitted_runs=3))
+    assert "dominates" not in text and "The fastest prediction" in text
+    # 5% slower, 30% of it a fetch stall: it stays stalled, for its fetch
+    stalled = replace(p, epoch_s=1.05 * epoch, epoch1_s=None, compute_s=0.7 * 1.05 * epoch,
+                      prep_stall_s=0.05 * epoch, fetch_stall_s=0.25 * 1.05 * epoch)
+    d = decide(summary, [stalled], facts)
+    assert d.kind is DecisionKind.KEEP and d.reason is decision.StallReason.FETCH
+    assert d.stalled is not None and d.stalled.stall_pct == pytest.approx(30.0)
+    text = advice_text(Advice(d, fitted_runs=3))
+    assert f"likely prep-bound) (the least stalled prediction, {change_text(d.stalled, best)}, " \
+        "still stalls 30%; the fetch stall dominates: measure more cache or storage " \
+        "bandwidth)." in text
+    # the JSON the report reads says whose stall it is
+    assert d.to_dict()["stalled"] == d.stalled.to_dict()
+
+
+def test_the_configuration_the_advice_names_is_a_row_of_its_grid():
+    """tests/data/script_csv: a Kaggle-style script (tests/scripts/train_csv.py: a CSV
+    manifest, a hand-written Dataset, a small CNN trained on the CPU, 2 persistent workers),
+    profiled as a new user would (`--cpus 1,2 --storage-bw none,4M --epochs 2`, its data
+    found by the discovery run). The advice kept cpus=1 bw=4M/s and named the fastest
+    prediction, 1 worker at 2 CPUs, a worker count of the free knob that the grid (the
+    measured count, 2x and 4x: 2, 4, 8) lacks: the grid printed above it had no such row.
+    Every configuration the advice names is a row of `whatif.json` and of the printed grid.
+    And its table's stalls are prep's alone (fetch 0: the page cache), so the line gives no
+    fetch reason."""
+    runs = store.load_runs(DATA / "script_csv")
+    model = whatif_api.fit(runs)
+    preds = predictions(model, runs)
+    assert {p.config.workers for p in preds} == {2, 4, 8}
+    a = conclude(model, preds, runs, None, None, 5.0, None, rows_of=whatif_api.grid_rows)
+    d = a.decision
+    assert d.kind is DecisionKind.KEEP and d.unsure is not None and d.unsure.workers == 1
+    text = advice_text(a)
+    assert "1 DataLoader worker per rank (2 measured)" in text and "dominates" not in text
+    u = d.unsure_prediction.config
+    assert any(r.workers == 1 and r.cpus == u.cpus and r.storage_read_bps is None
+               for r in a.rows)
+    printed = [line.split() for line in whatif_lines(preds, a)]
+    assert any(cols[:6] == [str(u.cpus), "unlimited", "device", "1x", "1", "1"]
+               and cols[6] == f"{d.unsure.rate_sps:.1f}" for cols in printed if len(cols) > 6)
 
 
 def test_without_a_disk_run_predictions_are_weighed_on_steady_epochs_as_measured():

@@ -47,6 +47,23 @@ def test_bad_input(small_dataset, tmp_path, capsys, argv, code, match):
     assert not (tmp_path / "r" / "runs").exists()
 
 
+@pytest.mark.parametrize("argv,match", [
+    (["--storage-bw", "fast"], "cannot read storage bandwidth 'fast': write bytes such as"),
+    (["--cache", "5x"], "cannot read cache size '5x': write 50%, 2G or none"),
+])
+def test_a_grid_value_that_does_not_parse_is_refused_before_the_discovery_run(tmp_path, capsys,
+                                                                              argv, match):
+    """A user's script without --data: its discovery run (seconds to minutes) came first,
+    then the one-line error for a bandwidth that does not parse. Every value of the grid is
+    read before anything slow."""
+    script = Path(__file__).parent / "scripts" / "train_csv.py"
+    prefix = tmp_path / "r"
+    assert harness(*argv, "--prefix", prefix, "--no-plots", script, "--csv", tmp_path / "x.csv",
+                   "--root", tmp_path) == 2
+    assert match in one_line_error(capsys)
+    assert not (prefix / "logs" / "discover.log").exists() and not (prefix / "runs").exists()
+
+
 def test_empty_dataset(tmp_path, capsys):
     (tmp_path / "empty" / "class_a").mkdir(parents=True)
     assert harness("--data", tmp_path / "empty", "--prefix", tmp_path / "r") == 2

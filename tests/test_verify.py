@@ -47,6 +47,37 @@ def test_a_script_workers_flag_is_set(args, expected):
     assert with_workers(job, 8).script_args == expected
 
 
+def test_a_kept_configuration_s_fastest_prediction_is_what_verify_measures():
+    """The advice kept a measured configuration and named the fastest prediction, within the
+    model's noise of it: "measure it before changing". `verify` measured the kept one again
+    instead (a Kaggle-style script, tests/data/script_csv: kept cpus=1 bw=4M/s, named 2 CPUs
+    with 1 worker). It now measures the one named, where this machine can run it, and says
+    how it ran against the kept configuration's measured rate; where it cannot (more CPUs
+    than the machine's), the kept configuration is measured again as before."""
+    kept = Option(cpus=1, cpus_used=1, cache_spec="none", cache_bytes=None,
+                  storage_read_bps=4 << 20, workers=2, rate_sps=200.0, span_s=6.2,
+                  stall_pct=20.0, measured=True, run_id="disk-cpus1-cachenone-bw4M", nproc=1)
+    unsure = replace(PICK, workers=1, rate_sps=214.0, rate_sps_low=170.0, rate_sps_high=270.0)
+    keep = Decision(DecisionKind.KEEP, 2, 5.0, kept, kept, workers=2, unsure=unsure)
+    job = Job(script="/x/train.py", script_args=("--num-workers", "2"))
+    plan = verify_plan(keep, job, machine_cpus=2)
+    assert plan.runnable and plan.unsure and plan.choice == unsure
+    assert plan.job.script_args == ("--num-workers", "1") and plan.resources.cpus == 2
+    assert plan.sub_prefix == "verify-workers1"
+    # beyond this machine: the kept configuration, measured again
+    again = verify_plan(keep, job, machine_cpus=1)
+    assert again.runnable and not again.unsure and again.choice == kept
+    assert again.sub_prefix == REPEAT and again.job == job
+    v = Verification(unsure, "disk-cpus2-cachenone-bwnone", 214.0, 170.0, 270.0, 230.0, 0.9,
+                     214.0, "verify-workers1", kept=kept)
+    said = verify_text(plan, v)
+    assert said.startswith("Verify: the fastest prediction, which the advice said to measure "
+                           "before changing: cpus=2 cache=unlimited bw=unthrottled workers=1")
+    assert said.endswith("The kept cpus=1 cache=unlimited bw=4M/s measured 200.0 steady: this "
+                         "one ran 15.0% faster.")  # 230 / 200
+    assert Verification.from_dict(json.loads(json.dumps(v.to_dict()))) == v
+
+
 def test_what_cannot_run_here_says_why():
     job = Job(script="/x/train.py", script_args=("--epochs", "2"))
     change = Decision(DecisionKind.CHANGE, 2, 5.0, PICK, None, workers=2)

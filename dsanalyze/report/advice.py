@@ -104,7 +104,7 @@ def _rate_text(o: Option, what: str) -> str:
 
 
 def _reason_text(d: Decision) -> str:
-    o = d.choice
+    o = d.stalled or d.choice  # the configuration whose stall the reason speaks of
     if d.reason is StallReason.FETCH:
         return "the fetch stall dominates: measure more cache or storage bandwidth"
     if d.reason is StallReason.WORKERS and o is not None:
@@ -190,7 +190,9 @@ def _keep_text(a: Advice) -> str:
     d = a.decision
     best = d.best_measured
     assert best is not None
-    over = f" ({_reason_text(d)})" if d.reason is not None else ""
+    over = "" if d.reason is None else f" ({_reason_text(d)})" if d.stalled is None else (
+        f" (the least stalled prediction, {change_text(d.stalled, best, d.loader)}, still stalls "
+        f"{number(d.stalled.stall_pct, '{:.0f}')}%; {_reason_text(d)})")
     # a throttle is the sweep's, not a setting of the machine's: say what keeping it means
     throttle = "" if best.storage_read_bps is None else (
         f" Its bw={bandwidth_text(best.storage_read_bps)} is a throttle the sweep put on the "
@@ -318,6 +320,8 @@ def _verify_line(plan: Any, result: Any, failed: str) -> str:
                 "checked here instead: the advice confined to this machine's CPUs, ")
     if plan.refused:
         head += "the pick not advised, measured to settle it: "
+    if plan.unsure:
+        head += "the fastest prediction, which the advice said to measure before changing: "
     if failed or result is None:
         return f"{head}the run of {option_label(plan.choice)} failed: {failed}."
     v = result
@@ -330,5 +334,16 @@ def _verify_line(plan: Any, result: Any, failed: str) -> str:
             f"{number(v.low_sps)}-{number(v.high_sps)}; the advice: {number(v.advised_sps)} "
             f"steady), measured {number(v.measured_sps)}: "
             f"{'inside' if v.inside else 'OUTSIDE'} the interval ({v.error_pct:+.1f}%)."
+            + _kept_text(v)
             + ("" if v.conclusive else f" Not conclusive: the {note_text(v.disturbed)}: "
                "verify again when the machine is quiet."))
+
+
+def _kept_text(v: Any) -> str:
+    """The measured configuration the advice kept, against the prediction measured now."""
+    k = v.kept
+    if k is None or not k.rate_sps:
+        return ""
+    pct = 100 * (v.measured_sps / k.rate_sps - 1)
+    return (f" The kept {option_label(k)} measured {number(k.rate_sps)} steady: this one ran "
+            f"{abs(pct):.1f}% {'faster' if pct > 0 else 'slower'}.")

@@ -27,6 +27,10 @@ def _ranks(a: Assumption) -> str:
     return f"{a.ranks} ranks: none measured; {how}"
 
 
+def _workers(n: int | None) -> str:
+    return f"{n} worker" + "s" * (n != 1)
+
+
 WORDS: dict[Assume, Callable[[Assumption], str]] = {
     Assume.BEYOND_CPUS: lambda a: f"{a.cpus} CPUs: beyond the {a.measured_cpus} measured; prep "
                                   f"by the {LAWS[a.law or Law.LINEAR]}",
@@ -40,9 +44,9 @@ WORDS: dict[Assume, Callable[[Assumption], str]] = {
                                   "taking no CPU",
     Assume.DALI: lambda a: "DALI: its threads simulated as DataLoader workers (one batch each, "
                            "in order)",
-    Assume.WORKERS: lambda a: f"{a.workers} workers per rank: {a.measured_workers} measured; a "
+    Assume.WORKERS: lambda a: f"{_workers(a.workers)} per rank: {a.measured_workers} measured; a "
                               "worker's CPU per sample taken as independent of the count",
-    Assume.SHARING: lambda a: f"{a.workers} workers beside the step on the CPU at {a.cpus} "
+    Assume.SHARING: lambda a: f"{_workers(a.workers)} beside the step on the CPU at {a.cpus} "
                               f"CPUs: how its threads share the cores taken from the cached "
                               f"run with {a.measured_workers}",
     Assume.THROTTLE: lambda a: "a throttle taken at face value: no throttled run held by its "

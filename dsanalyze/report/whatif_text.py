@@ -91,6 +91,8 @@ def whatif_lines(preds: list[Any], advice: Any | None, level: float = 0.9) -> li
     from dsanalyze.report.advice import advice_text
     from dsanalyze.whatif.fold import fold
 
+    if advice is not None and advice.shown:
+        preds = advice.shown  # with the configurations the advice names that the grid lacks
     marked = [p for p, row in zip(preds, advice.rows) if row.recommended] if advice else []
     grid = fold(preds)
     rows = [_grid_row(r, marked) for r in grid]

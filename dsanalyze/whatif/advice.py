@@ -61,6 +61,9 @@ class Advice:
     rows: list[GridRow] = field(default_factory=list)  # the grid, as `whatif.json` holds it
     validation: ValidationDoc | None = None  # the `validate --json` document
     model: Any = field(default=None, compare=False)  # the fitted whatif Model (None: no model)
+    # the predictions `rows` are of: the grid's, and a configuration the decision names that
+    # the grid lacks (a worker count of the free knob: its pick, or the fastest prediction)
+    shown: list[Any] = field(default_factory=list, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.decision.to_dict(), "fitted_runs": self.fitted_runs,
@@ -101,9 +104,15 @@ def conclude(model: Any, preds: Sequence[Any], results: Sequence[RunResult],
     from dsanalyze.whatif import recommend
 
     d = recommend.recommend(model, preds, results, max_stall_pct, epochs, val)
-    rows = [replace(row, recommended=_holds(row, d)) for row in rows_of(preds, d.prediction)]
+    # a configuration the advice names (its pick, or the fastest prediction it kept the
+    # measured one against) is a row, also a worker count of the free knob the grid lacks
+    shown = list(preds)
+    for named in (d.prediction, d.unsure_prediction):
+        if named is not None and all(p.config != named.config for p in shown):
+            shown.append(named)
+    rows = [replace(row, recommended=_holds(row, d)) for row in rows_of(shown, d.prediction)]
     fitted = sum(1 for r in results if r.ok and r.ranks)
-    return Advice(d, fitted, None, why, rows, val, model)
+    return Advice(d, fitted, None, why, rows, val, model, shown)
 
 
 def _holds(row: GridRow, d: Decision) -> bool:

@@ -34,7 +34,11 @@ that many CPUs: the decision a machine of that size can check (`--verify`).
    fewest knobs changed from the fastest measured, then cost), with the reason
    the stall stays (`CHANGE`).
 3. None surely faster: keep the fastest measured configuration (`KEEP`); the
-   fastest prediction faster than it by its point alone is named (`unsure`).
+   fastest prediction faster than it by its point alone is named (`unsure`). Where
+   the kept configuration stalls over the budget, the reason given is that of the
+   least stalled prediction (`stalled`, named with it), when it too stalls over the
+   budget; a prediction within the budget that is not faster leaves none (the stall
+   is then not what holds the job back: `unsure` says how close it came).
 4. A predicted pick whose validation split (below) rejects the model's intervals
    (`failed`: more held-out runs outside them than their level allows, a binomial test)
    is not advised: the fastest measured configuration stands, and the pick is named with
@@ -186,6 +190,10 @@ class Decision:
     # KEEP: the fastest prediction faster than the kept one by its point, not beyond its
     # interval (`surely_faster`): within the model's noise of it
     unsure: Option | None = None
+    # KEEP: the least stalled prediction, when its stall is what `reason` speaks of (it still
+    # stalls over the budget); None where the reason is the kept configuration's own
+    stalled: Option | None = None
+    unsure_prediction: Any = field(default=None, compare=False)  # whatif Prediction of `unsure`
 
     @property
     def meets_budget(self) -> bool:
@@ -200,7 +208,8 @@ class Decision:
                 "beyond": list(self.beyond), "error": self.error.to_dict() if self.error else None,
                 "reason": self.reason.value if self.reason else None,
                 "refusal": self.refusal.value if self.refusal else None, "cold": self.cold,
-                "unsure": self.unsure.to_dict() if self.unsure else None}
+                "unsure": self.unsure.to_dict() if self.unsure else None,
+                "stalled": self.stalled.to_dict() if self.stalled else None}
 
 
 # ---- the measured table's configurations ----------------------------------------------------
@@ -364,9 +373,18 @@ def decide(summary: Summary, candidates: Sequence[Any], facts: Facts,
     if not faster:
         closest = _least_stalled([o for _, o in preds], facts, best) if preds else None
         kind = DecisionKind.KEEP if best is not None else DecisionKind.NONE
-        return Decision(kind, choice=best, reason=None if best is None or best.stall_pct <=
-                        facts.max_stall_pct else _reason(closest or best),
-                        unsure=min(ahead, key=lambda o: o.span_s, default=None), **common)
+        unsure = min(ahead, key=lambda o: o.span_s, default=None)
+        named = dict(unsure=unsure, unsure_prediction=next(
+            (p for p, o in preds if o is unsure), None), **common)
+        if best is None or best.stall_pct <= facts.max_stall_pct:
+            return Decision(kind, choice=best, **named)
+        if closest is None:  # nothing predicted: the kept configuration's own stall
+            return Decision(kind, choice=best, reason=_reason(best), **named)
+        # a prediction within the budget is not faster: the stall is not what holds the job
+        # back, and no stall stays to give a reason for (`unsure` names the fastest one)
+        stays = closest.stall_pct > facts.max_stall_pct
+        return Decision(kind, choice=best, reason=_reason(closest) if stays else None,
+                        stalled=closest if stays else None, **named)
     under = [po for po in faster if po[1].stall_pct <= facts.max_stall_pct]
     p, pick = min(under, key=lambda po: cost(po[1], facts.workers)) if under else \
         next(po for po in faster if po[1] is _least_stalled([o for _, o in faster], facts, best))
