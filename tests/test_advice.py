@@ -209,6 +209,7 @@ def test_a_kept_configuration_s_reason_is_its_own_or_names_the_prediction_it_is_
     assert d.to_dict()["stalled"] == d.stalled.to_dict()
 
 
+@pytest.mark.long  # a fit of a CPU-trained script's 10 runs: 11 s on 2 cores
 def test_the_configuration_the_advice_names_is_a_row_of_its_grid():
     """tests/data/script_csv: a Kaggle-style script (tests/scripts/train_csv.py: a CSV
     manifest, a hand-written Dataset, a small CNN trained on the CPU, 2 persistent workers),
