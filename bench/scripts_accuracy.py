@@ -293,7 +293,9 @@ bench65 (seed 311, workers 1,2, none,4M; 03408ea): leave-one-out 1.3/13.1/96%, e
 extrapolation 0.6/37.7/94% (timm's 3 workers at 2 CPUs fitted on 1, inside its interval).
 bench67 (seed 317, workers 1,2, none,4.5M; e2a312f): leave-one-out 1.1/24.2/88% (examples' 2
 workers at 1 CPU, left out), extrapolation 0.4/14.8/94%; over bench53-67 332 of 360 and 253 of
-270 inside.
+270 inside. bench68 (seed 331, workers 1,2, none,4M; 9d72b10, on a day the host ran slow in
+spells: 28 runs measured again): leave-one-out 5.1/22.2/58%, extrapolation 3.5/32.7/28% (its
+model-free check: median 11.0%, max 20.6%); over bench53-68 346 of 384 and 258 of 288 inside.
 `--repeats-in DIR...`: other sweeps of the same grid; `--noise-repeats N`: the unthrottled
 cached and disk runs at the most CPUs measured N times more (the harness's --repeats, under
 DIR/noise; about 5 minutes per script and worker count at N = 5). Either prints how far a
