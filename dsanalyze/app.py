@@ -388,8 +388,7 @@ def verify(prefix: str | Path, advice: Any = None, progress: Callable[[str], Non
     if not run.ok:
         return Verified(advice, plan, failed=f"{run.run_id} {run.status}: {run.error}",
                         superseded=aside)
-    kept = advice.decision.choice if plan.unsure else None
-    return Verified(advice, plan, verification(advice.model, plan, run, kept), superseded=aside)
+    return Verified(advice, plan, verification(advice.model, plan, run), superseded=aside)
 
 
 def _set_aside_older(target: Path, run_id: str, runs: list[RunResult]) -> Path | None:

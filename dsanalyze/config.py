@@ -100,9 +100,10 @@ class CacheBudget:
                 raise ConfigError(f"cache size {text!r} is negative")
             resolved = None if dataset_bytes is None else int(dataset_bytes * pct / 100)
             return cls(spec, resolved)
-        if not _SIZE_RE.match(spec):
-            raise ConfigError(f"cannot read cache size {text!r}: write 50%, 2G or none")
-        return cls(spec, parse_bytes(spec, "cache size"))
+        try:
+            return cls(spec, parse_bytes(spec, "cache size"))
+        except ConfigError:
+            raise ConfigError(f"cannot read cache size {text!r}: write 50%, 2G or none") from None
 
     @property
     def label(self) -> str:

@@ -61,12 +61,12 @@ def test_a_kept_configuration_s_fastest_prediction_is_what_verify_measures():
     keep = Decision(DecisionKind.KEEP, 2, 5.0, kept, kept, workers=2, unsure=unsure)
     job = Job(script="/x/train.py", script_args=("--num-workers", "2"))
     plan = verify_plan(keep, job, machine_cpus=2)
-    assert plan.runnable and plan.unsure and plan.choice == unsure
+    assert plan.runnable and plan.kept == kept and plan.choice == unsure
     assert plan.job.script_args == ("--num-workers", "1") and plan.resources.cpus == 2
     assert plan.sub_prefix == "verify-workers1"
     # beyond this machine: the kept configuration, measured again
     again = verify_plan(keep, job, machine_cpus=1)
-    assert again.runnable and not again.unsure and again.choice == kept
+    assert again.runnable and again.kept is None and again.choice == kept
     assert again.sub_prefix == REPEAT and again.job == job
     v = Verification(unsure, "disk-cpus2-cachenone-bwnone", 214.0, 170.0, 270.0, 230.0, 0.9,
                      214.0, "verify-workers1", kept=kept)

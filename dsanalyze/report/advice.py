@@ -320,7 +320,7 @@ def _verify_line(plan: Any, result: Any, failed: str) -> str:
                 "checked here instead: the advice confined to this machine's CPUs, ")
     if plan.refused:
         head += "the pick not advised, measured to settle it: "
-    if plan.unsure:
+    if plan.kept is not None:
         head += "the fastest prediction, which the advice said to measure before changing: "
     if failed or result is None:
         return f"{head}the run of {option_label(plan.choice)} failed: {failed}."

@@ -371,20 +371,7 @@ def decide(summary: Summary, candidates: Sequence[Any], facts: Facts,
     faster = [(p, o) for p, o in preds
               if best is None or surely_faster(o, best, facts.tolerance)]
     if not faster:
-        closest = _least_stalled([o for _, o in preds], facts, best) if preds else None
-        kind = DecisionKind.KEEP if best is not None else DecisionKind.NONE
-        unsure = min(ahead, key=lambda o: o.span_s, default=None)
-        named = dict(unsure=unsure, unsure_prediction=next(
-            (p for p, o in preds if o is unsure), None), **common)
-        if best is None or best.stall_pct <= facts.max_stall_pct:
-            return Decision(kind, choice=best, **named)
-        if closest is None:  # nothing predicted: the kept configuration's own stall
-            return Decision(kind, choice=best, reason=_reason(best), **named)
-        # a prediction within the budget is not faster: the stall is not what holds the job
-        # back, and no stall stays to give a reason for (`unsure` names the fastest one)
-        stays = closest.stall_pct > facts.max_stall_pct
-        return Decision(kind, choice=best, reason=_reason(closest) if stays else None,
-                        stalled=closest if stays else None, **named)
+        return _keep(best, preds, ahead, facts, common)
     under = [po for po in faster if po[1].stall_pct <= facts.max_stall_pct]
     p, pick = min(under, key=lambda po: cost(po[1], facts.workers)) if under else \
         next(po for po in faster if po[1] is _least_stalled([o for _, o in faster], facts, best))
@@ -399,6 +386,28 @@ def decide(summary: Summary, candidates: Sequence[Any], facts: Facts,
                         else _reason(best), prediction=p, refusal=refusal, **common)
     return Decision(DecisionKind.CHANGE, choice=pick, beyond=beyond, error=error,
                     reason=None if under else _reason(pick), prediction=p, **common)
+
+
+def _keep(best: Option | None, preds: list[tuple[Any, Option]], ahead: list[Option],
+          facts: Facts, common: dict[str, Any]) -> Decision:
+    """Rule 3: nothing surely faster; the fastest measured configuration kept (`NONE`
+    without one), the fastest prediction ahead by its point named, and where the kept one
+    stalls over the budget, the reason: its own with nothing predicted, else the least
+    stalled prediction's while that one still stalls over it."""
+    kind = DecisionKind.KEEP if best is not None else DecisionKind.NONE
+    unsure = min(ahead, key=lambda o: o.span_s, default=None)
+    named = dict(unsure=unsure, unsure_prediction=next(
+        (p for p, o in preds if o is unsure), None), **common)
+    if best is None or best.stall_pct <= facts.max_stall_pct:
+        return Decision(kind, choice=best, **named)
+    if not preds:  # nothing predicted: the kept configuration's own stall
+        return Decision(kind, choice=best, reason=_reason(best), **named)
+    closest = _least_stalled([o for _, o in preds], facts, best)
+    # a prediction within the budget is not faster: the stall is not what holds the job
+    # back, and no stall stays to give a reason for (`unsure` names the fastest one)
+    stays = closest.stall_pct > facts.max_stall_pct
+    return Decision(kind, choice=best, reason=_reason(closest) if stays else None,
+                    stalled=closest if stays else None, **named)
 
 
 def slow_span_s(o: Option) -> float:

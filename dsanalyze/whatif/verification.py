@@ -79,9 +79,9 @@ class VerifyPlan:
     # the advice's pick this machine cannot run (`reason` then says why) when `choice`,
     # the best configuration it can run, is checked here instead
     stands_for: Option | None = None
-    # `choice` is the fastest prediction a kept configuration was not changed for, within the
-    # model's noise of it: the advice says to measure it before changing
-    unsure: bool = False
+    # the measured configuration the advice kept against `choice`, the fastest prediction,
+    # within the model's noise of it: the advice said to measure it before changing
+    kept: Option | None = None
 
     @property
     def runnable(self) -> bool:
@@ -104,8 +104,7 @@ class Verification:
     disturbed: Disturbed | None = None  # others took its CPUs or disk: the check is not fair
     stands_for: Option | None = None  # the advice's pick, beyond this machine, `choice` checks
     refused: bool = False  # `choice` is a pick the advice refused, measured to settle it
-    # `choice` is the fastest prediction the advice kept `kept` against (`VerifyPlan.unsure`)
-    kept: Option | None = None
+    kept: Option | None = None  # the measured configuration kept against `choice` (the plan's)
 
     @property
     def inside(self) -> bool:
@@ -155,7 +154,7 @@ def verify_plan(decision: Decision | None, job: Job, machine_cpus: int,
         # "measure it before changing": the fastest prediction, when it can run here
         plan = _plan(decision, job, machine_cpus, decision.unsure, True, False)
         if plan.runnable:
-            return replace(plan, unsure=True)
+            return replace(plan, kept=decision.choice)
     o, predicted = decision.choice, decision.kind is DecisionKind.CHANGE
     refused = decision.refusal is Refusal.CPU_SHARING and decision.prediction is not None
     if refused:  # the one run that settles the refusal: the pick itself
@@ -197,10 +196,8 @@ def _unrunnable(o: Option, job: Job, machine_cpus: int) -> NotRun | None:
     return None
 
 
-def verification(model: Any, plan: VerifyPlan, run: RunResult, kept: Option | None = None
-                 ) -> Verification:
-    """The run of a plan against the model's prediction for it (fitted before it ran); with
-    `plan.unsure`, `kept` is the measured configuration the advice kept against it."""
+def verification(model: Any, plan: VerifyPlan, run: RunResult) -> Verification:
+    """The run of a plan against the model's prediction for it (fitted before it ran)."""
     from dsanalyze.whatif import api as whatif
 
     check = whatif.check_run(model, run)
@@ -208,5 +205,4 @@ def verification(model: Any, plan: VerifyPlan, run: RunResult, kept: Option | No
     assert o is not None  # a plan runs only for a choice
     return Verification(o, run.run_id, check.predicted_sps, check.low_sps, check.high_sps,
                         check.measured_sps, whatif.LEVEL, o.rate_sps, plan.sub_prefix or "",
-                        disturbed(run_rate(run)), plan.stands_for, plan.refused,
-                        kept=kept)
+                        disturbed(run_rate(run)), plan.stands_for, plan.refused, plan.kept)
