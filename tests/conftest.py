@@ -50,9 +50,11 @@ LONGEST_MODULES = ("test_advice.py", "test_harness.py", "test_datacache.py", "te
                    "test_untilci.py", "test_dali.py", "test_fingerprint.py", "test_whatif.py",
                    "test_transforms.py", "test_fit_reads.py", "test_progress.py",
                    "test_resources.py", "test_memroom.py", "test_nodes.py", "test_netlaw.py")
-LONGEST_LONG_MODULES = ("test_nodes.py", "test_frameworks.py", "test_repeats.py",
-                        "test_advice.py", "test_bootstrap.py", "test_remote_loaders.py",
-                        "test_verify.py", "test_dali.py", "test_coldepoch.py")
+LONGEST_LONG_MODULES = ("test_nodes.py", "test_frameworks.py", "test_workspeed.py",
+                        "test_repeats.py", "test_advice.py", "test_bootstrap.py",
+                        "test_remote_loaders.py", "test_verify.py", "test_dali.py",
+                        "test_coldepoch.py", "test_harness.py", "test_hostspeed.py",
+                        "test_datacache.py", "test_untilci.py")
 
 
 def only_long(config: pytest.Config) -> bool:

@@ -57,7 +57,8 @@ FIXTURES = sorted(p.name for p in DATA.iterdir() if (p / "runs").is_dir())
 # as whatif_compute and script_cpu do.
 SLOW_FIXTURES = {"whatif_caches", "report_sweep", "report_2ranks", "whatif_fetch",
                  "report_12configs"}
-LONG_FIXTURES = {"script_lightning", "script_cpu_w1", "script_csv"}  # 25-40 s: make test-long
+LONG_FIXTURES = {"script_lightning", "script_cpu_w1", "script_csv",  # 25-40 s: make test-long
+                 "cuda_examples"}
 MIB = 1 << 20
 
 def typed(summary: dict) -> Summary:
@@ -524,6 +525,7 @@ def test_prep_bound_sweep_ends_with_a_change_predicted_faster_than_every_measure
     assert "fitted on the 2 runs of this sweep" in line and " (interval " in line
 
 
+@pytest.mark.long  # 30 s or more on this VM: make test-long
 @pytest.mark.slow
 def test_compute_bound_sweep_needs_no_change_and_no_advice_turns_it_off(
         small_dataset, tmp_path, capsys):

@@ -180,7 +180,7 @@ def _runs(prefix: Path) -> dict[str, store.RunResult]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc,batch,window", [
-    (1, 16, ("--iters", "5")),
+    pytest.param(1, 16, ("--iters", "5"), marks=pytest.mark.long),  # 40 s on this VM
     pytest.param(2, 8, ("--epochs", "2"), marks=pytest.mark.long),  # two fresh passes over each rank's shard
 ])
 def test_harness_dali_all_modes(small_dataset: Path, tmp_path: Path, nproc: int, batch: int,

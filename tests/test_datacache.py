@@ -257,6 +257,7 @@ def tiny_dataset(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.long  # 30 s or more on this VM: make test-long
 @pytest.mark.slow
 @needs_cgroups
 def test_disk_runs_hold_the_budget_and_never_read_the_jobs_code_through_the_throttle(

@@ -266,6 +266,7 @@ def test_webdataset_shards(tmp_path, shard_dir, world, given, capsys):
         assert report.index("## Reads per shard") > report.index("## Stall breakdown")
 
 
+@pytest.mark.long  # 30 s or more on this VM: make test-long
 @pytest.mark.slow
 def test_webdataset_with_epochs_replays_the_epoch_the_real_loader_counted(tmp_path, shard_dir):
     """An IterableDataset has no len(): the synthetic run used to fail ("pass --iters").

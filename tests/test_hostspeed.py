@@ -172,6 +172,7 @@ def test_a_machine_that_stays_slow_is_taken_at_its_new_speed(small_dataset, monk
         assert not is_slowed(probe.measure(), probe.seen)
 
 
+@pytest.mark.long  # 30 s or more on this VM: make test-long
 @pytest.mark.slow
 def test_a_run_after_which_the_machine_ran_slow_is_measured_again_once_it_is_back(
         small_dataset, tmp_path, monkeypatch, capsys):

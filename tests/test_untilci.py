@@ -225,6 +225,7 @@ def test_a_short_epoch_is_seen_to_its_end_before_the_run_stops(epoch_batches, fi
         assert ran > first_boundary and rec.epoch[-1] == 1
 
 
+@pytest.mark.long  # 30 s or more on this VM: make test-long
 @pytest.mark.slow
 @pytest.mark.timing
 def test_real_runs_stop_once_sure_and_not_on_the_checkpoint_stall(tmp_path, small_dataset):

@@ -149,6 +149,7 @@ def test_of_a_runs_tries_the_cheapest_reading_is_chosen_never_a_failed_try(cpu_s
     assert workspeed.cheapest([failed, unread]) is failed  # none with a reading: the first
 
 
+@pytest.mark.long  # 30 s or more on this VM: make test-long
 @pytest.mark.slow
 def test_a_run_whose_transforms_cost_more_is_measured_again_after_the_sweep(
         small_dataset, tmp_path, capsys):
@@ -183,6 +184,7 @@ def test_a_run_whose_transforms_cost_more_is_measured_again_after_the_sweep(
 
 
 
+@pytest.mark.long  # 30 s or more on this VM: make test-long
 @pytest.mark.slow
 def test_of_a_runs_tries_the_one_whose_work_cost_least_is_stored(small_dataset, tmp_path, capsys):
     """A try measured again can land in the next spell: the third repeat spins 3 ms of its
@@ -269,6 +271,7 @@ def test_bench36s_slowed_disk_run_is_found_and_its_sweeps_offsets_are_not():
     assert workspeed.over_the_sweep(examples, SETTINGS.work_outlier_pct) == []
 
 
+@pytest.mark.long  # 30 s or more on this VM: make test-long
 @pytest.mark.slow
 def test_a_configurations_only_run_far_over_the_sweep_is_measured_again(
         small_dataset, tmp_path, capsys, monkeypatch):
