@@ -8,23 +8,30 @@ generated JPEGs of `small_dataset` (96 files, 4 classes). The `mixed`
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 dali_pipeline = pytest.importorskip("dsanalyze.jobs.dali_pipeline")
 
-from conftest import harness  # noqa: E402
+from conftest import DATA_DIR as DATA  # noqa: E402
+from conftest import harness, needs_cgroups  # noqa: E402
 from nvidia.dali import fn, pipeline_def  # noqa: E402
 from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPolicy  # noqa: E402
 
 from dsanalyze import store  # noqa: E402
 from dsanalyze.analysis import stalls  # noqa: E402
+from dsanalyze.analysis.jobrun import job_as_run  # noqa: E402
 from dsanalyze.errors import CorruptSampleError, DatasetError  # noqa: E402
+from dsanalyze.instrument import datafiles  # noqa: E402
 from dsanalyze.instrument import rank as rankenv  # noqa: E402
+from dsanalyze.instrument.api import loader_settings, shuffles  # noqa: E402
 from dsanalyze.instrument.loader import IterationRecorder, TimedLoader  # noqa: E402
 from dsanalyze.jobs.dali_pipeline import DaliSettings  # noqa: E402
 from dsanalyze.records import RankRecord  # noqa: E402
@@ -213,3 +220,61 @@ def test_harness_dali_all_modes(small_dataset: Path, tmp_path: Path, nproc: int,
         assert rate.rate_sps is not None and rate.rate_sps > 0
     # synthetic replays a batch already in memory: no wait worth the name
     assert max(w for r in runs["synthetic"].ranks for w in r.wait_s[2:]) < 0.005
+
+
+SCRIPT = Path(__file__).parent / "scripts" / "train_dali.py"
+
+
+def _user_iterator(root: Path, threads: int, batch: int) -> Any:
+    """tests/scripts/train_dali.py's pipeline and iterator, built as the script builds them."""
+    spec = importlib.util.spec_from_file_location("train_dali", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    pipe = script.create_dali_pipeline(
+        batch_size=batch, num_threads=threads, device_id=None, seed=12, data_dir=str(root),
+        crop=32, size=32, dali_cpu=True, shard_id=0, num_shards=1)
+    pipe.build()
+    return DALIClassificationIterator(pipe, reader_name="Reader",
+                                      last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=True)
+
+
+def test_a_user_s_dali_iterator_is_read_as_it_was_built(small_dataset: Path) -> None:
+    """The script's own threads, batch and shard, not the harness's -j/-b; its reader's
+    folder is the data it declares (DALI reads in C++, past Python's audit hook); its threads
+    last as long as the pipeline, as persistent workers do."""
+    it = _user_iterator(small_dataset, threads=3, batch=12)
+    assert loader_settings(it) == {
+        "kind": "dali", "pipelines": 1, "num_threads": 3, "batch_size": 12,
+        "prefetch_queue_depth": 2, "device_id": None, "decoder_device": "cpu",
+        "shard_id": 0, "num_shards": 1}
+    assert shuffles(it) is True
+    assert datafiles.declared(it) == {"source": "DALI readers.file(file_root=...)",
+                                      "paths": [str(small_dataset)]}
+    run = store.load_runs(DATA / "report_sweep")[0]
+    rank = replace(run.ranks[0], extra={**run.ranks[0].extra, "loader": loader_settings(it)})
+    ran = job_as_run(replace(run, ranks=[rank]))
+    assert (ran.loader, ran.workers, ran.batch_size, ran.prefetch_factor) == ("dali", 3, 12, 2)
+    assert ran.persistent_workers
+
+
+@pytest.mark.long  # 28 s on this VM
+@pytest.mark.slow
+@needs_cgroups
+def test_a_user_s_dali_script_reads_its_data_through_the_throttle(
+        small_dataset: Path, tmp_path: Path) -> None:
+    """DALI's iterator runs its pipeline's first batches as it is built, and a file reader
+    with `random_shuffle` first fills a buffer of 1024 samples: here, all 96 files. The
+    throttle comes on before the iterator is built, so every byte of the dataset goes
+    through it and the first wait holds that read (at 4 MiB/s, 9.6 MB: over a second);
+    turned on at the first iteration, none did, and the disk run measured the page cache."""
+    prefix = tmp_path / "r"
+    rc = harness("--prefix", prefix, "--data", small_dataset, "--iters", "3", "--warmup", "1",
+                 "--modes", "disk", "--cache", "none", "--storage-bw", "4M", "--no-plots",
+                 SCRIPT, small_dataset, "-j", "2", "-b", "8", "--crop-size", "32",
+                 "--dali_cpu")
+    assert rc == 0
+    (run,) = store.load_runs(prefix)
+    assert run.ok, run.error
+    dataset_bytes = sum(f.stat().st_size for f in small_dataset.rglob("*.jpg"))
+    assert run.io.throttle.throttled_read_bytes >= dataset_bytes
+    assert run.ranks[0].extra["loader"]["num_threads"] == 2

@@ -96,7 +96,8 @@ def job_as_run(run: RunResult) -> JobAsRun:
         ranks=int(extra.get("world_size") or job.world_size), batch_size=_batch_size(run, loader),
         workers=int(workers), prefetch_factor=int(prefetch),
         pin_memory=bool(loader.get("pin_memory", False)),
-        # the built-in job keeps its workers (runs recorded before the key: its own setting)
-        persistent_workers=bool(loader.get("persistent_workers",
-                                           job.script is None and int(workers) > 0)),
+        # DALI's threads live as long as its pipeline; the built-in job keeps its workers
+        # (runs recorded before the key: its own setting)
+        persistent_workers=bool(loader.get("persistent_workers", kind == "dali" or (
+            job.script is None and int(workers) > 0))),
         device=_device(run, extra), loader=kind, script=job.script is not None)

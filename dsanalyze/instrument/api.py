@@ -202,12 +202,35 @@ def loader_settings(loader: Any) -> dict[str, Any]:
     settings = getattr(loader, "settings", None)
     if callable(getattr(settings, "to_dict", None)):
         return settings.to_dict()
+    if getattr(loader, "_pipes", None):
+        return dali_settings(loader)
     if isinstance(loader, torch.utils.data.DataLoader):
         return {"kind": "pytorch", "workers": loader.num_workers,
                 "batch_size": loader.batch_size, "prefetch_factor": loader.prefetch_factor,
                 "pin_memory": loader.pin_memory,
                 "persistent_workers": loader.persistent_workers}
     return {"kind": type(loader).__name__}
+
+
+def dali_settings(loader: Any) -> dict[str, Any]:
+    """A user's DALI iterator as its first pipeline was built: `num_threads` (the workers of
+    the model), `max_batch_size`, `prefetch_queue_depth` (an int, or its CPU stage's size
+    when split), the GPU, the decoder's device and the reader's shard; the keys of the
+    built-in job's `DaliSettings`, so both are read back alike (`analysis/jobrun.py`)."""
+    pipe = loader._pipes[0]
+    depth = pipe.prefetch_queue_depth
+    if isinstance(depth, dict):  # separated queues: {"cpu_size": n, "gpu_size": m}
+        depth = depth.get("cpu_size", 2)
+    ops = [op._op for op in (getattr(pipe, "_ops", None) or []) if hasattr(op, "_op")]
+    kinds = [(str(getattr(op, "schema_name", "")), op) for op in ops]
+    decoders = [op.device for name, op in kinds if name.startswith("decoders__")]
+    readers = [op._init_args for name, op in kinds if name.startswith("readers__")]
+    reader = readers[0] if readers else {}
+    return {"kind": "dali", "pipelines": len(loader._pipes), "num_threads": pipe.num_threads,
+            "batch_size": pipe.max_batch_size, "prefetch_queue_depth": int(depth),
+            "device_id": pipe.device_id, "decoder_device": decoders[0] if decoders else None,
+            "shard_id": int(reader.get("shard_id", 0)),
+            "num_shards": int(reader.get("num_shards", 1))}
 
 
 def in_evaluation() -> bool:
@@ -346,12 +369,16 @@ class Session:
             dataset = steps.graph_dataset(loader)
         if self.settings.mode != "synthetic" and dataset is not None:
             steps.instrument_dataset(dataset, self.sink)  # before iter() forks the workers
-        if self.settings.mode == "disk":
-            rankenv.wait_for_throttle()  # before its workers read the first sample
+        self.before_reading()  # before its workers read the first sample
         run_dir = rankenv.run_dir()
         if self.settings.discover and self.audit is None and run_dir is not None:
             self.audit = datafiles.start_audit(str(run_dir / f"opened-rank{self.settings.rank}"))
         return info
+
+    def before_reading(self) -> None:
+        """A loader is about to read the data: in a disk run, wait for the read throttle."""
+        if self.settings.mode == "disk":
+            rankenv.wait_for_throttle()
 
     def iterate(self, loader: Any, original: Callable[[], Iterator[Any]]) -> Iterator[Any]:
         """`iter(loader)` for every loader the bootstrap instruments."""

@@ -70,11 +70,17 @@ DALI_MODULE = "nvidia.dali.plugin.base_iterator"
 EXIT_GRACE_S = 30.0
 
 
-def _instrument_class(cls: type, session: api.Session, kind: str) -> list[Callable[[], None]]:
-    """Register instances at creation; route every `iter()` through the session."""
+def _instrument_class(cls: type, session: api.Session, kind: str,
+                      reads_when_built: bool = False) -> list[Callable[[], None]]:
+    """Register instances at creation; route every `iter()` through the session. A loader
+    that `reads_when_built` (DALI's iterator runs its pipeline's first batches, and a file
+    reader with `random_shuffle` fills its 1024-sample buffer, in its constructor) waits
+    for a disk run's read throttle before it is built, not at its first iteration."""
     init, iterate = cls.__init__, cls.__iter__
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if reads_when_built:
+            session.before_reading()
         init(self, *args, **kwargs)
         session.info(self, kind)
 
@@ -110,12 +116,13 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 # Loader classes of other libraries, patched when (and only if) the script imports them.
+# (class, kind, reads when built)
 EXTRA_LOADERS = {
-    DALI_MODULE: ("_DaliBaseIterator", "DALI iterator"),
-    "torchdata.nodes.loader": ("Loader", "torchdata.nodes Loader"),
+    DALI_MODULE: ("_DaliBaseIterator", "DALI iterator", True),
+    "torchdata.nodes.loader": ("Loader", "torchdata.nodes Loader", False),
     # timm's PrefetchLoader moves and normalises batches on the device: the batch that
     # comes out of it is the one synthetic mode replays.
-    "timm.data.loader": ("PrefetchLoader", "timm PrefetchLoader"),
+    "timm.data.loader": ("PrefetchLoader", "timm PrefetchLoader", False),
 }
 
 
@@ -125,9 +132,9 @@ def install(session: api.Session) -> Callable[[], None]:
 
     restore = _instrument_class(DataLoader, session, "DataLoader")
     patches: dict[str, Callable[[types.ModuleType], None]] = {
-        name: lambda module, attr=attr, kind=kind: restore.extend(
-            _instrument_class(getattr(module, attr), session, kind))
-        for name, (attr, kind) in EXTRA_LOADERS.items()}
+        name: lambda module, attr=attr, kind=kind, built=built: restore.extend(
+            _instrument_class(getattr(module, attr), session, kind, built))
+        for name, (attr, kind, built) in EXTRA_LOADERS.items()}
     # where webdataset opens its shards: count and time their reads (filereads.py)
     patches[filereads.WEBDATASET_GOPEN] = lambda module: restore.append(
         filereads.patch_gopen(module, session.files_sink))

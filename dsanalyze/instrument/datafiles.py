@@ -74,6 +74,8 @@ def _children(obj: Any) -> Iterator[Any]:
 
 def declared(loader: Any) -> dict[str, Any] | None:
     """`{"source": "ImageFolder.root", "paths": [...]}` from the loader's objects, or None."""
+    if getattr(loader, "_pipes", None):
+        return _dali_paths(loader._pipes)
     seen: set[int] = set()
     todo = [(loader, 0)]
     while todo:
@@ -100,6 +102,29 @@ def _own_paths(obj: Any) -> dict[str, Any] | None:
             continue
         if paths:
             return {"source": f"{name}.{attr}", "paths": paths}
+    return None
+
+
+# The arguments of DALI's readers that name what they read: a folder (fn.readers.file,
+# numpy), or files (file, numpy, webdataset's tar `paths`, tfrecord/caffe/mxnet `path`).
+DALI_READER_ARGS = ("file_root", "files", "paths", "path")
+
+
+def _dali_paths(pipes: list[Any]) -> dict[str, Any] | None:
+    """What a DALI iterator's readers read, from the arguments the script gave them (their
+    C++ reads pass no Python audit hook); None when no reader names a local path."""
+    for pipe in pipes:
+        for op in (getattr(pipe, "_ops", None) or []):
+            op = getattr(op, "_op", None)
+            name = str(getattr(op, "schema_name", ""))
+            if not name.startswith("readers__"):
+                continue
+            args = getattr(op, "_init_args", {})
+            for arg in DALI_READER_ARGS:
+                paths = _paths(args.get(arg))
+                if paths:
+                    reader = name.removeprefix("readers__").lower()
+                    return {"source": f"DALI readers.{reader}({arg}=...)", "paths": paths}
     return None
 
 

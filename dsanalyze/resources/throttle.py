@@ -20,9 +20,11 @@ read through the throttle are known (`records.ThrottleStart`). What the job
 imports lazily after that (a Python module not cached yet) is still read
 through it: at most its size, once (nothing evicts it).
 
-A job whose training loader never starts (or whose loader reads before its
-first iteration, as DALI's prefetch does) gets the throttle after
-`LATE_AFTER_S` anyway.
+A DALI iterator reads as it is built (its pipeline's first batches, and a
+file reader with `random_shuffle` fills a 1024-sample buffer first): it
+signals before its constructor runs (`instrument/bootstrap.py`), not at its
+first iteration. A job whose training loader never starts gets the throttle
+after `LATE_AFTER_S` anyway.
 """
 
 from __future__ import annotations
