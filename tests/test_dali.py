@@ -277,4 +277,8 @@ def test_a_user_s_dali_script_reads_its_data_through_the_throttle(
     assert run.ok, run.error
     dataset_bytes = sum(f.stat().st_size for f in small_dataset.rglob("*.jpg"))
     assert run.io.throttle.throttled_read_bytes >= dataset_bytes
-    assert run.ranks[0].extra["loader"]["num_threads"] == 2
+    rank = run.ranks[0]
+    assert rank.extra["loader"]["num_threads"] == 2
+    (built,) = [li for li in rank.extra["loaders"] if li["role"] == "training"]
+    # that read is the first batch's wait: at least the bytes over the throttle's rate
+    assert rank.wait_s[0] >= built["build_s"] >= 0.5 * dataset_bytes / (4 << 20)

@@ -42,6 +42,24 @@ def test_wait_and_iter_times(fetch_s, compute_s):
     assert rec.samples == [4] * 5 and rec.epoch == [0] * 5
 
 
+@pytest.mark.parametrize("build_s", [0.0, 0.7, 3.0])
+def test_a_loader_that_reads_as_it_is_built_pays_it_in_its_first_wait_alone(build_s):
+    """A DALI iterator's constructor runs its first batches: that time is the first batch's
+    wait and iteration, as a DataLoader's first next() pays for its workers; later
+    iterations and later epochs are untouched, and the sum of the iterations is the
+    loop's time plus the build."""
+    clock = FakeClock()
+    rec = IterationRecorder(clock=clock)
+    rec.build_s = build_s
+    timed = TimedLoader(SlowLoader(clock, 3, 0.1), rec)
+    for _ in range(2):
+        for _ in timed:
+            clock.now += 0.2
+    assert rec.wait_s == pytest.approx([0.1 + build_s] + [0.1] * 5)
+    assert rec.iter_s == pytest.approx([0.3 + build_s] + [0.3] * 5)
+    assert sum(rec.iter_s) == pytest.approx(clock.now + build_s)
+
+
 def test_stops_after_warmup_plus_iters_across_epochs():
     clock = FakeClock()
     rec = IterationRecorder(warmup=2, max_iters=5, clock=clock)

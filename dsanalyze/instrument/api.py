@@ -126,11 +126,12 @@ class LoaderInfo:
     ref: Callable[[], Any]
     role: str = ""  # "" until first iterated, then "training" or "other"
     epochs: int = 0  # times iterated
+    build_s: float = 0.0  # in its constructor, for a loader that reads as it is built (DALI)
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "kind": self.kind, "shuffles": self.shuffles,
                 "batches": self.batches, "role": self.role or "never iterated",
-                "epochs": self.epochs}
+                "epochs": self.epochs, "build_s": self.build_s}
 
 
 def _ref(obj: Any) -> Callable[[], Any]:
@@ -357,6 +358,8 @@ class Session:
         if self.training is not None:
             self.training.role, self._timed = "other", None
         self.training, info.role = info, "training"
+        if not self.recorder.iter_s:
+            self.recorder.build_s = info.build_s
         info.shuffles, info.batches = shuffles(loader), _length(loader)
         self.training_settings = loader_settings(loader)  # the loader may be gone at the end
         if self.until is not None:

@@ -58,6 +58,7 @@ import os
 import runpy
 import sys
 import threading
+import time
 import types
 from collections.abc import Callable
 from typing import Any
@@ -71,15 +72,19 @@ EXIT_GRACE_S = 30.0
 
 
 def _instrument_class(cls: type, session: api.Session, kind: str,
-                      reads_when_built: bool = False) -> list[Callable[[], None]]:
-    """Register instances at creation; route every `iter()` through the session. A loader
-    that `reads_when_built` (DALI's iterator runs its pipeline's first batches, and a file
-    reader with `random_shuffle` fills its 1024-sample buffer, in its constructor) waits
-    for a disk run's read throttle before it is built, not at its first iteration."""
+                      built_by: str | None = None) -> list[Callable[[], None]]:
+    """Register instances at creation; route every `iter()` through the session.
+
+    A loader that reads as it is built names the method that fetches its batches
+    (`built_by`): DALI's iterator runs its pipeline's first batch in its constructor (a
+    file reader with `random_shuffle` first fills a 1024-sample buffer). It waits for a
+    disk run's read throttle before it is built, not at its first iteration, and the time
+    that method spends before the loader is first iterated is its build (`build_s`),
+    charged to its first batch's wait (`loader.IterationRecorder`)."""
     init, iterate = cls.__init__, cls.__iter__
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if reads_when_built:
+        if built_by is not None:
             session.before_reading()
         init(self, *args, **kwargs)
         session.info(self, kind)
@@ -91,7 +96,23 @@ def _instrument_class(cls: type, session: api.Session, kind: str,
     # DataLoader from the arguments it reads through inspect.signature(cls.__init__).
     functools.update_wrapper(__init__, init)
     functools.update_wrapper(__iter__, iterate)
-    return [patch_attr(cls, "__init__", __init__), patch_attr(cls, "__iter__", __iter__)]
+    restore = [patch_attr(cls, "__init__", __init__), patch_attr(cls, "__iter__", __iter__)]
+    fetch = getattr(cls, built_by, None) if built_by is not None else None
+    if fetch is None:  # not such a loader, or a version without that method: timed from iter()
+        return restore
+
+    def fetch_timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        info = session.info(self, kind)
+        if info.epochs:  # iterated: timed by the recorder
+            return fetch(self, *args, **kwargs)
+        start = time.perf_counter()
+        try:
+            return fetch(self, *args, **kwargs)
+        finally:
+            info.build_s += time.perf_counter() - start
+
+    functools.update_wrapper(fetch_timed, fetch)
+    return [*restore, patch_attr(cls, built_by, fetch_timed)]
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -116,13 +137,13 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 # Loader classes of other libraries, patched when (and only if) the script imports them.
-# (class, kind, reads when built)
+# (class, kind, the method that fetches its batches if it reads as it is built)
 EXTRA_LOADERS = {
-    DALI_MODULE: ("_DaliBaseIterator", "DALI iterator", True),
-    "torchdata.nodes.loader": ("Loader", "torchdata.nodes Loader", False),
+    DALI_MODULE: ("_DaliBaseIterator", "DALI iterator", "_get_outputs"),
+    "torchdata.nodes.loader": ("Loader", "torchdata.nodes Loader", None),
     # timm's PrefetchLoader moves and normalises batches on the device: the batch that
     # comes out of it is the one synthetic mode replays.
-    "timm.data.loader": ("PrefetchLoader", "timm PrefetchLoader", False),
+    "timm.data.loader": ("PrefetchLoader", "timm PrefetchLoader", None),
 }
 
 

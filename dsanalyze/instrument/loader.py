@@ -8,6 +8,9 @@ a DALI iterator, a replay loader) and records, per iteration:
   iterator (`iter(loader)`: DataLoader worker start-up), which is real stall.
 - `iter_s`: from the start of one `next()` to the start of the following one,
   so `iter_s = wait_s + compute`.
+- A loader that reads as it is built (`build_s`: a DALI iterator's constructor
+  runs its first batches) is charged that time in its first batch's wait and
+  iteration, as a DataLoader's first `next()` pays for its workers' start.
 
 CUDA is asynchronous: a training step returns before the GPU has finished.
 Without a synchronisation at the iteration boundary, the unfinished GPU work
@@ -76,6 +79,9 @@ class IterationRecorder:
         self.epochs_started = 0
         self.epoch_lengths: list[int] = []  # batches of each epoch the loader itself ended
         self.start_unix_s = 0.0
+        # What the loader spent reading as it was built, before its first next() (a DALI
+        # iterator runs its first batches in its constructor): the first batch's wait.
+        self.build_s = 0.0
         self._open: tuple[float, float, int, int] | None = None  # start, wait, samples, epoch
 
     @property
@@ -104,6 +110,8 @@ class IterationRecorder:
         return now
 
     def open(self, start: float, wait_s: float, samples: int) -> None:
+        if not self.iter_s and self.build_s:  # the first batch: the loader's build before it
+            start, wait_s, self.build_s = start - self.build_s, wait_s + self.build_s, 0.0
         self._open = (start, wait_s, samples, self.epochs_started - 1)
 
     def discard_open(self) -> None:
