@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dsanalyze.errors import ConfigError
 from dsanalyze.whatif import cachesim
@@ -140,3 +142,37 @@ def test_sizes_from_quantiles() -> None:
 def test_unknown_policy(bad: str) -> None:
     with pytest.raises(ConfigError, match="use lru, pagecache or noevict"):
         cachesim.Policy.parse(bad)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(1, 5 * PAGE), min_size=2, max_size=120),
+       share=st.floats(0.0, 1.0), ranks=st.integers(1, 3), batch=st.integers(1, 4))
+def test_the_same_order_every_epoch_hits_an_lru_all_or_nothing(
+        sizes: list[int], share: float, ranks: int, batch: int) -> None:
+    """A cyclic scan (DALI's file reader without shuffle_after_epoch): each file was last
+    read one whole epoch ago, after every other file. An LRU admits the files that fit it;
+    if those all fit together, every later epoch hits each of them; if not, each was
+    evicted before its turn came again and no later epoch hits at all."""
+    rng = np.random.default_rng(0)
+    orders = [cachesim.epoch_order(len(sizes), rng, ranks, batch, same_order=True)
+              for _ in range(3)]
+    assert all(np.array_equal(o, orders[0]) for o in orders)
+    cap = int(share * sum(sizes))
+    admitted = sum(sizes[i] for i in np.unique(orders[0]) if sizes[i] <= cap)
+    stats = cachesim.simulate(sizes, cap, "lru", orders)
+    expected = admitted if admitted <= cap else 0
+    assert [e.hit_bytes for e in stats[1:]] == [expected] * 2
+
+
+def test_the_same_order_every_epoch_thrashes_the_page_cache_as_a_dali_reader_did() -> None:
+    """The two-list page cache at half of 3000 JPEGs (tests/scripts/train_dali.py's reader
+    without shuffle_after_epoch) keeps next to none of a cyclic scan; measured with the
+    budget at 50%, the job read 87.8 MB where at 0 it read 90.4 MB (hits of about 3%), not
+    the 15-21% a fresh permutation gets."""
+    rng = np.random.default_rng(1)
+    sizes = rng.integers(8 * 1024, 14 * 1024, 3000)
+    cap = sum(sizes) // 2
+    cyclic = [cachesim.epoch_order(3000, rng, 1, 16, same_order=True) for _ in range(3)]
+    shuffled = [cachesim.epoch_order(3000, rng, 1, 16) for _ in range(3)]
+    assert steady_hit(cachesim.simulate(sizes, cap, "pagecache", cyclic)[1:]) < 0.05
+    assert steady_hit(cachesim.simulate(sizes, cap, "pagecache", shuffled)[1:]) > 0.10

@@ -27,7 +27,12 @@ from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPoli
 
 from dsanalyze import store  # noqa: E402
 from dsanalyze.analysis import stalls  # noqa: E402
-from dsanalyze.analysis.jobrun import job_as_run  # noqa: E402
+from dsanalyze.analysis.jobrun import (  # noqa: E402
+    PERMUTATION,
+    SAME_ORDER,
+    JobAsRun,
+    job_as_run,
+)
 from dsanalyze.errors import CorruptSampleError, DatasetError  # noqa: E402
 from dsanalyze.instrument import datafiles  # noqa: E402
 from dsanalyze.instrument import rank as rankenv  # noqa: E402
@@ -35,6 +40,7 @@ from dsanalyze.instrument.api import loader_settings, shuffles  # noqa: E402
 from dsanalyze.instrument.loader import IterationRecorder, TimedLoader  # noqa: E402
 from dsanalyze.jobs.dali_pipeline import DaliSettings  # noqa: E402
 from dsanalyze.records import RankRecord  # noqa: E402
+from dsanalyze.whatif import api as whatif  # noqa: E402
 
 FILES = 96
 CLASSES = 4
@@ -246,7 +252,7 @@ def test_a_user_s_dali_iterator_is_read_as_it_was_built(small_dataset: Path) -> 
     assert loader_settings(it) == {
         "kind": "dali", "pipelines": 1, "num_threads": 3, "batch_size": 12,
         "prefetch_queue_depth": 2, "device_id": None, "decoder_device": "cpu",
-        "shard_id": 0, "num_shards": 1}
+        "shard_id": 0, "num_shards": 1, "random_shuffle": True, "shuffle_after_epoch": False}
     assert shuffles(it) is True
     assert datafiles.declared(it) == {"source": "DALI readers.file(file_root=...)",
                                       "paths": [str(small_dataset)]}
@@ -255,6 +261,12 @@ def test_a_user_s_dali_iterator_is_read_as_it_was_built(small_dataset: Path) -> 
     ran = job_as_run(replace(run, ranks=[rank]))
     assert (ran.loader, ran.workers, ran.batch_size, ran.prefetch_factor) == ("dali", 3, 12, 2)
     assert ran.persistent_workers
+    # random_shuffle mixes a buffer of samples; the files are read in the same order
+    assert ran.read_order == SAME_ORDER
+    assert JobAsRun.from_dict(ran.to_dict()) == ran
+    built_in = dali_pipeline.DaliSettings.from_dict(cpu_settings(12).to_dict())
+    rank = replace(rank, extra={**rank.extra, "loader": built_in.to_dict()})
+    assert job_as_run(replace(run, ranks=[rank])).read_order == PERMUTATION
 
 
 @pytest.mark.long  # 28 s on this VM
@@ -282,3 +294,30 @@ def test_a_user_s_dali_script_reads_its_data_through_the_throttle(
     (built,) = [li for li in rank.extra["loaders"] if li["role"] == "training"]
     # that read is the first batch's wait: at least the bytes over the throttle's rate
     assert rank.wait_s[0] >= built["build_s"] >= 0.5 * dataset_bytes / (4 << 20)
+
+
+def test_a_dali_reader_s_same_order_gets_nothing_from_a_cache_smaller_than_its_data() -> None:
+    """tests/data/script_dali_cache: train_dali.py (-j 2 -b 16, 3000 JPEGs of 31.5 MB, one
+    CPU, 8 MiB/s, 2 epochs), fitted at cache 0 and 100% , and single runs held out
+    at 50% and 75% (`heldout`). Its file reader reads the files in list order every epoch
+    (`random_shuffle` mixes a buffer of samples): a cyclic scan, which a budget below the
+    dataset keeps none of for the next epoch. Measured, those budgets ran no faster than
+    cache 0 (296.8 and 334.9 samples/s against 342.1; 826.5 at 100%). The model reads that
+    order from the runs and predicts them as cache 0, with no hits; with a fresh permutation
+    every epoch it predicted them 35% and 68% faster than cache 0."""
+    fit = store.load_runs(DATA / "script_dali_cache")
+    held = store.load_runs(DATA / "script_dali_cache" / "heldout")
+    rate = {r.spec.resources.cache.spec: stalls.run_rate(r).rate_sps for r in fit + held}
+    assert all(abs(rate[c] / rate["0"] - 1) < 0.15 for c in ("50%", "75%"))  # as measured
+    assert rate["100%"] > 2 * rate["0"]
+    model = whatif.fit(fit)
+    assert model.same_order
+    zero = whatif.check_run(model, next(r for r in fit if r.spec.resources.cache.spec == "0"))
+    for run in held:
+        check = whatif.check_run(model, run)
+        assert check.predicted_sps == pytest.approx(zero.predicted_sps, rel=0.01)
+    shuffled = replace(model, same_order=False)
+    by_cache = {r.spec.resources.cache.spec: whatif.check_run(shuffled, r).predicted_sps
+                for r in held}
+    assert by_cache["75%"] > 1.3 * whatif.check_run(shuffled, next(
+        r for r in fit if r.spec.resources.cache.spec == "0")).predicted_sps

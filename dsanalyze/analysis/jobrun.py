@@ -19,6 +19,11 @@ from typing import Any
 from dsanalyze.records import RunResult
 
 PYTORCH_PREFETCH = 2  # DataLoader's default prefetch_factor (with workers)
+# The order an epoch reads the files in: a fresh permutation every epoch (a shuffling
+# sampler; DALI's reader with `shuffle_after_epoch`), or the same order every epoch (DALI's
+# file reader otherwise: `random_shuffle` mixes samples within a buffer of 1024 while the
+# files are still read in list order), which a page cache smaller than the dataset never hits.
+PERMUTATION, SAME_ORDER = "permutation", "same_order"
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,7 @@ class JobAsRun:
     device: str  # where the step ran: sim, cpu, cuda
     loader: str  # pytorch, dali, or the loader's class name
     script: bool  # a user script (False: the built-in job)
+    read_order: str = PERMUTATION  # PERMUTATION or SAME_ORDER
 
     @property
     def step_uses_cpu(self) -> bool:
@@ -45,7 +51,7 @@ class JobAsRun:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> JobAsRun:
-        return cls(**{f.name: d[f.name] for f in fields(cls)})
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
 
 def run_cpus(run: RunResult) -> int:
@@ -86,9 +92,12 @@ def job_as_run(run: RunResult) -> JobAsRun:
     extra = run.ranks[0].extra if run.ranks else {}
     loader = extra.get("loader") or {}
     kind = str(loader.get("kind") or job.loader)
+    order = PERMUTATION
     if kind == "dali":
         workers = loader.get("num_threads", job.workers)
         prefetch = loader.get("prefetch_queue_depth", PYTORCH_PREFETCH)
+        # the built-in job's records before the key: it permuted
+        order = PERMUTATION if loader.get("shuffle_after_epoch", True) else SAME_ORDER
     else:
         workers = loader.get("workers", job.workers)
         prefetch = loader.get("prefetch_factor") or PYTORCH_PREFETCH
@@ -100,4 +109,5 @@ def job_as_run(run: RunResult) -> JobAsRun:
         # (runs recorded before the key: its own setting)
         persistent_workers=bool(loader.get("persistent_workers", kind == "dali" or (
             job.script is None and int(workers) > 0))),
-        device=_device(run, extra), loader=kind, script=job.script is not None)
+        device=_device(run, extra), loader=kind, script=job.script is not None,
+        read_order=order)

@@ -216,8 +216,9 @@ def loader_settings(loader: Any) -> dict[str, Any]:
 def dali_settings(loader: Any) -> dict[str, Any]:
     """A user's DALI iterator as its first pipeline was built: `num_threads` (the workers of
     the model), `max_batch_size`, `prefetch_queue_depth` (an int, or its CPU stage's size
-    when split), the GPU, the decoder's device and the reader's shard; the keys of the
-    built-in job's `DaliSettings`, so both are read back alike (`analysis/jobrun.py`)."""
+    when split), the GPU, the decoder's device, and the reader's shard and shuffling (the
+    order it reads its files in); the keys of the built-in job's `DaliSettings`, so both
+    are read back alike (`analysis/jobrun.py`)."""
     pipe = loader._pipes[0]
     depth = pipe.prefetch_queue_depth
     if isinstance(depth, dict):  # separated queues: {"cpu_size": n, "gpu_size": m}
@@ -231,7 +232,9 @@ def dali_settings(loader: Any) -> dict[str, Any]:
             "batch_size": pipe.max_batch_size, "prefetch_queue_depth": int(depth),
             "device_id": pipe.device_id, "decoder_device": decoders[0] if decoders else None,
             "shard_id": int(reader.get("shard_id", 0)),
-            "num_shards": int(reader.get("num_shards", 1))}
+            "num_shards": int(reader.get("num_shards", 1)),
+            "random_shuffle": bool(reader.get("random_shuffle", False)),
+            "shuffle_after_epoch": bool(reader.get("shuffle_after_epoch", False))}
 
 
 def in_evaluation() -> bool:

@@ -78,6 +78,7 @@ class DaliSettings:
     seed: int
     prefetch_queue_depth: int = PIPELINE_PREFETCH_DEPTH
     reader_prefetch_queue_depth: int = READER_PREFETCH_DEPTH
+    shuffle_after_epoch: bool = True  # the reader's file order: a fresh permutation each epoch
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "dali", **asdict(self)}
@@ -123,7 +124,8 @@ def file_reader(root: str, s: DaliSettings) -> tuple[Any, Any]:
     """
     return fn.readers.file(
         file_root=root, name=READER_NAME, shard_id=s.shard_id, num_shards=s.num_shards,
-        shuffle_after_epoch=True, shuffle_after_epoch_seed=s.seed, pad_last_batch=True,
+        shuffle_after_epoch=s.shuffle_after_epoch, shuffle_after_epoch_seed=s.seed,
+        pad_last_batch=True,
         prefetch_queue_depth=s.reader_prefetch_queue_depth)
 
 

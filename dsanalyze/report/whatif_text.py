@@ -62,7 +62,10 @@ def assumptions(model: Any) -> str:
             "worker that drains at each epoch end; every process needing CPU shares the cores "
             f"equally (a worker at most one); {step}; storage bandwidth is shared by the "
             "readers, each read after the device's per-request latency; the page cache behaves "
-            "as Linux's two-list LRU at the budget plus the fitted slack")
+            "as Linux's two-list LRU at the budget plus the fitted slack"
+            + ("; the files are read in the same order every epoch (DALI's file reader "
+               "without shuffle_after_epoch), so a page cache smaller than the dataset "
+               "keeps none of them for the next epoch" if model.same_order else ""))
 
 
 def rate_text(p: Any) -> str:

@@ -2,7 +2,10 @@
 
 The job reads every sample once per epoch in a fresh random permutation
 (`RandomSampler`, or `DistributedSampler` sharded across ranks, whose shards
-the ranks read in lock step), so a file is read again about one epoch later.
+the ranks read in lock step), so a file is read again about one epoch later;
+or in the same order every epoch (`same_order`: DALI's file reader without
+`shuffle_after_epoch`), a cyclic scan that a cache smaller than the dataset
+never hits under `lru` or `pagecache`.
 Three caches of C bytes are simulated:
 
 - `lru`: least-recently-used eviction, the textbook model of the page cache.
@@ -90,7 +93,8 @@ def page_rounded(sizes: Sequence[int], page_bytes: int = PAGE_BYTES) -> np.ndarr
 
 
 def epoch_order(n_files: int, rng: np.random.Generator, ranks: int = 1,
-                batch_size: int = 1, kept: int | None = None) -> np.ndarray:
+                batch_size: int = 1, kept: int | None = None,
+                same_order: bool = False) -> np.ndarray:
     """The node's read order in one epoch, as the job's samplers produce it.
 
     One rank: a permutation, cut to whole batches (DataLoader `drop_last`).
@@ -99,10 +103,12 @@ def epoch_order(n_files: int, rng: np.random.Generator, ranks: int = 1,
     whole batches; the ranks advance in lock step, so the node reads the
     shards interleaved. `kept`: only ranks 0..kept-1 (node 0 of a job whose
     `ranks` span several nodes: its page cache sees only its own ranks' reads).
+    `same_order`: the files in list order, the same every epoch (DALI's file
+    reader without `shuffle_after_epoch`), cut and sharded alike: a cyclic scan.
     """
     if ranks < 1 or batch_size < 1:
         raise ConfigError("ranks and batch size must be at least 1")
-    perm = rng.permutation(n_files)
+    perm = np.arange(n_files) if same_order else rng.permutation(n_files)
     per_rank = n_files // ranks
     used = per_rank // batch_size * batch_size
     if ranks == 1:

@@ -42,7 +42,8 @@ def simulated_reads(model: Model, run: RunResult, seeds: int = 1
     missed, read, resident = [], [], []
     for seed in range(seeds):
         rng = np.random.default_rng(seed)
-        orders = [cachesim.epoch_order(len(sizes), rng, model.ranks, model.batch_size)
+        orders = [cachesim.epoch_order(len(sizes), rng, model.ranks, model.batch_size,
+                                       same_order=model.same_order)
                   for _ in range(layout.epochs)]
         stats = cachesim.simulate(sizes, cap, model.policy, orders)
         missed.append(sum(s.read_bytes for s in stats) * share)

@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 
 from dsanalyze.analysis import runrate
-from dsanalyze.analysis.jobrun import job_as_run
+from dsanalyze.analysis.jobrun import SAME_ORDER, job_as_run
 from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
@@ -132,6 +132,7 @@ def job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] |
                   machine_cpus=base[0].environment.get("cpus_available"), loader=ran.loader,
                   prefetch_factor=ran.prefetch_factor, step_on_cpu=ran.step_uses_cpu,
                   persistent_workers=ran.persistent_workers,
+                  same_order=ran.read_order == SAME_ORDER,
                   step_s_by_cpus=by_cpus, epoch_end_s_by_cpus=epoch_end,
                   fit_weights=weights, measured_sigma=dict(rate_rel_sigma))
     fixed = [Param("samples_per_epoch", float(n_samples), "samples", (base[0].run_id,),

@@ -218,8 +218,13 @@ def reread_share(model: Model, cache_bytes: float | None) -> float:
     of the dataset the cache cannot hold. The job's other reads of a file (a validation
     pass) are taken to hit where the cache holds the dataset's bytes, as a pass over the
     files in another order would (a cached share C / D), and to miss elsewhere: measured
-    where the cache holds almost nothing (`fit_reads`), untested in between."""
-    return (model.read_amplification - 1.0) * uncached_share(model, cache_bytes)
+    where the cache holds almost nothing (`fit_reads`), untested in between. A job that
+    reads its files in the same order every epoch keeps none of them in a cache smaller
+    than the dataset (`cachesim`), its other reads included."""
+    share = uncached_share(model, cache_bytes)
+    if model.same_order and share > 0:
+        share = 1.0
+    return (model.read_amplification - 1.0) * share
 
 
 def held_load(model: Model, cfg: Config, mode: Mode, rate_sps: float) -> float:

@@ -199,6 +199,8 @@ class Model:
     loader: str = "pytorch"  # pytorch: workers are DataLoader workers; dali: DALI threads
     prefetch_factor: int = pipeline.PREFETCH_FACTOR  # batches in flight per worker, as run
     persistent_workers: bool = True  # False: the workers start again at every epoch (startup_s)
+    # the files in a fresh permutation every epoch, or in the same order (`jobrun.SAME_ORDER`)
+    same_order: bool = False
     # a step on the CPU (the script's recorded device): its time per CPU count, fitted on the
     # synthetic runs of each; it runs in the main process, on the cores the workers use
     step_on_cpu: bool = False

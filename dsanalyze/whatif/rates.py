@@ -97,7 +97,8 @@ def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,
     if cache_bytes is not None and files != len(model.file_bytes):
         cache_bytes = cache_bytes * sizes.sum() / model.dataset_bytes
     batches = min(batches, files // per_batch)
-    orders = [cachesim.epoch_order(files, rng, ranks * nodes, model.batch_size, ranks)
+    orders = [cachesim.epoch_order(files, rng, ranks * nodes, model.batch_size, ranks,
+                                   model.same_order)
               [:batches * model.batch_size * ranks] for _ in range(layout.epochs)]
     read = [sizes[o].astype(float) for o in orders]
     if mode is not Mode.DISK:
