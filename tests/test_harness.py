@@ -50,7 +50,8 @@ def test_two_ranks_all_modes_combined(small_dataset, tmp_path):
         # the built-in job is timed and stopped by the instrument API, as a user script
         assert all(k.extra["stopped"] == "8 iterations measured" and k.extra["loader"] ==
                    {"kind": "pytorch", "workers": 1, "batch_size": 4, "prefetch_factor": 2,
-                        "pin_memory": False, "persistent_workers": True}
+                        "pin_memory": False, "persistent_workers": True,
+                        "same_order": False}  # a DistributedSampler that shuffles
                    for k in r.ranks)
     cfg = summary_of(prefix)["configs"][0]
     # 96 images over 2 ranks, 4 per batch: 12 batches per rank per epoch

@@ -24,7 +24,7 @@ import torch
 
 from dsanalyze import store
 from dsanalyze.analysis import stalls
-from dsanalyze.analysis.jobrun import JobAsRun, job_as_run
+from dsanalyze.analysis.jobrun import PERMUTATION, SAME_ORDER, JobAsRun, job_as_run
 from dsanalyze.analysis.summary import summarize
 from dsanalyze.errors import ConfigError
 from dsanalyze.instrument.api import loader_settings
@@ -58,7 +58,36 @@ def test_a_dataloader_records_every_knob_the_model_reads() -> None:
                                          prefetch_factor=3, persistent_workers=True)
     assert loader_settings(loader) == {"kind": "pytorch", "workers": 2, "batch_size": 5,
                                        "prefetch_factor": 3, "pin_memory": False,
-                                       "persistent_workers": True}
+                                       "persistent_workers": True, "same_order": True}
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(10))
+
+
+@pytest.mark.parametrize("make, order", [
+    (lambda d: torch.utils.data.DataLoader(d, batch_size=2), SAME_ORDER),  # shuffle=False
+    (lambda d: torch.utils.data.DataLoader(d, batch_size=2, shuffle=True), PERMUTATION),
+    (lambda d: torch.utils.data.DataLoader(d, sampler=torch.utils.data.DistributedSampler(
+        d, num_replicas=2, rank=0, shuffle=False)), SAME_ORDER),
+    (lambda d: torch.utils.data.DataLoader(d, sampler=torch.utils.data.DistributedSampler(
+        d, num_replicas=2, rank=0)), PERMUTATION),
+    (lambda d: torch.utils.data.DataLoader(_Stream(), batch_size=2), PERMUTATION),  # its own
+])
+def test_a_loader_that_does_not_shuffle_reads_the_same_order_every_epoch(make, order) -> None:
+    """The order the cache simulation replays (`cachesim.epoch_order(same_order=...)`), read
+    from the training loader's sampler as the run recorded it."""
+    run = store.load_runs(DATA / "script_cpu")[0]
+    loader = make(list(range(40)))
+    epochs = []
+    for epoch in range(2):  # as a training loop runs them (a DistributedSampler told its epoch)
+        if hasattr(loader.sampler, "set_epoch"):
+            loader.sampler.set_epoch(epoch)
+        epochs.append([int(x) for b in loader for x in b])
+    assert (epochs[0] == epochs[1]) == (order == SAME_ORDER) or isinstance(loader.dataset, _Stream)
+    rank = replace(run.ranks[0], extra={**run.ranks[0].extra, "loader": loader_settings(loader)})
+    assert job_as_run(replace(run, ranks=[rank])).read_order == order
 
 
 def test_the_built_in_job_keeps_its_sim_device() -> None:

@@ -20,9 +20,10 @@ from dsanalyze.records import RunResult
 
 PYTORCH_PREFETCH = 2  # DataLoader's default prefetch_factor (with workers)
 # The order an epoch reads the files in: a fresh permutation every epoch (a shuffling
-# sampler; DALI's reader with `shuffle_after_epoch`), or the same order every epoch (DALI's
-# file reader otherwise: `random_shuffle` mixes samples within a buffer of 1024 while the
-# files are still read in list order), which a page cache smaller than the dataset never hits.
+# sampler; DALI's reader with `shuffle_after_epoch`), or the same order every epoch (a
+# DataLoader that does not shuffle a map-style dataset; DALI's file reader otherwise:
+# `random_shuffle` mixes samples within a buffer of 1024 while the files are still read in
+# list order), which a page cache smaller than the dataset never hits.
 PERMUTATION, SAME_ORDER = "permutation", "same_order"
 
 
@@ -101,6 +102,7 @@ def job_as_run(run: RunResult) -> JobAsRun:
     else:
         workers = loader.get("workers", job.workers)
         prefetch = loader.get("prefetch_factor") or PYTORCH_PREFETCH
+        order = SAME_ORDER if loader.get("same_order") else PERMUTATION
     return JobAsRun(
         ranks=int(extra.get("world_size") or job.world_size), batch_size=_batch_size(run, loader),
         workers=int(workers), prefetch_factor=int(prefetch),

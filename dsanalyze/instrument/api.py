@@ -209,8 +209,21 @@ def loader_settings(loader: Any) -> dict[str, Any]:
         return {"kind": "pytorch", "workers": loader.num_workers,
                 "batch_size": loader.batch_size, "prefetch_factor": loader.prefetch_factor,
                 "pin_memory": loader.pin_memory,
-                "persistent_workers": loader.persistent_workers}
+                "persistent_workers": loader.persistent_workers,
+                "same_order": reads_in_the_same_order(loader)}
     return {"kind": type(loader).__name__}
+
+
+def reads_in_the_same_order(loader: torch.utils.data.DataLoader) -> bool:
+    """A DataLoader over a map-style dataset whose sampler draws the same order every epoch
+    (a `SequentialSampler`: `shuffle=False`; a sampler whose `shuffle` is False, as
+    `DistributedSampler(shuffle=False)`). An iterable dataset orders itself: not known."""
+    if isinstance(loader.dataset, torch.utils.data.IterableDataset):
+        return False
+    batches = loader.batch_sampler
+    sampler = getattr(batches, "sampler", None) if batches is not None else loader.sampler
+    return isinstance(sampler, torch.utils.data.SequentialSampler) or \
+        getattr(sampler, "shuffle", None) is False
 
 
 def dali_settings(loader: Any) -> dict[str, Any]:
