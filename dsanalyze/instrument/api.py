@@ -247,7 +247,8 @@ def dali_settings(loader: Any) -> dict[str, Any]:
             "shard_id": int(reader.get("shard_id", 0)),
             "num_shards": int(reader.get("num_shards", 1)),
             "random_shuffle": bool(reader.get("random_shuffle", False)),
-            "shuffle_after_epoch": bool(reader.get("shuffle_after_epoch", False))}
+            "shuffle_after_epoch": bool(reader.get("shuffle_after_epoch", False)),
+            "dont_use_mmap": bool(reader.get("dont_use_mmap", False))}
 
 
 def in_evaluation() -> bool:
