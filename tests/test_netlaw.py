@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 import urllib.request
+from dataclasses import replace
 
 import pytest
 from test_remote import needs_netns, served_http  # noqa: F401 (the fixture)
@@ -78,17 +79,28 @@ def test_streams_share_a_link_up_to_its_payload_rate(served_http, bw_bps, think_
     """4 streams, 32 KiB a GET: on a 1 MiB/s bucket they leave it about a third idle (each
     stream's 31 ms transfer per 150 ms of prep: 4 x 31 / 181 = 69% busy, less on a slow
     machine) and overlap their transfers with each other's prep; on 256 KiB/s they fill it,
-    and get its rate less the headers (TCP/IP and Ethernet: 1448 of each 1514 bytes)."""
+    and get its rate less the headers (TCP/IP and Ethernet: 1448 of each 1514 bytes). The
+    unshaped loop is measured before and after the shaped one: on a loaded machine (the
+    other pytest-xdist worker) its rate moves between the two, and the shaped run is judged
+    against the predictions from both, 10% either side (one reading before alone missed by
+    11% under load, measured 23.6 against 21.2 samples/s)."""
     streams = 4
-    cached_sps = loop_sps(served_http, streams, think_s, 1.5)[0]
-    o = observe(served_http, bw_bps, 0.0, streams, think_s, cached_sps, 2.5)
+    before_sps = loop_sps(served_http, streams, think_s, 1.5)[0]
+    o = observe(served_http, bw_bps, 0.0, streams, think_s, before_sps, 2.5)
+    after_sps = loop_sps(served_http, streams, think_s, 1.5)[0]
     assert o.requests_per_sample == pytest.approx(1.0)  # HTTP/1.0: one GET, one request
-    own_sps = streams / (streams / cached_sps + o.bytes_per_sample / bw_bps)
     payload_sps = bw_bps * 1448 / 1514 / o.bytes_per_sample
     lo, hi = (share * 1448 / 1514 for share in busy)  # the regime asked for
-    assert lo <= min(own_sps, payload_sps) * o.bytes_per_sample / bw_bps <= hi
-    assert predict(network.NetModel(0.0, 0.0), o) == pytest.approx(o.rate_sps, rel=0.1)
-    assert o.rate_sps == pytest.approx(min(own_sps, payload_sps), rel=0.1)
+    laws, predicted = [], []
+    for cached_sps in (before_sps, after_sps):
+        own_sps = streams / (streams / cached_sps + o.bytes_per_sample / bw_bps)
+        laws.append(min(own_sps, payload_sps))
+        predicted.append(predict(network.NetModel(0.0, 0.0),
+                                 replace(o, cached_rate_sps=cached_sps)))
+    assert lo <= min(laws) * o.bytes_per_sample / bw_bps and \
+        max(laws) * o.bytes_per_sample / bw_bps <= hi
+    assert 0.9 * min(predicted) <= o.rate_sps <= 1.1 * max(predicted)
+    assert 0.9 * min(laws) <= o.rate_sps <= 1.1 * max(laws)
 
 
 @needs_netns
