@@ -178,7 +178,9 @@ def test_a_run_whose_transforms_cost_more_is_measured_again_after_the_sweep(
     for r in [*runs.values(), *asides]:
         first[r.run_id] = min(first.get(r.run_id, r.started_unix_s), r.started_unix_s)
     assert again.started_unix_s > max(first.values())
-    assert workspeed.work_cpu_s(again) < 1.5 * max(others)  # the transforms alone, no spin
+    # the transforms alone: without the 4 ms spin, half of which is the margin for the other
+    # pytest-xdist worker's load (make test-long: 1.54 ms against the others' 0.99 at most)
+    assert workspeed.work_cpu_s(again) < max(others) + 0.002
     assert f"measured again: {len(asides)} run(s) the machine itself slowed" in \
         capsys.readouterr().out
 
