@@ -93,7 +93,6 @@ def job_as_run(run: RunResult) -> JobAsRun:
     extra = run.ranks[0].extra if run.ranks else {}
     loader = extra.get("loader") or {}
     kind = str(loader.get("kind") or job.loader)
-    order = PERMUTATION
     if kind == "dali":
         workers = loader.get("num_threads", job.workers)
         prefetch = loader.get("prefetch_queue_depth", PYTORCH_PREFETCH)

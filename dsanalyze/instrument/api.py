@@ -63,7 +63,7 @@ import torch
 
 from dsanalyze import progress
 from dsanalyze.errors import DsAnalyzeError
-from dsanalyze.instrument import datafiles, filereads, subset
+from dsanalyze.instrument import dalipipes, datafiles, filereads, subset
 from dsanalyze.instrument import rank as rankenv
 from dsanalyze.instrument import transforms as steps
 from dsanalyze.instrument.loader import DeviceCache, IterationRecorder, ReplayLoader, TimedLoader
@@ -236,11 +236,8 @@ def dali_settings(loader: Any) -> dict[str, Any]:
     depth = pipe.prefetch_queue_depth
     if isinstance(depth, dict):  # separated queues: {"cpu_size": n, "gpu_size": m}
         depth = depth.get("cpu_size", 2)
-    ops = [op._op for op in (getattr(pipe, "_ops", None) or []) if hasattr(op, "_op")]
-    kinds = [(str(getattr(op, "schema_name", "")), op) for op in ops]
-    decoders = [op.device for name, op in kinds if name.startswith("decoders__")]
-    readers = [op._init_args for name, op in kinds if name.startswith("readers__")]
-    reader = readers[0] if readers else {}
+    decoders = [op.device for _, op in dalipipes.operators([pipe], "decoders")]
+    reader = next((op._init_args for _, op in dalipipes.operators([pipe], "readers")), {})
     return {"kind": "dali", "pipelines": len(loader._pipes), "num_threads": pipe.num_threads,
             "batch_size": pipe.max_batch_size, "prefetch_queue_depth": int(depth),
             "device_id": pipe.device_id, "decoder_device": decoders[0] if decoders else None,

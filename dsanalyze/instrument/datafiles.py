@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from dsanalyze.instrument import dalipipes
+
 PATH_LISTS = ("files", "paths", "shards", "file_list", "filenames", "urls")
 CHILDREN = ("dataset", "datasets", "loader", "base_dataloader", "source", "root", "pipeline",
             "datapipe", "_dataset", "reader")
@@ -113,18 +115,13 @@ DALI_READER_ARGS = ("file_root", "files", "paths", "path")
 def _dali_paths(pipes: list[Any]) -> dict[str, Any] | None:
     """What a DALI iterator's readers read, from the arguments the script gave them (their
     C++ reads pass no Python audit hook); None when no reader names a local path."""
-    for pipe in pipes:
-        for op in (getattr(pipe, "_ops", None) or []):
-            op = getattr(op, "_op", None)
-            name = str(getattr(op, "schema_name", ""))
-            if not name.startswith("readers__"):
-                continue
-            args = getattr(op, "_init_args", {})
-            for arg in DALI_READER_ARGS:
-                paths = _paths(args.get(arg))
-                if paths:
-                    reader = name.removeprefix("readers__").lower()
-                    return {"source": f"DALI readers.{reader}({arg}=...)", "paths": paths}
+    for name, op in dalipipes.operators(pipes, "readers"):
+        args = getattr(op, "_init_args", {})
+        for arg in DALI_READER_ARGS:
+            paths = _paths(args.get(arg))
+            if paths:
+                reader = name.removeprefix("readers__").lower()
+                return {"source": f"DALI readers.{reader}({arg}=...)", "paths": paths}
     return None
 
 

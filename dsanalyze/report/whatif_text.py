@@ -63,9 +63,10 @@ def assumptions(model: Any) -> str:
             f"equally (a worker at most one); {step}; storage bandwidth is shared by the "
             "readers, each read after the device's per-request latency; the page cache behaves "
             "as Linux's two-list LRU at the budget plus the fitted slack"
-            + ("; the files are read in the same order every epoch (DALI's file reader "
-               "without shuffle_after_epoch), so a page cache smaller than the dataset "
-               "keeps none of them for the next epoch" if model.same_order else ""))
+            + ("; the files are read in the same order every epoch (a loader that does not "
+               "shuffle, or DALI's file reader without shuffle_after_epoch), so a page cache "
+               "smaller than the dataset keeps none of them for the next epoch"
+               if model.same_order else ""))
 
 
 def rate_text(p: Any) -> str:

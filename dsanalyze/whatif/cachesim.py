@@ -3,8 +3,8 @@
 The job reads every sample once per epoch in a fresh random permutation
 (`RandomSampler`, or `DistributedSampler` sharded across ranks, whose shards
 the ranks read in lock step), so a file is read again about one epoch later;
-or in the same order every epoch (`same_order`: DALI's file reader without
-`shuffle_after_epoch`), a cyclic scan that a cache smaller than the dataset
+or in the same order every epoch (`same_order`: a DataLoader that does not
+shuffle, DALI's file reader without `shuffle_after_epoch`), a cyclic scan that a cache smaller than the dataset
 never hits under `lru` or `pagecache`.
 Three caches of C bytes are simulated:
 
@@ -103,8 +103,9 @@ def epoch_order(n_files: int, rng: np.random.Generator, ranks: int = 1,
     whole batches; the ranks advance in lock step, so the node reads the
     shards interleaved. `kept`: only ranks 0..kept-1 (node 0 of a job whose
     `ranks` span several nodes: its page cache sees only its own ranks' reads).
-    `same_order`: the files in list order, the same every epoch (DALI's file
-    reader without `shuffle_after_epoch`), cut and sharded alike: a cyclic scan.
+    `same_order`: the files in list order, the same every epoch (a DataLoader
+    that does not shuffle, DALI's file reader without `shuffle_after_epoch`), cut
+    and sharded alike: a cyclic scan.
     """
     if ranks < 1 or batch_size < 1:
         raise ConfigError("ranks and batch size must be at least 1")
