@@ -18,10 +18,14 @@ OOM-killed and never pages its own code back in because of the budget.
   never runs ahead of the limiter however fast the job reads and however late
   the limiter is scheduled; the job waits for one round trip per open (tens
   of µs, `tests/test_datacache.py`), and the eviction it waits for is the one
-  a kernel's LRU would do in its read. Without the gate (scan, or a budget
+  a kernel's LRU would do in its read. That wait does not grow with the files
+  the job holds open: a reader that maps its files holds each open until it
+  unmaps it (DALI's file reader, its 1024-sample shuffle buffer), and an open
+  that walked them all waited 0.5 ms with 1000 held and 1 ms with 2000,
+  which halved such a job's rate at one CPU; Without the gate (scan, or a budget
   that holds the whole dataset) the limiter evicts after the reads;
 - it measures a file's resident bytes (`cachestat(2)`, else `mincore`) when
-  it is opened and closed, while it is open, once more `SETTLE_S` after its
+  it is opened and closed, while it is open (with each sample), once more `SETTLE_S` after its
   close (pages mapped and faulted in after), and every file of the list in
   slices (pages the kernel reclaimed on its own); with fanotify it holds the
   descriptor each file's first event carried, and never opens a dataset file
@@ -82,8 +86,12 @@ class DatasetCacheLimiter:
         self.watch = "scan"
         self.resident: dict[int, int] = {}  # file index -> resident bytes, as last measured
         self.total = 0
-        self._lru: OrderedDict[int, None] = OrderedDict()  # read files, least recent first
+        # read files no process has open, least recently closed first: what may be evicted
+        self._lru: OrderedDict[int, None] = OrderedDict()
         self._open: dict[int, int] = {}
+        # what each open file can still add, read whole, and their sum (`_coming_bytes`)
+        self._coming_of: dict[int, int] = {}
+        self._coming = 0
         self._fds: dict[int, int] = {}  # file -> a descriptor from its first event (fanotify)
         self._fresh: dict[int, float] = {}  # file -> monotonic time of its last open/close
         self._cut: dict[int, int] = {}  # file -> bytes evicted from its start (partial evictions)
@@ -155,9 +163,8 @@ class DatasetCacheLimiter:
         the budget."""
         now = time.monotonic()
         for i, t in list(self._fresh.items()):
-            if self._open.get(i) or now - t > SETTLE_S:
+            if now - t > SETTLE_S:
                 self._measure(i)
-            if now - t > SETTLE_S and not self._open.get(i):
                 del self._fresh[i]
         self._scan_slice(now)
         self._sample()
@@ -185,22 +192,29 @@ class DatasetCacheLimiter:
         if opened > 0:
             self._open[i] = opened
         self._touch(i, now)
+        self._recount(i)
         self._measure(i)
         self._sample()
         self._evict()
         return kept
 
     def _touch(self, i: int, now: float) -> None:
-        self._lru[i] = None
-        self._lru.move_to_end(i)
-        self._fresh[i] = now
+        """A file opened or closed (or, polled, grown): an open one leaves the eviction
+        order, a closed one goes to its recent end and is measured again `SETTLE_S` on."""
+        if self._open.get(i):
+            self._lru.pop(i, None)
+            self._fresh.pop(i, None)
+        else:
+            self._lru[i] = None
+            self._lru.move_to_end(i)
+            self._fresh[i] = now
         self._cut.pop(i, None)
         self._failed.pop(i, None)
         self._stuck.discard(i)
 
     def _forget(self, i: int) -> None:
         """Stop tracking a file that holds nothing (until the job opens it again)."""
-        del self._lru[i]
+        self._lru.pop(i, None)
         self._fresh.pop(i, None)
         fd = self._fds.pop(i, None)
         if fd is not None:
@@ -221,7 +235,15 @@ class DatasetCacheLimiter:
             self.resident[i] = now
         else:
             self.resident.pop(i, None)
+        self._recount(i)
         return now
+
+    def _recount(self, i: int) -> None:
+        """File i's share of `_coming_bytes`, after its residency or its opens changed."""
+        coming = max(0, self._size[i] - self.resident.get(i, 0)) if self._open.get(i) else 0
+        self._coming += coming - self._coming_of.pop(i, 0)
+        if coming:
+            self._coming_of[i] = coming
 
     def _scan_slice(self, now: float) -> None:
         """Re-measure the next slice: the LRU list's files (fanotify), else the dataset's."""
@@ -249,10 +271,12 @@ class DatasetCacheLimiter:
         self.peak_bytes = max(self.peak_bytes, self.total)
 
     def _coming_bytes(self) -> int:
-        """What the open files can still add, if read whole: the room a gated open needs."""
-        if not self.gated:
-            return 0
-        return sum(max(0, self._size[i] - self.resident.get(i, 0)) for i in self._open)
+        """What the open files can still add, if read whole: the room a gated open needs.
+        Kept as they open, close and are measured (a job that maps its files holds them open
+        until it unmaps them: DALI's reader, a thousand at once), so an open waits for no
+        pass over them; and an open file's resident bytes and this add up to its size
+        however long ago it was measured, so the room does not depend on measuring them."""
+        return self._coming if self.gated else 0
 
     def _evict(self) -> None:
         """Evict, the least recently used first, down to the budget less what is coming."""
@@ -273,8 +297,7 @@ class DatasetCacheLimiter:
     def _candidates(self) -> Iterator[int]:
         """Files no process has open, the least recently used first; in scan mode (opens
         unknown) files still settling after a read go last."""
-        order = (i for i in list(self._lru) if i not in self._open and i not in self._stuck
-                 and i in self.resident)
+        order = (i for i in self._lru if i not in self._stuck and i in self.resident)
         if self._watcher is None:
             return iter(sorted(order, key=lambda i: i in self._fresh))
         return order
