@@ -225,32 +225,6 @@ class SpinningStep(Note):
     policy: str | None
 
 
-@dataclass(frozen=True)
-class MappedReads(Note):
-    """A disk run likely stalled on fetch whose DALI file reader maps its files
-    (`dont_use_mmap` False, DALI's default; recorded by `instrument.api.dali_settings`): its
-    reads are page faults inside the decoding threads, in series with decoding, where a
-    reader thread that reads the files (`dont_use_mmap=True`) reads them ahead of it.
-    tests/scripts/train_dali.py at one CPU, cache 0 and 8 MiB/s: 336-342 samples/s mapped
-    (two runs), 641 with dont_use_mmap=True."""
-
-    kind: ClassVar[str] = "mapped_reads"
-    run_id: str
-    fetch_pct: float
-
-
-def mapped_reads(disk: RunResult, fetch: StallInterval | None) -> MappedReads | None:
-    """`MappedReads` of a disk run, or None (another loader, the key not recorded, reads not
-    mapped, or no likely fetch stall)."""
-    if disk.mode is not Mode.DISK or not disk.ranks or fetch is None \
-            or fetch.significance is not Significance.LIKELY:
-        return None
-    loader = disk.ranks[0].extra.get("loader") or {}
-    if loader.get("kind") != "dali" or loader.get("dont_use_mmap", True):
-        return None
-    return MappedReads(disk.run_id, fetch.pct)
-
-
 def spinning_step(cached: Sequence[RunResult]) -> SpinningStep | None:
     """The first cached run whose step shares its cores with the workers while OpenMP threads
     spin (OMP_WAIT_POLICY recorded and unset, or not PASSIVE); None: none."""
@@ -308,17 +282,16 @@ def config_notes(anchor: RunResult, rates: dict[Mode, list[RunRate]],
                  cached: Sequence[RunResult] = ()) -> tuple[Note, ...]:
     """A configuration's notes: a wide spread, runs that failed or were disturbed, inverted
     stalls, a cache budget that could not bind or pages it could not evict, and a step whose
-    OpenMP threads spin on the cores of its `cached` runs' workers, and a fetch stall of a
-    DALI reader that maps its files."""
+    OpenMP threads spin on the cores of its `cached` runs' workers."""
     out: list[Note] = [WideSpread(m.value, r.iter_iqr_pct) for m, rs in rates.items()
                        for r in rs[:1] if m is Mode.SYNTHETIC and r.iter_iqr_pct
                        and r.iter_iqr_pct > SETTINGS.wide_spread_pct]
     out += [RunNotOk(m.value, r.run_id, r.status, r.error) for m, rs in rates.items()
             for r in rs if r.status != "ok"]
     out += [d for rs in rates.values() for r in rs if (d := disturbed(r)) is not None]
-    spinning, mapped = spinning_step(cached), mapped_reads(anchor, fetch)
+    spinning = spinning_step(cached)
     return tuple(out + _stall_notes(rates, prep, fetch) + budget_notes(anchor)
-                 + ([spinning] if spinning else []) + ([mapped] if mapped else []))
+                 + ([spinning] if spinning else []))
 
 
 def budget_notes(disk: RunResult) -> list[Note]:

@@ -22,7 +22,6 @@ from dsanalyze.analysis.notes import (
     EvictionIncomplete,
     HostDrift,
     InvertedStall,
-    MappedReads,
     Note,
     ReadAheadMoved,
     RunNotOk,
@@ -125,15 +124,6 @@ def _spinning(n: SpinningStep) -> str:
             "inherits it) to measure the job without the spin")
 
 
-def _mapped(n: MappedReads) -> str:
-    return (f"disk run {n.run_id}: its DALI file reader maps its files (dont_use_mmap=False, "
-            f"DALI's default), so its reads are page faults inside decoding, in series with "
-            f"it ({n.fetch_pct:.0f}% of the epoch is fetch stall); try "
-            "fn.readers.file(..., dont_use_mmap=True), which reads the files ahead in the "
-            "reader's thread, and profile again (a test script at 1 CPU and 8 MiB/s: 342 "
-            "samples/s mapped, 641 not)")
-
-
 def _host_drift(n: HostDrift) -> str:
     return (f"the machine itself ran {n.drift_pct:.0f}% slower around {n.slow_mode} run "
             f"{n.slow_run} than around {n.fast_mode} run {n.fast_run} (the same decode, timed "
@@ -155,7 +145,6 @@ WORDS: dict[type[Note], Callable[[Any], str]] = {
     EvictionIncomplete: _eviction,
     ReadAheadMoved: _read_ahead,
     SpinningStep: _spinning,
-    MappedReads: _mapped,
     HostDrift: _host_drift,
     StuckPages: lambda n: f"disk run {n.run_id}: {_mib(n.stuck_bytes, '{:.1f}')} MiB of the "
                           "dataset could not be evicted during the run (mapped by a process): "
