@@ -21,20 +21,25 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import harness
 
 from dsanalyze import store
 from dsanalyze.analysis import stalls
 from dsanalyze.analysis.jobrun import PERMUTATION, SAME_ORDER, JobAsRun, job_as_run
+from dsanalyze.analysis.notes import SetEpochMissing
 from dsanalyze.analysis.summary import summarize
 from dsanalyze.errors import ConfigError
 from dsanalyze.instrument.api import loader_settings
+from dsanalyze.jobs.datasets import make_dataset
 from dsanalyze.report import summary as report
 from dsanalyze.report import whatif_text
+from dsanalyze.report.notes import notes as report_notes
 from dsanalyze.whatif import advice
 from dsanalyze.whatif import api as whatif
 from dsanalyze.whatif.documents import UnmadeWhy
 
 DATA = Path(__file__).parent / "data"
+SCRIPTS = Path(__file__).parent / "scripts"
 
 
 @pytest.fixture(scope="module")
@@ -224,3 +229,36 @@ def test_workers_that_do_not_persist_start_again_at_every_epoch(runs) -> None:
     restart = model.restart_cpu_s * model.workers / min(model.workers, cfg.cpus) \
         + model.restart_main_cpu_s
     assert again - once == pytest.approx(model.startup_s + restart, rel=0.1)
+
+
+@pytest.fixture(scope="module")
+def sampled_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """64 JPEGs of 160x120 pixels in 4 classes."""
+    root = tmp_path_factory.mktemp("sampled") / "data"
+    make_dataset(root, images=64, classes=4, size=(160, 120), seed=7)
+    return root
+
+
+@pytest.mark.parametrize("set_epoch", [False, True])
+def test_a_sampler_whose_set_epoch_the_script_never_calls_reads_the_same_order(
+        sampled_images, tmp_path, set_epoch) -> None:
+    """tests/scripts/train_ddp_sampler.py shards an ImageFolder with a shuffling
+    DistributedSampler. That sampler draws its permutation from `seed + epoch`, and only the
+    script's `set_epoch` moves its epoch on (PyTorch's documentation of DistributedSampler),
+    so a script that never calls it reads the same permutation every epoch. Measured over two
+    epochs, the run records that order (the order the what-if simulates) and the report says
+    what to call; the same script calling `set_epoch` permutes afresh and gets no note."""
+    prefix = tmp_path / "r"
+    assert harness("--data", sampled_images, "--prefix", prefix, "--modes", "cached",
+                   "--epochs", 2, "--warmup", 1, "--no-plots", "--no-advice",
+                   SCRIPTS / "train_ddp_sampler.py", sampled_images, "--epochs", 2,
+                   *(["--set-epoch"] if set_epoch else [])) == 0
+    (run,) = store.load_runs(prefix)
+    loader = run.ranks[0].extra["loader"]
+    assert loader.get("set_epoch_missing", False) is not set_epoch
+    assert job_as_run(run).read_order == (PERMUTATION if set_epoch else SAME_ORDER)
+    notes = [n for b in stalls.breakdowns([run]) for n in b.notes]
+    unset = [n for n in notes if isinstance(n, SetEpochMissing)]
+    assert len(unset) == (0 if set_epoch else 1)
+    lines = report_notes(summarize([run]))
+    assert any("set_epoch(epoch)" in line for line in lines) is not set_epoch

@@ -225,6 +225,25 @@ class SpinningStep(Note):
     policy: str | None
 
 
+@dataclass(frozen=True)
+class SetEpochMissing(Note):
+    """The training loader's sampler permutes by its epoch (`DistributedSampler(shuffle=True)`)
+    and started two epochs of a run at the same one: the script does not call `set_epoch`, so
+    every epoch reads the same permutation, the same batches in the same order (recorded by
+    `instrument.api.Session.epoch_starts`; the what-if simulates that order)."""
+
+    kind: ClassVar[str] = "set_epoch_missing"
+    run_id: str
+
+
+def set_epoch_missing(runs: Sequence[RunResult]) -> SetEpochMissing | None:
+    """`SetEpochMissing` of the first of `runs` whose training loader recorded it, or None."""
+    for r in runs:
+        if r.ranks and (r.ranks[0].extra.get("loader") or {}).get("set_epoch_missing"):
+            return SetEpochMissing(r.run_id)
+    return None
+
+
 def spinning_step(cached: Sequence[RunResult]) -> SpinningStep | None:
     """The first cached run whose step shares its cores with the workers while OpenMP threads
     spin (OMP_WAIT_POLICY recorded and unset, or not PASSIVE); None: none."""
@@ -282,16 +301,17 @@ def config_notes(anchor: RunResult, rates: dict[Mode, list[RunRate]],
                  cached: Sequence[RunResult] = ()) -> tuple[Note, ...]:
     """A configuration's notes: a wide spread, runs that failed or were disturbed, inverted
     stalls, a cache budget that could not bind or pages it could not evict, and a step whose
-    OpenMP threads spin on the cores of its `cached` runs' workers."""
+    OpenMP threads spin on the cores of its `cached` runs' workers, and a shuffling sampler
+    whose `set_epoch` the script never calls."""
     out: list[Note] = [WideSpread(m.value, r.iter_iqr_pct) for m, rs in rates.items()
                        for r in rs[:1] if m is Mode.SYNTHETIC and r.iter_iqr_pct
                        and r.iter_iqr_pct > SETTINGS.wide_spread_pct]
     out += [RunNotOk(m.value, r.run_id, r.status, r.error) for m, rs in rates.items()
             for r in rs if r.status != "ok"]
     out += [d for rs in rates.values() for r in rs if (d := disturbed(r)) is not None]
-    spinning = spinning_step(cached)
+    spinning, unset = spinning_step(cached), set_epoch_missing([anchor, *cached])
     return tuple(out + _stall_notes(rates, prep, fetch) + budget_notes(anchor)
-                 + ([spinning] if spinning else []))
+                 + ([spinning] if spinning else []) + ([unset] if unset else []))
 
 
 def budget_notes(disk: RunResult) -> list[Note]:

@@ -161,6 +161,18 @@ def _samplers(loader: Any, depth: int = 4) -> list[Any]:
     return out
 
 
+def sampler_epoch(loader: Any) -> int | None:
+    """The epoch of the loader's shuffling sampler that permutes by it (a
+    `DistributedSampler(shuffle=True)` draws its order from `seed + epoch`, and only the
+    script's `set_epoch` moves it on); None for any other sampler."""
+    for s in _samplers(loader):
+        at = getattr(s, "epoch", None)
+        if getattr(s, "shuffle", None) is True and callable(getattr(s, "set_epoch", None)) \
+                and isinstance(at, int):
+            return at
+    return None
+
+
 def _graph_samplers(loader: Any) -> list[Any]:
     """The samplers of a torchdata.nodes graph (`Loader.root`, then each node's `source`)."""
     node, out = getattr(loader, "root", None), []
@@ -325,6 +337,7 @@ class Session:
         self._by_id: dict[int, LoaderInfo] = {}
         self.training: LoaderInfo | None = None
         self.training_settings: dict[str, Any] = {}  # loader_settings() of the training loader
+        self.sampler_epochs: list[int] = []  # `sampler_epoch` at each training epoch's start
         self.explicit: set[int] = set()  # ids of loaders wrapped by instrument()
         self.sink = steps.sink_dir(rankenv.run_dir(), settings.rank)
         self.files_sink = filereads.sink_dir(rankenv.run_dir(), settings.rank)
@@ -411,7 +424,20 @@ class Session:
                 self.choose(loader)
         if info is not self.training:
             return original()
+        self.epoch_starts(loader)
         return self.epoch(original)
+
+    def epoch_starts(self, loader: Any) -> None:
+        """The training loader's epoch starts: where its sampler permutes by its epoch and that
+        epoch is the one the epoch before started at, the script did not call `set_epoch`
+        between them, and this epoch reads the same permutation: recorded as the loader's
+        `same_order` (the order the what-if simulates) and `set_epoch_missing` (a note)."""
+        at = sampler_epoch(loader)
+        if at is None:
+            return
+        if self.sampler_epochs and at == self.sampler_epochs[-1]:
+            self.training_settings.update(same_order=True, set_epoch_missing=True)
+        self.sampler_epochs.append(at)
 
     def epoch(self, original: Callable[[], Iterator[Any]]) -> Iterator[Any]:
         """One epoch of the training loader: timed, replayed in synthetic mode, or drained."""
@@ -563,6 +589,7 @@ class InstrumentedLoader:
 
     def __iter__(self) -> Iterator[Any]:
         self.session.info(self.loader).epochs += 1
+        self.session.epoch_starts(self.loader)
         return self.session.epoch(lambda: iter(self.loader))
 
     def __len__(self) -> int:

@@ -26,6 +26,7 @@ from dsanalyze.analysis.notes import (
     ReadAheadMoved,
     RunNotOk,
     Said,
+    SetEpochMissing,
     SpinningStep,
     StuckPages,
     SuspectStall,
@@ -132,6 +133,14 @@ def _host_drift(n: HostDrift) -> str:
             "steadier, or with --repeats")
 
 
+def _set_epoch(n: SetEpochMissing) -> str:
+    return ("the training loader's sampler shuffles by its epoch (DistributedSampler), but the "
+            f"script never calls its set_epoch (run {n.run_id} started two epochs at the same "
+            "one): every epoch reads the same permutation, the same batches in the same order, "
+            "and a page cache smaller than the data keeps none of them for the next epoch; "
+            "call sampler.set_epoch(epoch) before each epoch's loop")
+
+
 WORDS: dict[type[Note], Callable[[Any], str]] = {
     Said: lambda n: n.text,
     WideSpread: lambda n: f"{n.mode}: iteration times spread widely (IQR {n.iqr_pct:.0f}% of "
@@ -145,6 +154,7 @@ WORDS: dict[type[Note], Callable[[Any], str]] = {
     EvictionIncomplete: _eviction,
     ReadAheadMoved: _read_ahead,
     SpinningStep: _spinning,
+    SetEpochMissing: _set_epoch,
     HostDrift: _host_drift,
     StuckPages: lambda n: f"disk run {n.run_id}: {_mib(n.stuck_bytes, '{:.1f}')} MiB of the "
                           "dataset could not be evicted during the run (mapped by a process): "
