@@ -253,7 +253,7 @@ def test_a_user_s_dali_iterator_is_read_as_it_was_built(small_dataset: Path) -> 
         "kind": "dali", "pipelines": 1, "num_threads": 3, "batch_size": 12,
         "prefetch_queue_depth": 2, "device_id": None, "decoder_device": "cpu",
         "shard_id": 0, "num_shards": 1, "random_shuffle": True, "shuffle_after_epoch": False,
-        "dont_use_mmap": False}
+        "dont_use_mmap": False, "initial_fill": 1024}
     assert shuffles(it) is True
     assert datafiles.declared(it) == {"source": "DALI readers.file(file_root=...)",
                                       "paths": [str(small_dataset)]}
@@ -264,10 +264,13 @@ def test_a_user_s_dali_iterator_is_read_as_it_was_built(small_dataset: Path) -> 
     assert ran.persistent_workers
     # random_shuffle mixes a buffer of samples; the files are read in the same order
     assert ran.read_order == SAME_ORDER
+    # a shuffling reader fills its buffer (DALI's default 1024 samples) before its first batch
+    assert ran.read_ahead_samples == 1024
     assert JobAsRun.from_dict(ran.to_dict()) == ran
     built_in = dali_pipeline.DaliSettings.from_dict(cpu_settings(12).to_dict())
     rank = replace(rank, extra={**rank.extra, "loader": built_in.to_dict()})
-    assert job_as_run(replace(run, ranks=[rank])).read_order == PERMUTATION
+    built = job_as_run(replace(run, ranks=[rank]))
+    assert built.read_order == PERMUTATION and built.read_ahead_samples == 0
 
 
 @pytest.mark.long  # 28 s on this VM
@@ -297,31 +300,43 @@ def test_a_user_s_dali_script_reads_its_data_through_the_throttle(
     assert rank.wait_s[0] >= built["build_s"] >= 0.5 * dataset_bytes / (4 << 20)
 
 
-def test_a_dali_reader_s_same_order_gets_nothing_from_a_cache_smaller_than_its_data() -> None:
-    """tests/data/script_dali_cache: train_dali.py (-j 2 -b 16, 3000 JPEGs of 31.5 MB, one
-    CPU, 8 MiB/s, 2 epochs), fitted at cache 0 and 100% , and single runs held out
-    at 50% and 75% (`heldout`). Its file reader reads the files in list order every epoch
-    (`random_shuffle` mixes a buffer of samples): a cyclic scan, which a budget below the
-    dataset keeps none of for the next epoch. Measured, those budgets ran no faster than
-    cache 0 (296.8 and 334.9 samples/s against 342.1; 826.5 at 100%). The model reads that
-    order from the runs and predicts them as cache 0, with no hits; with a fresh permutation
-    every epoch it predicted them 35% and 68% faster than cache 0."""
+def test_a_dali_reader_s_held_buffer_is_modelled_as_it_read() -> None:
+    """tests/data/script_dali_cache: train_dali.py (-j 2 -b 16, 3000 JPEGs of 12 KiB in
+    pages, one CPU, 8 MiB/s, 2 epochs) fitted at cache 0 and 100%, single runs held out at
+    50% and 75% (`heldout`). Its reader shuffles its file list once and reads it in that
+    order every epoch into a 1024-sample buffer, filled before the first batch, holding each
+    file (mapped) until it hands it out at random. Measured: its storage read most of a
+    buffer besides its two epochs; the fill's bytes over the first
+    wait are the throttle's rate; and a budget under the dataset kept some files (the ones
+    handed out late), 4% faster at 50% and 22% at 75% than at cache 0. The model counts the
+    buffer out of the read amplification, fits the throttle on the fill, and simulates the
+    buffer's order: each held-out run within 15% and inside its 90% interval (when it
+    read a cyclic scan, fitted on the cold epoch: 589 samples/s for all three against 707,
+    735 and 863)."""
     fit = store.load_runs(DATA / "script_dali_cache")
     held = store.load_runs(DATA / "script_dali_cache" / "heldout")
+    zero = next(r for r in fit if r.spec.resources.cache.spec == "0")
+    page_bytes = 12288  # every file of this dataset is three pages
+    read_files = zero.io.throttle.throttled_read_bytes / page_bytes
+    # two epochs of its 3000 files, and its buffer (less what the training drew down of it,
+    # reading slower than it trained) with the two batches its pipeline holds
+    assert 800 <= read_files - 2 * zero.dataset.num_files <= 1024 + 2 * 16
     rate = {r.spec.resources.cache.spec: stalls.run_rate(r).rate_sps for r in fit + held}
-    assert all(abs(rate[c] / rate["0"] - 1) < 0.15 for c in ("50%", "75%"))  # as measured
-    assert rate["100%"] > 2 * rate["0"]
+    assert rate["75%"] > 1.15 * rate["0"]  # the budget kept the files handed out late
     model = whatif.fit(fit)
-    assert model.same_order
-    zero = whatif.check_run(model, next(r for r in fit if r.spec.resources.cache.spec == "0"))
+    assert model.held_buffer == model.read_ahead_samples == 1024
+    assert model.read_amplification == pytest.approx(1.0, abs=0.05)
+    (build,) = [li["build_s"] for li in zero.ranks[0].extra["loaders"]]
+    fill = (1024 + 2 * 16) * page_bytes / build / (8 << 20)
+    assert fill == pytest.approx(1.0, abs=0.1)  # the fill ran at the throttle's rate
     for run in held:
         check = whatif.check_run(model, run)
-        assert check.predicted_sps == pytest.approx(zero.predicted_sps, rel=0.01)
-    shuffled = replace(model, same_order=False)
-    by_cache = {r.spec.resources.cache.spec: whatif.check_run(shuffled, r).predicted_sps
-                for r in held}
-    assert by_cache["75%"] > 1.3 * whatif.check_run(shuffled, next(
-        r for r in fit if r.spec.resources.cache.spec == "0")).predicted_sps
+        assert check.low_sps <= check.measured_sps <= check.high_sps, check
+        assert abs(check.predicted_sps / check.measured_sps - 1) < 0.15, check
+    # the same model reading a cyclic scan keeps nothing at 75%: 22% short
+    cyclic = replace(model, held_buffer=0)
+    (r75,) = [r for r in held if r.spec.resources.cache.spec == "75%"]
+    assert whatif.check_run(cyclic, r75).predicted_sps < 0.9 * rate["75%"]
 
 
 @pipeline_def
@@ -340,3 +355,39 @@ def test_a_dali_reader_s_dont_use_mmap_is_read_from_its_pipeline(
     pipe.build()
     it = DALIClassificationIterator(pipe, reader_name="Reader")
     assert loader_settings(it)["dont_use_mmap"] is dont_use_mmap
+
+
+@pytest.mark.parametrize("dont_use_mmap", [False, True])
+def test_a_shuffling_reader_reads_its_buffer_ahead_of_the_batches(
+        tmp_path: Path, dont_use_mmap: bool) -> None:
+    """`random_shuffle` reads `initial_fill` samples (1024) into a buffer before the first
+    batch and reads the next file each time it hands one out: from a cold page cache, after
+    k batches of 16 the files resident are 1024 + 16k and the two batches the pipeline
+    holds ahead, mapped or read alike, the read order (not the hand-out) deciding which
+    (what `JobAsRun.read_ahead_samples` and `cachesim.buffered_miss_bytes` take)."""
+    from dsanalyze.jobs.datasets import make_dataset
+    from dsanalyze.resources import cgroups, pagecache
+
+    if cgroups.whole_disk(tmp_path) is None:
+        pytest.skip("the temporary directory is on tmpfs: its pages cannot be evicted")
+    root = tmp_path / "data"
+    make_dataset(root, images=1400, classes=2, size=(32, 24), seed=2)
+    files = [str(p) for p in root.rglob("*.jpg")]
+    assert pagecache.evict_verified(files).resident_bytes == 0
+    pipe = _shuffling(str(root), dont_use_mmap, batch_size=16, num_threads=1, device_id=None,
+                      prefetch_queue_depth=2)
+    pipe.build()
+    seen = {}
+    for k in range(1, 12):
+        pipe.run()
+        if k in (1, 11):
+            seen[k] = sum(pagecache.file_resident_bytes(f) > 0 for f in files)
+    for k, resident in seen.items():
+        assert resident == pytest.approx(1024 + 16 * k + 2 * 16, abs=16), seen
+
+
+@pipeline_def
+def _shuffling(root: str, dont_use_mmap: bool) -> Any:
+    jpegs, labels = fn.readers.file(file_root=root, name="Reader", random_shuffle=True,
+                                    dont_use_mmap=dont_use_mmap)
+    return fn.resize(fn.decoders.image(jpegs), resize_x=8, resize_y=8), labels

@@ -654,3 +654,21 @@ def test_read_cost_comes_from_the_contrast_across_cache_budgets() -> None:
     loo = {c.run_id: c for c in whatif.validate(runs).splits[0].checks}
     cold = loo["disk-cpus1-cache0B-bwnone"]
     assert cold.repeats == 2 and abs(cold.error_pct) < 5
+
+
+@pytest.mark.parametrize("fixture", ["script_dali_cache", "report_sweep"])
+def test_a_cache_budget_holds_its_share_of_the_files_not_of_their_pages(fixture) -> None:
+    """`--cache P%` is P% of the dataset's own bytes, and the limiter counts a file's resident
+    bytes up to its size: a budget holds as many files as its share of those bytes. The
+    simulation's files are in whole pages, so the budget it simulates is that share of
+    their pages: the whole dataset's bytes hold every file (for 10.6 KB files in three pages
+    the pages are 16% more: taken in pages, `--cache 100%` would keep none of a cyclic read),
+    and half of them half of the pages."""
+    from dsanalyze.whatif.laws import binding_cache
+
+    runs = store.load_runs(DATA / fixture)
+    model = whatif.fit(runs)
+    raw = next(r.dataset.total_bytes for r in runs if r.ok)
+    assert model.raw_dataset_bytes == raw < model.dataset_bytes
+    assert binding_cache(model, raw) is None
+    assert binding_cache(model, raw / 2) == pytest.approx(model.dataset_bytes / 2)

@@ -41,6 +41,14 @@ class JobAsRun:
     loader: str  # pytorch, dali, or the loader's class name
     script: bool  # a user script (False: the built-in job)
     read_order: str = PERMUTATION  # PERMUTATION or SAME_ORDER
+    # samples the loader reads beyond those the training takes, held at any time: a DALI
+    # file reader with `random_shuffle` fills a buffer of `initial_fill` first, so a run's
+    # storage reads hold that many samples more than it trained on (`fit_reads`)
+    read_ahead_samples: int = 0
+    # of those, a buffer whose files stay held until it hands them out at random, read in the
+    # same order every epoch (a shuffling DALI file reader that maps its files): the order
+    # the page cache sees (`cachesim.buffered_miss_bytes`); 0: none
+    held_buffer: int = 0
 
     @property
     def step_uses_cpu(self) -> bool:
@@ -98,10 +106,14 @@ def job_as_run(run: RunResult) -> JobAsRun:
         prefetch = loader.get("prefetch_queue_depth", PYTORCH_PREFETCH)
         # the built-in job's records before the key: it permuted
         order = PERMUTATION if loader.get("shuffle_after_epoch", True) else SAME_ORDER
+        # runs recorded before the key: DALI's default buffer
+        ahead = int(loader.get("initial_fill", 1024)) if loader.get("random_shuffle") else 0
+        held = ahead if order == SAME_ORDER and not loader.get("dont_use_mmap", False) else 0
     else:
         workers = loader.get("workers", job.workers)
         prefetch = loader.get("prefetch_factor") or PYTORCH_PREFETCH
         order = SAME_ORDER if loader.get("same_order") else PERMUTATION
+        ahead = held = 0
     return JobAsRun(
         ranks=int(extra.get("world_size") or job.world_size), batch_size=_batch_size(run, loader),
         workers=int(workers), prefetch_factor=int(prefetch),
@@ -111,4 +123,4 @@ def job_as_run(run: RunResult) -> JobAsRun:
         persistent_workers=bool(loader.get("persistent_workers", kind == "dali" or (
             job.script is None and int(workers) > 0))),
         device=_device(run, extra), loader=kind, script=job.script is not None,
-        read_order=order)
+        read_order=order, read_ahead_samples=ahead, held_buffer=held)

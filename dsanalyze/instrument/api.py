@@ -238,11 +238,14 @@ def reads_in_the_same_order(loader: torch.utils.data.DataLoader) -> bool:
         getattr(sampler, "shuffle", None) is False
 
 
+DALI_INITIAL_FILL = 1024  # samples a shuffling DALI reader reads first (its default)
+
+
 def dali_settings(loader: Any) -> dict[str, Any]:
     """A user's DALI iterator as its first pipeline was built: `num_threads` (the workers of
     the model), `max_batch_size`, `prefetch_queue_depth` (an int, or its CPU stage's size
     when split), the GPU, the decoder's device, and the reader's shard and shuffling (the
-    order it reads its files in); the keys of the built-in job's `DaliSettings`, so both
+    order it reads its files in, and the buffer a shuffling one fills first); the keys of the built-in job's `DaliSettings`, so both
     are read back alike (`analysis/jobrun.py`)."""
     pipe = loader._pipes[0]
     depth = pipe.prefetch_queue_depth
@@ -257,7 +260,8 @@ def dali_settings(loader: Any) -> dict[str, Any]:
             "num_shards": int(reader.get("num_shards", 1)),
             "random_shuffle": bool(reader.get("random_shuffle", False)),
             "shuffle_after_epoch": bool(reader.get("shuffle_after_epoch", False)),
-            "dont_use_mmap": bool(reader.get("dont_use_mmap", False))}
+            "dont_use_mmap": bool(reader.get("dont_use_mmap", False)),
+            "initial_fill": int(reader.get("initial_fill", DALI_INITIAL_FILL))}
 
 
 def in_evaluation() -> bool:

@@ -43,7 +43,8 @@ WORDS: dict[Assume, Callable[[Assumption], str]] = {
     Assume.FASTER_STEP: lambda a: f"a step {a.speedup:g}x faster: the compute part divided, "
                                   "taking no CPU",
     Assume.DALI: lambda a: "DALI: its threads simulated as DataLoader workers (one batch each, "
-                           "in order)",
+                           "in order); a shuffling reader's buffer as the order the page cache "
+                           "sees, not as read-ahead the training draws down",
     Assume.WORKERS: lambda a: f"{_workers(a.workers)} per rank: {a.measured_workers} measured; a "
                               "worker's CPU per sample taken as independent of the count",
     Assume.SHARING: lambda a: f"{_workers(a.workers)} beside the step on the CPU at {a.cpus} "

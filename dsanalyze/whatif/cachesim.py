@@ -273,6 +273,69 @@ def miss_bytes(sizes: Sequence[int] | np.ndarray, cache_bytes: int | None,
     return out
 
 
+def buffered_miss_bytes(sizes: Sequence[int] | np.ndarray, cache_bytes: int | None,
+                        epochs: int, window: int, rng: np.random.Generator
+                        ) -> list[np.ndarray]:
+    """Per epoch, the bytes each step's read takes from storage, for a reader that reads its
+    files in one order every epoch into a buffer of `window` samples, hands out a random
+    one of the buffer at each step and reads the next file in its place, and holds each
+    file it read until it hands it out (DALI's file reader with `random_shuffle`, whose
+    list is shuffled once, mapping its files: a mapped file stays open, and its pages in
+    use, until it is taken). The buffer is filled before the first step (those reads all
+    miss, and are not a step's). A read hits where the file is held, or was handed out
+    recently enough that the budget still holds it: the cache keeps what the buffer holds
+    and, within what is left of `cache_bytes`, the files handed out last (an LRU by
+    hand-out, as the harness's limiter evicts files once closed, the least recently closed
+    first). So a budget under the dataset keeps some of a cyclic read: a file handed out
+    late is still there when its next read comes (train_dali.py, 2400 files, at 85% of
+    them: 556 samples/s against 374 at cache 0 and 1511 at 100%)."""
+    size_of = [int(s) for s in sizes]
+    n = len(size_of)
+    cap = sum(size_of) + 1 if cache_bytes is None else int(cache_bytes)
+    order = [int(i) for i in rng.permutation(n)]
+    held: dict[int, int] = {}  # file: copies in the buffer
+    handed: OrderedDict[int, None] = OrderedDict()  # handed out, kept, least recent first
+    held_bytes = handed_bytes = 0
+    buffer: list[int] = []
+    reads = 0
+
+    def read() -> float:
+        nonlocal reads, held_bytes, handed_bytes
+        f = order[reads % n]
+        reads += 1
+        hit = f in held or f in handed
+        if f in handed:
+            del handed[f]
+            handed_bytes -= size_of[f]
+        if f not in held:
+            held_bytes += size_of[f]
+        held[f] = held.get(f, 0) + 1
+        buffer.append(f)
+        return 0.0 if hit else float(size_of[f])
+
+    for _ in range(min(window, n)):
+        read()
+    out = []
+    for _ in range(epochs):
+        missed = np.zeros(n)
+        for step in range(n):
+            j = int(rng.integers(len(buffer)))
+            buffer[j], buffer[-1] = buffer[-1], buffer[j]
+            f = buffer.pop()
+            held[f] -= 1
+            if not held[f]:
+                del held[f]
+                held_bytes -= size_of[f]
+                handed[f] = None
+                handed_bytes += size_of[f]
+            missed[step] = read()
+            while handed and held_bytes + handed_bytes > cap:
+                old, _ = handed.popitem(last=False)
+                handed_bytes -= size_of[old]
+        out.append(missed)
+    return out
+
+
 def naive_hit(cache_bytes: int | None, dataset_bytes: int) -> float:
     """DS-Analyzer's assumption: the hit rate is the cached fraction, min(1, C / D)."""
     if cache_bytes is None or dataset_bytes <= 0:

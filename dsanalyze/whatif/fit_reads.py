@@ -25,9 +25,10 @@ import numpy as np
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import bounds, cachesim
-from dsanalyze.whatif.laws import run_cache, uncached_share
+from dsanalyze.whatif.laws import read_ahead_bytes, run_cache, uncached_share
 from dsanalyze.whatif.model import HeldOut, Model, Param, run_layout
 from dsanalyze.whatif.provenance import Fixed, ReadAmplification, Reason
+from dsanalyze.whatif.rates import held_buffer
 
 
 def simulated_reads(model: Model, run: RunResult, seeds: int = 1
@@ -42,6 +43,13 @@ def simulated_reads(model: Model, run: RunResult, seeds: int = 1
     missed, read, resident = [], [], []
     for seed in range(seeds):
         rng = np.random.default_rng(seed)
+        if held_buffer(model, model.ranks):  # a held buffer's reads (its fill left out)
+            found = cachesim.buffered_miss_bytes(sizes, cap, layout.epochs,
+                                                 model.held_buffer, rng)
+            missed.append(sum(float(m.sum()) for m in found) * share)
+            read.append(layout.epochs * float(sizes.sum()) * share)
+            resident.append(float(min(cap, sizes.sum())))
+            continue
         orders = [cachesim.epoch_order(len(sizes), rng, model.ranks, model.batch_size,
                                        same_order=model.same_order)
                   for _ in range(layout.epochs)]
@@ -62,9 +70,12 @@ def measured_read_bytes(run: RunResult) -> int | None:
 
 
 def _amplification(model: Model, run: RunResult) -> float | None:
-    """a of one run, from measured = missed + (a - 1) x read x uncached (`reread_share`);
-    None where its counter is not recorded or its cache holds too much to tell."""
+    """a of one run, from measured = missed + (a - 1) x read x uncached (`reread_share`),
+    less the loaders' read-ahead (`read_ahead_bytes`); None where its counter is not
+    recorded or its cache holds too much to tell."""
     measured = measured_read_bytes(run)
+    if measured is not None:
+        measured -= read_ahead_bytes(model)
     uncached = uncached_share(model, run_cache(model, HeldOut.of(run)))
     if measured is None or uncached < SETTINGS.reread_uncached:
         return None

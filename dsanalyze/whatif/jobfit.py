@@ -20,6 +20,7 @@ from dsanalyze.config import Mode
 from dsanalyze.records import RunResult
 from dsanalyze.settings import SETTINGS
 from dsanalyze.whatif import pipeline
+from dsanalyze.whatif.cachesim import PAGE_BYTES
 from dsanalyze.whatif.epochend import EpochEnd
 from dsanalyze.whatif.fitruns import by_mode, job_key, per_iter
 from dsanalyze.whatif.model import Model, Param, run_cpus, run_layout
@@ -104,6 +105,17 @@ def _speedups(runs: list[RunResult], base: RunResult) -> tuple[float, ...]:
                          if (step := job_key(r)[1])}))
 
 
+def _raw_bytes(run: RunResult, file_bytes: Sequence[int]) -> int:
+    """The dataset's own bytes as the run recorded them, where they are the files of
+    `file_bytes` (as many, and under their pages by less than a page each); else 0."""
+    ds = run.dataset
+    raw, pages = ds.total_bytes or 0, sum(file_bytes)
+    if ds.num_files != len(file_bytes) or not 0 < raw <= pages \
+            or pages - raw >= len(file_bytes) * PAGE_BYTES:
+        return 0
+    return int(raw)
+
+
 def job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] | None,
                policy: str, rate_rel_sigma: Mapping[str, float]
               ) -> tuple[Model, list[Param], list[Param]]:
@@ -124,6 +136,7 @@ def job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] |
                for k, v in rate_rel_sigma.items()}
     model = Model(ranks=ran.ranks, batch_size=ran.batch_size, workers=ran.workers,
                   samples_per_epoch=n_samples, file_bytes=file_bytes, layout=layout, step_s=step,
+                  raw_dataset_bytes=_raw_bytes(base[0], file_bytes),
                   policy=policy, allreduce_s=allreduce,
                   step_ms=job_key(base[0])[1],
                   measured_cpus=tuple(sorted({run_cpus(r) for r in base})),
@@ -133,6 +146,7 @@ def job_model(ok: list[RunResult], base: list[RunResult], sizes: Sequence[int] |
                   prefetch_factor=ran.prefetch_factor, step_on_cpu=ran.step_uses_cpu,
                   persistent_workers=ran.persistent_workers,
                   same_order=ran.read_order == SAME_ORDER,
+                  read_ahead_samples=ran.read_ahead_samples, held_buffer=ran.held_buffer,
                   step_s_by_cpus=by_cpus, epoch_end_s_by_cpus=epoch_end,
                   fit_weights=weights, measured_sigma=dict(rate_rel_sigma))
     fixed = [Param("samples_per_epoch", float(n_samples), "samples", (base[0].run_id,),

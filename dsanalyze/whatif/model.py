@@ -201,6 +201,8 @@ class Model:
     persistent_workers: bool = True  # False: the workers start again at every epoch (startup_s)
     # the files in a fresh permutation every epoch, or in the same order (`jobrun.SAME_ORDER`)
     same_order: bool = False
+    read_ahead_samples: int = 0  # a rank's loader's reads beyond its samples (`JobAsRun`)
+    held_buffer: int = 0  # its buffer of held files, handed out at random (`JobAsRun`)
     # a step on the CPU (the script's recorded device): its time per CPU count, fitted on the
     # synthetic runs of each; it runs in the main process, on the cores the workers use
     step_on_cpu: bool = False
@@ -217,6 +219,10 @@ class Model:
     fit_weights: dict[str, float] = field(default_factory=dict, compare=False)
     # each fit run's measured sigma / rate (block bootstrap): a floor on the intervals
     measured_sigma: dict[str, float] = field(default_factory=dict, compare=False)
+
+    # the files' own bytes (a run's `dataset.total_bytes`), in which cache budgets are given;
+    # 0: not recorded (budgets taken in pages)
+    raw_dataset_bytes: int = 0
 
     @property
     def dataset_bytes(self) -> int:

@@ -104,7 +104,18 @@ def _misses(model: Model, ranks: int, workers: int, layout: pipeline.Layout,
     if mode is not Mode.DISK:
         return [np.zeros(len(o)) for o in orders], read, batches
     cap = None if cache_bytes is None else int(cache_bytes)
+    if held_buffer(model, ranks * nodes):  # its buffer, as a share of the files simulated
+        window = max(1, round(model.held_buffer * files / len(model.file_bytes)))
+        missed = cachesim.buffered_miss_bytes(sizes, cap, layout.epochs, window, rng)
+        return [m[:batches * model.batch_size] for m in missed], read, batches
     return cachesim.miss_bytes(sizes, cap, model.policy, orders), read, batches
+
+
+def held_buffer(model: Model, readers: int) -> bool:
+    """Whether the page cache sees the job's reads as one reader's held buffer
+    (`Model.held_buffer`): one rank on one node (ranks' own buffers over their shards, sharing
+    a node's cache, are simulated as the cyclic read they make together)."""
+    return model.held_buffer > 0 and readers == 1
 
 
 def simulate_run(model: Model, cfg: Config, layout: pipeline.Layout, mode: Mode,
