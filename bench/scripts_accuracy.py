@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Accuracy of the what-if model on user scripts, out of sample, on single runs.
 
-    .venv/bin/python bench/scripts_accuracy.py [--dir DIR] [--scripts examples,timm,lightning]
+    .venv/bin/python bench/scripts_accuracy.py [--dir DIR] [--scripts examples,timm,lightning,dali]
                                                [--workers 1,2] [--cpus 1,2] [--cache 0]
                                                [--bw none,6M] [--rescore]
 
@@ -9,7 +9,10 @@
    DIR), scripts written in their framework's usual style, from tests/scripts/:
    `examples` (pytorch/examples imagenet: ImageFolder, RandomResizedCrop, a DataLoader
    with pinned memory, resnet18), `timm` (create_dataset + create_loader, test_resnet),
-   `lightning` (a LightningModule and its Trainer). Here they all train on the CPU (this
+   `lightning` (a LightningModule and its Trainer), `dali` (NVIDIA's ImageNet example:
+   `fn.readers.file` with `random_shuffle`, decoding on the CPU, `DALIClassificationIterator`;
+   its worker count is DALI's `num_threads`; in the default set since stop 65, and never
+   part of the tuning). Here they all train on the CPU (this
    machine has no GPU): every one is a CPU-trained script, whose step shares the cores
    with its DataLoader workers (`examples` is the issue's CPU-trained script: ImageFolder,
    RandomResizedCrop, resnet18 on the CPU). Each worker count is the script's own argument
@@ -401,6 +404,9 @@ SCRIPTS = {  # name: (file under tests/scripts, its own arguments; {w}: its work
     "timm": ("train_timm.py", ("-j", "{w}", "-b", "12", "--epochs", "3")),
     "lightning": ("train_lightning.py", ("--workers", "{w}", "--batch-size", "12",
                                          "--max-epochs", "3")),
+    # NVIDIA's ImageNet example: -j is DALI's num_threads; decoding on the CPU
+    "dali": ("train_dali.py", ("-j", "{w}", "-b", "12", "--epochs", "3", "--crop-size", "32",
+                               "--dali_cpu")),
 }
 # three epochs: a disk run's steady rate (the epochs after the cold first) is two epochs of
 # 20 batches, where two epochs left one (the earlier run's single runs lay 10% apart)
@@ -628,7 +634,7 @@ def _print(name: str, checks: list[whatif.Check]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=Path("/tmp/dsa-scripts-bench"))
-    ap.add_argument("--scripts", default="examples,timm,lightning")
+    ap.add_argument("--scripts", default="examples,timm,lightning,dali")
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--cpus", default="1,2")
     ap.add_argument("--bw", default="none,6M")
