@@ -264,8 +264,15 @@ def test_a_user_s_dali_iterator_is_read_as_it_was_built(small_dataset: Path) -> 
     assert ran.persistent_workers
     # random_shuffle mixes a buffer of samples; the files are read in the same order
     assert ran.read_order == SAME_ORDER
-    # a shuffling reader fills its buffer (DALI's default 1024 samples) before its first batch
-    assert ran.read_ahead_samples == 1024
+    # a shuffling reader fills its buffer (DALI's default 1024 samples) before its first batch;
+    # mapping its files, it holds each until it hands it out (the order the cache sees)
+    assert ran.read_ahead_samples == ran.held_buffer == 1024
+    # reading them, it closes each at its read: the cache sees the cyclic read (measured: at
+    # 75% of 3000 files, 690.1 samples/s against 690.8 at cache 0; mapped, 863.4 and 707.1)
+    read = {**loader_settings(it), "dont_use_mmap": True}
+    unmapped = job_as_run(replace(run, ranks=[replace(rank, extra={**rank.extra,
+                                                                   "loader": read})]))
+    assert (unmapped.read_ahead_samples, unmapped.held_buffer) == (1024, 0)
     assert JobAsRun.from_dict(ran.to_dict()) == ran
     built_in = dali_pipeline.DaliSettings.from_dict(cpu_settings(12).to_dict())
     rank = replace(rank, extra={**rank.extra, "loader": built_in.to_dict()})
