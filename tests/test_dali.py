@@ -330,6 +330,9 @@ def test_a_dali_reader_s_held_buffer_is_modelled_as_it_read() -> None:
     assert 800 <= read_files - 2 * zero.dataset.num_files <= 1024 + 2 * 16
     rate = {r.spec.resources.cache.spec: stalls.run_rate(r).rate_sps for r in fit + held}
     assert rate["75%"] > 1.15 * rate["0"]  # the budget kept the files handed out late
+    # an epoch is its 3000 files (the last batch PARTIAL: 8 of 16), not 188 full batches,
+    # though the synthetic run replays whole ones
+    assert {b.samples_per_epoch for b in stalls.breakdowns(fit)} == {zero.dataset.num_files}
     model = whatif.fit(fit)
     assert model.held_buffer == model.read_ahead_samples == 1024
     assert model.read_amplification == pytest.approx(1.0, abs=0.05)

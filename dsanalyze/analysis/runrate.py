@@ -41,6 +41,7 @@ class RunRate(PlainJson):
     epoch1_rate_sps: float | None = None
     steady_epochs: int = 0
     samples_per_epoch: int | None = None
+    batch_samples: int | None = None  # a whole step's samples, all ranks (the median step's)
     error: str | None = None
     rate_sps_low: float | None = None  # confidence interval of rate_sps (uncertainty.py)
     rate_sps_high: float | None = None
@@ -57,11 +58,20 @@ class RunRate(PlainJson):
 
 
 def samples_per_epoch(result: RunResult) -> int | None:
+    """The samples of one epoch, all ranks: those rank 0 took in its last whole epoch
+    recorded (a short last batch counted as it came: DALI's PARTIAL policy hands out 8 of
+    3000 files in a last batch of 16), else its batches per epoch x its median batch, else
+    the dataset's files."""
     if not result.ranks:
         return None
     r0 = result.ranks[0]
     batches = r0.extra.get("batches_per_epoch")
     if batches and r0.samples:
+        whole = [e for e in sorted(set(r0.epoch), reverse=True)
+                 if sum(1 for x in r0.epoch if x == e) == batches]
+        if whole and len(r0.epoch) == len(r0.samples):
+            taken = sum(n for n, x in zip(r0.samples, r0.epoch) if x == whole[0])
+            return int(taken * len(result.ranks))
         per_iter = statistics.median(r0.samples)
         return int(batches * per_iter * len(result.ranks))
     return result.dataset.num_files or None
@@ -104,6 +114,8 @@ def run_rate(result: RunResult, interval: bool = False) -> RunRate:
         iter_median_s=med, iter_iqr_pct=iqr_pct, epoch1_s=epoch1_s, epoch1_rate_sps=epoch1_rate,
         steady_epochs=len(window.epochs) - 1 if window.steady_from is not None else 0,
         samples_per_epoch=samples_per_epoch(result),
+        batch_samples=int(statistics.median(ranks[0].samples) * len(ranks))
+        if ranks and ranks[0].samples else None,
         rate_sps_low=ci.low_sps if ci else None, rate_sps_high=ci.high_sps if ci else None,
         rate_method=ci.method if ci else None, rate_level=ci.level if ci else None,
         cores_busy=window_cores_busy(result, window))

@@ -190,13 +190,30 @@ def _stall_fields(kind: str, stall: StallInterval | None) -> dict[str, Any]:
             f"{kind}_stall_significance": stall.significance.value}
 
 
+def _epoch_samples(rates: dict[Mode, list[RunRate]]) -> int | None:
+    """A configuration's samples per epoch: the whole dataset's (a cached run of data larger
+    than memory ran on a subset, the synthetic run on the whole loader), as the loader
+    handed them out where a run read it: a synthetic run replays whole batches, so its
+    epoch exceeds the loader's by less than a batch where the last batch was short (DALI's
+    PARTIAL policy: 3008 for 3000 files in batches of 16)."""
+    every = [r for rs in rates.values() for r in rs if r.samples_per_epoch]
+    if not every:
+        return None
+    most = max(every, key=lambda r: r.samples_per_epoch or 0)
+    read = max((r.samples_per_epoch or 0 for r in every if r.mode != Mode.SYNTHETIC.value),
+               default=0)
+    short = (most.samples_per_epoch or 0) - read
+    if most.mode == Mode.SYNTHETIC.value and read and most.batch_samples \
+            and 0 < short < most.batch_samples:
+        return read
+    return most.samples_per_epoch
+
+
 def _breakdown(anchor: RunResult, group: dict[Mode, list[RunResult]], level: float) -> Breakdown:
     rates = {m: [run_rate(r) for r in runs] for m, runs in group.items()}
     ok = {m: [r for r in runs if r.ok] for m, runs in group.items()}
     boot = {m: uncertainty.combined_samples(runs) for m, runs in ok.items()}
-    # the whole dataset's: a cached run of data larger than memory ran on a subset
-    n = max((r.samples_per_epoch for rs in rates.values() for r in rs if r.samples_per_epoch),
-            default=None)
+    n = _epoch_samples(rates)
     times = {m: uncertainty.epoch_time(n, b) for m, b in boot.items() if b is not None and n}
     t_g, t_c, t_d = (times.get(m) for m in (Mode.SYNTHETIC, Mode.CACHED, Mode.DISK))
     total = t_d if t_d is not None else t_c
