@@ -22,7 +22,7 @@ OOM-killed and never pages its own code back in because of the budget.
   the job holds open: a reader that maps its files holds each open until it
   unmaps it (DALI's file reader, its 1024-sample shuffle buffer), and an open
   that walked them all waited 0.5 ms with 1000 held and 1 ms with 2000,
-  which halved such a job's rate at one CPU; Without the gate (scan, or a budget
+  which halved such a job's rate at one CPU. Without the gate (scan, or a budget
   that holds the whole dataset) the limiter evicts after the reads;
 - it measures a file's resident bytes (`cachestat(2)`, else `mincore`) when
   it is opened and closed, while it is open (with each sample), once more `SETTLE_S` after its
