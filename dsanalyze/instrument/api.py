@@ -245,8 +245,8 @@ def dali_settings(loader: Any) -> dict[str, Any]:
     """A user's DALI iterator as its first pipeline was built: `num_threads` (the workers of
     the model), `max_batch_size`, `prefetch_queue_depth` (an int, or its CPU stage's size
     when split), the GPU, the decoder's device, and the reader's shard and shuffling (the
-    order it reads its files in, and the buffer a shuffling one fills first); the keys of the built-in job's `DaliSettings`, so both
-    are read back alike (`analysis/jobrun.py`)."""
+    order it reads its files in, and the buffer a shuffling one fills first); the keys of
+    the built-in job's `DaliSettings`, so both are read back alike (`analysis/jobrun.py`)."""
     pipe = loader._pipes[0]
     depth = pipe.prefetch_queue_depth
     if isinstance(depth, dict):  # separated queues: {"cpu_size": n, "gpu_size": m}
