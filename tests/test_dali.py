@@ -365,6 +365,7 @@ def test_a_dali_reader_s_dont_use_mmap_is_read_from_its_pipeline(
     pipe.build()
     it = DALIClassificationIterator(pipe, reader_name="Reader")
     assert loader_settings(it)["dont_use_mmap"] is dont_use_mmap
+    assert shuffles(it) is False  # its reader neither shuffles nor permutes each epoch
 
 
 @pytest.mark.parametrize("dont_use_mmap", [False, True])

@@ -188,10 +188,9 @@ def shuffles(loader: Any) -> bool | None:
     """Whether a loader draws its samples in random order (None: cannot tell)."""
     pipes = getattr(loader, "_pipes", None)
     if pipes is not None:  # a DALI iterator: its readers' random_shuffle
-        try:
-            args = [op._op._init_args for p in pipes for op in (p._ops or [])]
-        except AttributeError:
-            return None
+        if not all(hasattr(p, "_ops") for p in pipes):
+            return None  # a pipeline not built from a definition: its operators unknown
+        args = [getattr(op, "_init_args", {}) for _, op in dalipipes.operators(pipes, "readers")]
         return any(a.get("random_shuffle") or a.get("shuffle_after_epoch") for a in args)
     samplers = [*_samplers(loader), *_graph_samplers(loader)]
     random = (torch.utils.data.RandomSampler, torch.utils.data.SubsetRandomSampler,
