@@ -12,6 +12,7 @@ lacks the warm-up's places still counts every epoch's start once an epoch. `meas
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import statistics
 from dataclasses import dataclass
@@ -67,10 +68,10 @@ def samples_per_epoch(result: RunResult) -> int | None:
     r0 = result.ranks[0]
     batches = r0.extra.get("batches_per_epoch")
     if batches and r0.samples:
-        whole = [e for e in sorted(set(r0.epoch), reverse=True)
-                 if sum(1 for x in r0.epoch if x == e) == batches]
-        if whole and len(r0.epoch) == len(r0.samples):
-            taken = sum(n for n, x in zip(r0.samples, r0.epoch) if x == whole[0])
+        iterations = collections.Counter(r0.epoch)
+        last = max((e for e, k in iterations.items() if k == batches), default=None)
+        if last is not None and len(r0.epoch) == len(r0.samples):
+            taken = sum(n for n, x in zip(r0.samples, r0.epoch) if x == last)
             return int(taken * len(result.ranks))
         per_iter = statistics.median(r0.samples)
         return int(batches * per_iter * len(result.ranks))

@@ -199,10 +199,10 @@ def _epoch_samples(rates: dict[Mode, list[RunRate]]) -> int | None:
     every = [r for rs in rates.values() for r in rs if r.samples_per_epoch]
     if not every:
         return None
-    most = max(every, key=lambda r: r.samples_per_epoch or 0)
-    read = max((r.samples_per_epoch or 0 for r in every if r.mode != Mode.SYNTHETIC.value),
+    most = max(every, key=lambda r: r.samples_per_epoch)
+    read = max((r.samples_per_epoch for r in every if r.mode != Mode.SYNTHETIC.value),
                default=0)
-    short = (most.samples_per_epoch or 0) - read
+    short = most.samples_per_epoch - read
     if most.mode == Mode.SYNTHETIC.value and read and most.batch_samples \
             and 0 < short < most.batch_samples:
         return read

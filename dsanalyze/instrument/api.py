@@ -340,7 +340,7 @@ class Session:
         self._by_id: dict[int, LoaderInfo] = {}
         self.training: LoaderInfo | None = None
         self.training_settings: dict[str, Any] = {}  # loader_settings() of the training loader
-        self.sampler_epochs: list[int] = []  # `sampler_epoch` at each training epoch's start
+        self.last_sampler_epoch: int | None = None  # `sampler_epoch` at the last epoch start
         self.explicit: set[int] = set()  # ids of loaders wrapped by instrument()
         self.sink = steps.sink_dir(rankenv.run_dir(), settings.rank)
         self.files_sink = filereads.sink_dir(rankenv.run_dir(), settings.rank)
@@ -436,11 +436,9 @@ class Session:
         between them, and this epoch reads the same permutation: recorded as the loader's
         `same_order` (the order the what-if simulates) and `set_epoch_missing` (a note)."""
         at = sampler_epoch(loader)
-        if at is None:
-            return
-        if self.sampler_epochs and at == self.sampler_epochs[-1]:
+        if at is not None and at == self.last_sampler_epoch:
             self.training_settings.update(same_order=True, set_epoch_missing=True)
-        self.sampler_epochs.append(at)
+        self.last_sampler_epoch = at
 
     def epoch(self, original: Callable[[], Iterator[Any]]) -> Iterator[Any]:
         """One epoch of the training loader: timed, replayed in synthetic mode, or drained."""

@@ -292,48 +292,62 @@ def buffered_miss_bytes(sizes: Sequence[int] | np.ndarray, cache_bytes: int | No
     size_of = [int(s) for s in sizes]
     n = len(size_of)
     cap = sum(size_of) + 1 if cache_bytes is None else int(cache_bytes)
-    order = [int(i) for i in rng.permutation(n)]
-    held: dict[int, int] = {}  # file: copies in the buffer
-    handed: OrderedDict[int, None] = OrderedDict()  # handed out, kept, least recent first
-    held_bytes = handed_bytes = 0
-    buffer: list[int] = []
-    reads = 0
-
-    def read() -> float:
-        nonlocal reads, held_bytes, handed_bytes
-        f = order[reads % n]
-        reads += 1
-        hit = f in held or f in handed
-        if f in handed:
-            del handed[f]
-            handed_bytes -= size_of[f]
-        if f not in held:
-            held_bytes += size_of[f]
-        held[f] = held.get(f, 0) + 1
-        buffer.append(f)
-        return 0.0 if hit else float(size_of[f])
-
+    reader = _HeldBuffer(size_of, [int(i) for i in rng.permutation(n)])
     for _ in range(min(window, n)):
-        read()
+        reader.read()
     out = []
     for _ in range(epochs):
         missed = np.zeros(n)
         for step in range(n):
-            j = int(rng.integers(len(buffer)))
-            buffer[j], buffer[-1] = buffer[-1], buffer[j]
-            f = buffer.pop()
-            held[f] -= 1
-            if not held[f]:
-                del held[f]
-                held_bytes -= size_of[f]
-                handed[f] = None
-                handed_bytes += size_of[f]
-            missed[step] = read()
-            while handed and held_bytes + handed_bytes > cap:
-                old, _ = handed.popitem(last=False)
-                handed_bytes -= size_of[old]
+            reader.hand_out(int(rng.integers(len(reader.buffer))))
+            missed[step] = reader.read()
+            reader.keep_within(cap)
         out.append(missed)
     return out
+
+
+class _HeldBuffer:
+    """`buffered_miss_bytes`'s reader: the files it holds (read, not yet handed out) and
+    those it handed out that the cache still keeps, least recent first."""
+
+    def __init__(self, size_of: list[int], order: list[int]) -> None:
+        self.size_of, self.order = size_of, order
+        self.buffer: list[int] = []
+        self.held: dict[int, int] = {}  # file: copies in the buffer
+        self.handed: OrderedDict[int, None] = OrderedDict()
+        self.held_bytes = self.handed_bytes = self.reads = 0
+
+    def read(self) -> float:
+        """The next file in order into the buffer: the bytes it takes from storage."""
+        f = self.order[self.reads % len(self.order)]
+        self.reads += 1
+        hit = f in self.held or f in self.handed
+        if f in self.handed:
+            del self.handed[f]
+            self.handed_bytes -= self.size_of[f]
+        if f not in self.held:
+            self.held_bytes += self.size_of[f]
+        self.held[f] = self.held.get(f, 0) + 1
+        self.buffer.append(f)
+        return 0.0 if hit else float(self.size_of[f])
+
+    def hand_out(self, j: int) -> None:
+        """The buffer's j-th file handed out: no longer held once its last copy goes."""
+        buffer = self.buffer
+        buffer[j], buffer[-1] = buffer[-1], buffer[j]
+        f = buffer.pop()
+        self.held[f] -= 1
+        if not self.held[f]:
+            del self.held[f]
+            self.held_bytes -= self.size_of[f]
+            self.handed[f] = None
+            self.handed_bytes += self.size_of[f]
+
+    def keep_within(self, cap: int) -> None:
+        """Drop the files handed out longest ago until what is kept fits in `cap`."""
+        while self.handed and self.held_bytes + self.handed_bytes > cap:
+            old, _ = self.handed.popitem(last=False)
+            self.handed_bytes -= self.size_of[old]
 
 
 def naive_hit(cache_bytes: int | None, dataset_bytes: int) -> float:

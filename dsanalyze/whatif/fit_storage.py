@@ -271,8 +271,8 @@ def _fill_fit(model: Model, run: RunResult, bps: int) -> float | None:
                     if li.get("role") == "training"), None)
     if not build_s or build_s <= 0:
         return None
-    samples = model.read_ahead_samples + model.prefetch_factor * model.batch_size
-    fill_bytes = samples * model.ranks * model.dataset_bytes / len(model.file_bytes)
+    batches = model.prefetch_factor * model.batch_size * model.ranks
+    fill_bytes = read_ahead_bytes(model) + batches * model.dataset_bytes / len(model.file_bytes)
     return fill_bytes / build_s / bps
 
 
